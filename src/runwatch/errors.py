@@ -1,0 +1,46 @@
+"""The one exception hierarchy of runwatch.
+
+    RunwatchError                       anything runwatch raises on purpose
+    ├── InvalidRunError (ValueError)    a run directory or log breaks the contract (SPEC §1–3)
+    ├── UsageError                      a command line or option that cannot work (exit 2)
+    ├── RunLockedError                  a second logger on a run directory in use
+    ├── LogWriteError (OSError)         the logger could not write a record (disk full, EFBIG)
+    └── NonFiniteLossError              the training loss went NaN/Inf; the session was ended
+
+The command line maps these to exit codes in one place (`runwatch.cli.main`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RunwatchError",
+    "InvalidRunError",
+    "UsageError",
+    "RunLockedError",
+    "LogWriteError",
+    "NonFiniteLossError",
+]
+
+
+class RunwatchError(Exception):
+    """Base class of every error runwatch raises on purpose."""
+
+
+class InvalidRunError(RunwatchError, ValueError):
+    """A run directory, manifest or log record breaks the contract."""
+
+
+class UsageError(RunwatchError):
+    """A command line or option value that cannot work."""
+
+
+class RunLockedError(RunwatchError):
+    """Another RunLogger holds the run directory."""
+
+
+class LogWriteError(RunwatchError, OSError):
+    """Writing a record to the run directory failed."""
+
+
+class NonFiniteLossError(RunwatchError, FloatingPointError):
+    """The loss went non-finite; the logger wrote `session_end` with reason `nonfinite_loss`."""

@@ -1,0 +1,368 @@
+"""Schema v1 of a run directory (SPEC §1–2): the manifest and the records of `metrics.jsonl`.
+
+This is the one parser and validator of records. The summary, the watchdog, `status` and the
+plots all read through it. Standard library only.
+
+Decisions where the contract is silent (documented in docs/SCHEMA.md):
+- Unknown keys in records and manifests are allowed and ignored (forward compatibility).
+- `memory` values must be ints >= 0; their names are not checked.
+- The manifest's `recipe` must hold all four named keys (`qk_clip_threshold` may be null).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Iterator
+
+from .errors import InvalidRunError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "EVENTS",
+    "END_REASONS",
+    "MAX_LINE_BYTES",
+    "MAX_MANIFEST_BYTES",
+    "loads",
+    "dumps",
+    "read_manifest",
+    "validate_manifest",
+    "iter_lines",
+    "SessionValidator",
+    "window_tokens",
+]
+
+SCHEMA_VERSION = 1
+EVENTS = frozenset({"train", "val", "checkpoint", "session_end"})
+END_REASONS = frozenset({"normal", "nonfinite_loss", "error", "interrupted"})
+
+# A train record is ~500 bytes; a val record with a few hundred metrics a few kB. 16 MiB leaves room
+# for anything a producer could reasonably write and bounds what one hostile line can cost us.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+# run.json grows by ~400 bytes a session; 64 MiB is ~150k resumes.
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not a valid JSON number")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def loads(text: str | bytes, where: str) -> Any:
+    """Parse one JSON document strictly: no NaN/Infinity tokens; errors name `where`."""
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return _DECODER.decode(text)
+    except UnicodeDecodeError as exc:
+        raise InvalidRunError(f"{where}: invalid UTF-8 at byte {exc.start}") from None
+    except RecursionError:
+        raise InvalidRunError(f"{where}: JSON nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidRunError(f"{where}: malformed JSON: {exc.msg} at column {exc.colno}") from None
+    except ValueError as exc:  # NaN/Infinity tokens, integers with more than 4300 digits
+        raise InvalidRunError(f"{where}: malformed JSON: {exc}") from None
+
+
+def dumps(obj: Any) -> str:
+    """One compact JSON line (without the newline); NaN/Infinity raise ValueError."""
+    return json.dumps(obj, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+# --- value checks ---------------------------------------------------------------------------------
+# Each returns the value or raises InvalidRunError("<where>: <field> must be ..., got ...").
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, allow_nan=True, default=repr) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _fail(where: str, field: str, expected: str, value: Any) -> InvalidRunError:
+    return InvalidRunError(f"{where}: {field} must be {expected}, got {_show(value)}")
+
+
+def _int(value: Any, where: str, field: str, minimum: int = 0) -> int:
+    if type(value) is not int or value < minimum:
+        expected = "an int >= 0" if minimum == 0 else f"an int >= {minimum}"
+        raise _fail(where, field, expected, value)
+    return value
+
+
+def _number(value: Any, where: str, field: str, minimum: float | None = None) -> float:
+    t = type(value)
+    if t is int:
+        ok = True
+    elif t is float:
+        ok = math.isfinite(value)
+    else:
+        ok = False
+    if not ok or (minimum is not None and value < minimum):
+        expected = "a finite number" if minimum is None else f"a finite number >= {minimum:g}"
+        raise _fail(where, field, expected, value)
+    return value
+
+
+def _str(value: Any, where: str, field: str) -> str:
+    if type(value) is not str:
+        raise _fail(where, field, "a string", value)
+    return value
+
+
+def _obj(value: Any, where: str, field: str) -> dict:
+    if type(value) is not dict:
+        raise _fail(where, field, "an object", value)
+    return value
+
+
+def _get(obj: dict, key: str, where: str, field: str) -> Any:
+    try:
+        return obj[key]
+    except KeyError:
+        raise InvalidRunError(f"{where}: missing {field}") from None
+
+
+# --- the manifest ---------------------------------------------------------------------------------
+
+
+def read_manifest(run_dir: str) -> dict:
+    """Read and validate `run_dir/run.json`; return it."""
+    path = os.path.join(run_dir, "run.json")
+    where = "run.json"
+    try:
+        if not os.path.isfile(path):
+            what = "a directory" if os.path.isdir(path) else "missing" if not os.path.exists(path) else "not a regular file"
+            raise InvalidRunError(f"{where}: {what} ({path})")
+        with open(path, "rb") as f:
+            data = f.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise InvalidRunError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise InvalidRunError(f"{where}: larger than {MAX_MANIFEST_BYTES} bytes")
+    manifest = loads(data, where)
+    validate_manifest(manifest, where)
+    return manifest
+
+
+def validate_manifest(manifest: Any, where: str = "run.json") -> None:
+    """Check a manifest against SPEC §1; raise InvalidRunError naming the first problem."""
+    _obj(manifest, where, "the manifest")
+    version = _get(manifest, "schema_version", where, "schema_version")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise _fail(where, "schema_version", str(SCHEMA_VERSION), version)
+    _str(_get(manifest, "run_id", where, "run_id"), where, "run_id")
+    sessions = _get(manifest, "sessions", where, "sessions")
+    if type(sessions) is not list or not sessions:
+        raise _fail(where, "sessions", "a non-empty list", sessions)
+    seen: set[str] = set()
+    for i, session in enumerate(sessions):
+        field = f"sessions[{i}]"
+        validate_session(session, where, field)
+        if session["session_id"] in seen:
+            raise InvalidRunError(f"{where}: {field}.session_id {session['session_id']!r} is not unique")
+        seen.add(session["session_id"])
+
+
+def validate_session(session: Any, where: str, field: str) -> None:
+    """Check one manifest session entry."""
+    _obj(session, where, field)
+    _str(_get(session, "session_id", where, f"{field}.session_id"), where, f"{field}.session_id")
+    start = _obj(_get(session, "start", where, f"{field}.start"), where, f"{field}.start")
+    for key in ("step", "tokens", "skipped"):
+        _int(_get(start, key, where, f"{field}.start.{key}"), where, f"{field}.start.{key}")
+    recipe = _obj(_get(session, "recipe", where, f"{field}.recipe"), where, f"{field}.recipe")
+    for key in ("batch_size", "seq_len", "gradient_accumulation_steps"):
+        _int(_get(recipe, key, where, f"{field}.recipe.{key}"), where, f"{field}.recipe.{key}", minimum=1)
+    threshold = _get(recipe, "qk_clip_threshold", where, f"{field}.recipe.qk_clip_threshold")
+    if threshold is not None:
+        _number(threshold, where, f"{field}.recipe.qk_clip_threshold")
+        if threshold <= 0:
+            raise _fail(where, f"{field}.recipe.qk_clip_threshold", "a positive number or null", threshold)
+    optimizers = _get(session, "optimizers", where, f"{field}.optimizers")
+    if type(optimizers) is not list:
+        raise _fail(where, f"{field}.optimizers", "a list", optimizers)
+    for j, opt in enumerate(optimizers):
+        _obj(opt, where, f"{field}.optimizers[{j}]")
+        _str(_get(opt, "algorithm", where, f"{field}.optimizers[{j}].algorithm"), where, f"{field}.optimizers[{j}].algorithm")
+    _obj(_get(session, "hardware", where, f"{field}.hardware"), where, f"{field}.hardware")
+
+
+def window_tokens(recipe: dict, attempted: int) -> int:
+    """Tokens of `attempted` updates under `recipe` (SPEC §2 token identity)."""
+    return recipe["batch_size"] * recipe["seq_len"] * recipe["gradient_accumulation_steps"] * attempted
+
+
+# --- reading lines --------------------------------------------------------------------------------
+
+
+def iter_lines(path: str, name: str = "metrics.jsonl") -> Iterator[tuple[int, bytes]]:
+    """Yield (line number, raw line with its newline) from `path`, one line in memory at a time.
+
+    A final line without a newline raises `Uncommitted metrics tail at line N`; a line longer than
+    MAX_LINE_BYTES raises before it is read whole. Only regular files are read (a FIFO or a device
+    would block or never end).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise InvalidRunError(f"{name}: cannot open: {exc.strerror or exc}") from None
+    try:
+        import stat
+
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise InvalidRunError(f"{name}: {what}")
+        f = os.fdopen(fd, "rb", buffering=1 << 20)
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        lineno = 0
+        readline = f.readline
+        limit = MAX_LINE_BYTES + 1
+        while True:
+            try:
+                raw = readline(limit)
+            except OSError as exc:
+                raise InvalidRunError(f"{name}:{lineno + 1}: cannot read: {exc.strerror or exc}") from None
+            if not raw:
+                return
+            lineno += 1
+            if raw[-1:] != b"\n":
+                if len(raw) >= limit:
+                    raise InvalidRunError(f"{name}:{lineno}: line longer than {MAX_LINE_BYTES} bytes")
+                raise InvalidRunError(f"Uncommitted metrics tail at line {lineno}")
+            yield lineno, raw
+
+
+# --- records --------------------------------------------------------------------------------------
+
+
+class SessionValidator:
+    """Validates the records of one session in order (SPEC §2 and §3 step 3).
+
+    `check(record, where)` raises InvalidRunError on the first problem; the validator keeps the
+    current step and whether the session has ended. The caller skips other sessions' records.
+    """
+
+    def __init__(self, run_id: str, session: dict) -> None:
+        self.run_id = run_id
+        self.session_id = session["session_id"]
+        self.recipe = session["recipe"]
+        self.threshold = self.recipe.get("qk_clip_threshold")
+        self.tokens_per_attempt = window_tokens(self.recipe, 1)
+        self.start_step = session["start"]["step"]
+        self.step = self.start_step
+        self.ended = False
+
+    def check(self, rec: dict, where: str) -> None:
+        """Validate `rec` (already known to be of this session) against the session so far."""
+        if self.ended:
+            raise InvalidRunError(f"{where}: record after session_end")
+        run_id = _get(rec, "run_id", where, "run_id")
+        if run_id != self.run_id:
+            raise InvalidRunError(f"{where}: run_id {_show(run_id)} differs from the manifest's {self.run_id!r}")
+        event = _get(rec, "event", where, "event")
+        if type(event) is not str or event not in EVENTS:
+            raise _fail(where, "event", "one of train, val, checkpoint, session_end", event)
+        step = _int(_get(rec, "step", where, "step"), where, "step")
+        _number(_get(rec, "time", where, "time"), where, "time")
+        session = _obj(_get(rec, "session", where, "session"), where, "session")
+        _number(_get(session, "elapsed_seconds", where, "session.elapsed_seconds"), where, "session.elapsed_seconds", 0)
+        _int(_get(session, "tokens", where, "session.tokens"), where, "session.tokens")
+        tps = _get(session, "tokens_per_second", where, "session.tokens_per_second")
+        if tps is not None:
+            _number(tps, where, "session.tokens_per_second", 0)
+        _number(_get(session, "profiling_seconds", where, "session.profiling_seconds"), where, "session.profiling_seconds", 0)
+        memory = rec.get("memory")
+        if memory is not None:
+            for key, value in _obj(memory, where, "memory").items():
+                _int(value, where, f"memory.{key}")
+        if event == "train":
+            self._check_train(rec, step, where)
+            return
+        if step != self.step:
+            raise InvalidRunError(f"{where}: {event} step {step} is not the current step {self.step}")
+        if event == "val":
+            _number(_get(rec, "loss", where, "loss"), where, "loss")
+            metrics = rec.get("metrics")
+            if metrics is not None:
+                for key, value in _obj(metrics, where, "metrics").items():
+                    _number(value, where, f"metrics.{key}")
+        elif event == "checkpoint":
+            _str(_get(rec, "path", where, "path"), where, "path")
+            _number(_get(rec, "seconds", where, "seconds"), where, "seconds", 0)
+            if rec.get("bytes") is not None:
+                _int(rec["bytes"], where, "bytes")
+            if rec.get("verified") is not None and type(rec["verified"]) is not bool:
+                raise _fail(where, "verified", "a bool", rec["verified"])
+        else:  # session_end
+            reason = _get(rec, "reason", where, "reason")
+            if type(reason) is not str or reason not in END_REASONS:
+                raise _fail(where, "reason", "one of normal, nonfinite_loss, error, interrupted", reason)
+            error = _get(rec, "error", where, "error")
+            if error is not None:
+                _str(error, where, "error")
+            totals = _obj(_get(rec, "totals", where, "totals"), where, "totals")
+            _int(_get(totals, "tokens", where, "totals.tokens"), where, "totals.tokens")
+            _int(_get(totals, "skipped", where, "totals.skipped"), where, "totals.skipped")
+            self.ended = True
+
+    def _check_train(self, rec: dict, step: int, where: str) -> None:
+        updates = _int(_get(rec, "updates", where, "updates"), where, "updates", minimum=1)
+        skipped = _int(_get(rec, "skipped", where, "skipped"), where, "skipped")
+        attempted = _int(_get(rec, "attempted", where, "attempted"), where, "attempted")
+        if attempted != updates + skipped:
+            raise InvalidRunError(
+                f"{where}: attempted {attempted} != updates {updates} + skipped {skipped}"
+            )
+        expected_step = self.step + updates
+        if step != expected_step:
+            raise InvalidRunError(
+                f"{where}: step {step} after {self.step} with {updates} updates (expected {expected_step})"
+            )
+        tokens = _int(_get(rec, "tokens", where, "tokens"), where, "tokens")
+        expected_tokens = self.tokens_per_attempt * attempted
+        if tokens != expected_tokens:
+            r = self.recipe
+            raise InvalidRunError(
+                f"{where}: tokens {tokens} != batch_size {r['batch_size']} * seq_len {r['seq_len']}"
+                f" * gradient_accumulation_steps {r['gradient_accumulation_steps']} * attempted {attempted}"
+                f" (expected {expected_tokens})"
+            )
+        seconds = _number(_get(rec, "train_seconds", where, "train_seconds"), where, "train_seconds")
+        if seconds <= 0:
+            raise _fail(where, "train_seconds", "a finite number > 0", seconds)
+        _number(_get(rec, "loss", where, "loss"), where, "loss")
+        _number(_get(rec, "lr", where, "lr"), where, "lr", 0)
+        grad = _obj(_get(rec, "grad_norm", where, "grad_norm"), where, "grad_norm")
+        _number(_get(grad, "mean", where, "grad_norm.mean"), where, "grad_norm.mean", 0)
+        _number(_get(grad, "max", where, "grad_norm.max"), where, "grad_norm.max", 0)
+        _int(_get(rec, "nonfinite_grad_norms", where, "nonfinite_grad_norms"), where, "nonfinite_grad_norms")
+        frac = _number(_get(rec, "grad_clipped_fraction", where, "grad_clipped_fraction"), where, "grad_clipped_fraction", 0)
+        if frac > 1:
+            raise _fail(where, "grad_clipped_fraction", "a number in [0, 1]", frac)
+        qk = rec.get("qk_clip")
+        if qk is not None:
+            _obj(qk, where, "qk_clip")
+            threshold = _get(qk, "threshold", where, "qk_clip.threshold")
+            _number(threshold, where, "qk_clip.threshold")
+            if self.threshold is None or threshold != self.threshold:
+                raise InvalidRunError(
+                    f"{where}: qk_clip.threshold {_show(threshold)} differs from the recipe's "
+                    f"qk_clip_threshold {_show(self.threshold)}"
+                )
+            observed = _int(_get(qk, "observed_head_updates", where, "qk_clip.observed_head_updates"), where, "qk_clip.observed_head_updates")
+            clipped = _int(_get(qk, "clipped_head_updates", where, "qk_clip.clipped_head_updates"), where, "qk_clip.clipped_head_updates")
+            if clipped > observed:
+                raise InvalidRunError(
+                    f"{where}: qk_clip.clipped_head_updates {clipped} > observed_head_updates {observed}"
+                )
+            max_logit = _get(qk, "max_logit", where, "qk_clip.max_logit")
+            if max_logit is not None:
+                _number(max_logit, where, "qk_clip.max_logit")
+        self.step = step
