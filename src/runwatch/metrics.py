@@ -397,7 +397,7 @@ class RunLogger:
             if not math.isfinite(loss):
                 self._keep(i, losses, grads, clipped, skips)
                 self._emit_window(allow_empty=True)
-                self._fail_nonfinite(f"non-finite loss {loss} at attempted update {i + 1} of the window after step {self._step}")
+                self._fail_nonfinite(f"non-finite loss {loss} at the attempted update after step {self._step}")
         self._keep(n, losses, grads, clipped, skips)
         self._emit_window(allow_empty=False)
 
