@@ -230,8 +230,11 @@ class RunLogger:
         self._t0 = time.monotonic()
         self._mark = time.perf_counter()
         self._terminated = False
-        self._previous_sigterm: Any = None
-        self._install_sigterm()
+        # SIGTERM/SIGINT arriving while a record is being committed wait until it is (see _on_signal)
+        self._busy = 0
+        self._pending_signal: int | None = None
+        self._previous_handlers: dict[int, Any] = {}
+        self._install_signal_handlers()
         atexit.register(self._at_exit)
 
     # --- the calls of a training loop -------------------------------------------------------
@@ -270,10 +273,14 @@ class RunLogger:
             raise ValueError("RunLogger.step: grad_norm is required (the pre-clip gradient norm)")
         if getattr(grad_norm, "requires_grad", False):
             grad_norm = grad_norm.detach()
-        self._losses.append(loss)
-        self._grads.append(grad_norm)
-        self._clipped.append(clipped)
-        self._skips.append(skipped)
+        self._busy += 1  # the four lists stay the same length, even if a signal comes in between
+        try:
+            self._losses.append(loss)
+            self._grads.append(grad_norm)
+            self._clipped.append(clipped)
+            self._skips.append(skipped)
+        finally:
+            self._busy -= 1
         self._lr = lr
         if qk_observed is not None or qk_clipped is not None:
             if self._qk_threshold is None:
@@ -281,6 +288,8 @@ class RunLogger:
             self._qk.append((len(self._losses) - 1, qk_observed, qk_clipped, qk_max_logit))
         if len(self._losses) >= self.window:
             self._close_window()
+        if self._pending_signal is not None:
+            self._deliver_pending_signal()
 
     def val(self, loss: Any, metrics: dict | None = None) -> None:
         """Record an evaluation at the current step: its loss and named metrics (e.g. `auroc`)."""
@@ -436,12 +445,19 @@ class RunLogger:
         }
         if self._qk:
             fields["qk_clip"] = self._qk_fields()
-        self._step += updates
-        self._tokens_total += tokens
-        self._skipped_total += skipped
-        self._session_tokens += tokens
-        self._reset_window()
-        self._write(self._record("train", **fields))
+        # The counters and the record are committed together: a SIGTERM in between would leave a
+        # session_end whose totals count a window the log does not hold.
+        self._busy += 1
+        try:
+            self._step += updates
+            self._tokens_total += tokens
+            self._skipped_total += skipped
+            self._session_tokens += tokens
+            self._reset_window()
+            self._write(self._record("train", **fields))
+        finally:
+            self._busy -= 1
+        self._deliver_pending_signal()
 
     def _qk_fields(self) -> dict:
         flat = _as_float_list([v for _, o, c, m in self._qk for v in (o or 0, c or 0, m if m is not None else math.nan)])
@@ -597,19 +613,23 @@ class RunLogger:
             raise LogWriteError(self._failed)
         data = (dumps(rec) + "\n").encode("utf-8")
         view = memoryview(data)
+        self._busy += 1
         try:
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]
             if sync or self._fsync:
                 os.fsync(self._fd)
+            self._size += len(data)
         except OSError as exc:
             # Leave no half record behind: cut the file back to the last whole line.
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, self._size)
             self._failed = f"{self._metrics_path}: cannot write a record: {exc.strerror or exc}"
             raise LogWriteError(exc.errno, self._failed) from None
-        self._size += len(data)
+        finally:
+            self._busy -= 1
+        self._deliver_pending_signal()
 
     def _release(self) -> None:
         if self._closed:
@@ -617,8 +637,9 @@ class RunLogger:
         self._closed = True
         with contextlib.suppress(OSError):
             os.close(self._fd)
-        self._restore_sigterm()
+        self._restore_signal_handlers()
         atexit.unregister(self._at_exit)
+        self._deliver_pending_signal()  # one that came while a failing write was in progress
 
     def _ensure_open(self) -> None:
         if self._closed:
@@ -629,29 +650,46 @@ class RunLogger:
 
     # --- signals and exit -------------------------------------------------------------------
 
-    def _install_sigterm(self) -> None:
+    def _install_signal_handlers(self) -> None:
+        """Handle SIGTERM (when the program has not) and SIGINT (when Python's default raises
+        KeyboardInterrupt) so that a signal never lands between a window's counters and its record.
+
+        SIGTERM raises `_Terminated`, SIGINT `KeyboardInterrupt`, as before; only while a record is
+        being committed (`_busy`) is the exception held back until the commit is done.
+        """
         if threading.current_thread() is not threading.main_thread():
             return
-        try:
-            current = signal.getsignal(signal.SIGTERM)
-        except (ValueError, AttributeError):  # pragma: no cover
-            return
-        if current is not signal.SIG_DFL:
-            return  # the program handles SIGTERM itself; leave it be
+        for signum, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
+            try:
+                current = signal.getsignal(signum)
+            except (ValueError, AttributeError):  # pragma: no cover
+                continue
+            if current is not default:
+                continue  # the program handles it itself; leave it be
+            signal.signal(signum, self._on_signal)
+            self._previous_handlers[signum] = current
 
-        def on_sigterm(signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGTERM:
             self._terminated = True
-            raise _Terminated("SIGTERM")
-
-        self._previous_sigterm = current
-        signal.signal(signal.SIGTERM, on_sigterm)
-
-    def _restore_sigterm(self) -> None:
-        if self._previous_sigterm is None or threading.current_thread() is not threading.main_thread():
+        if self._busy:
+            self._pending_signal = signum
             return
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-        self._previous_sigterm = None
+        raise _Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    def _deliver_pending_signal(self) -> None:
+        signum, self._pending_signal = self._pending_signal, None
+        if signum is not None:
+            raise _Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    def _restore_signal_handlers(self) -> None:
+        if not self._previous_handlers or threading.current_thread() is not threading.main_thread():
+            return
+        for signum, previous in self._previous_handlers.items():
+            with contextlib.suppress(ValueError):
+                if signal.getsignal(signum) == self._on_signal:  # not one installed after ours
+                    signal.signal(signum, previous)
+        self._previous_handlers = {}
 
     def _at_exit(self) -> None:
         if self._closed:
