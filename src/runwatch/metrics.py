@@ -191,6 +191,7 @@ class RunLogger:
         self._manifest_path = os.path.join(self.run_dir, "run.json")
         self._fd = self._open_locked()
         try:
+            self._remove_stale_manifest_temps()
             self._set_torn_tail_aside()
             manifest = self._load_or_create_manifest(resume_from)
             self.run_id: str = manifest["run_id"]
@@ -541,6 +542,20 @@ class RunLogger:
             os.close(fd)
             raise
         return fd
+
+    def _remove_stale_manifest_temps(self) -> None:
+        """Delete `run.json.tmp-<pid>` left by a logger killed while it rewrote run.json.
+
+        Only a logger holding the lock writes run.json, and this one holds it now, so every such
+        file is a dead one's: an unfinished copy, never the manifest (os.replace had not run).
+        """
+        prefix = "run.json.tmp-"
+        with os.scandir(self.run_dir) as entries:
+            stale = [e.path for e in entries if e.name.startswith(prefix)]
+        for path in stale:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            _log.warning("runwatch: removed %s, an unfinished run.json of a logger that was killed", path)
 
     def _set_torn_tail_aside(self) -> None:
         """Move an uncommitted final line (a crash mid-write) to `metrics.jsonl.torn-<ms>`."""
