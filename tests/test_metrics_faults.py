@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -224,3 +225,172 @@ def test_resume_removes_the_unfinished_run_json_of_a_killed_logger(tmp_path):
         log.step(loss=0.5, lr=0.1, grad_norm=1.0)
     assert sorted(os.listdir(d)) == ["metrics.jsonl", "run.json"]
     assert summarize(str(d), expect_step=2)["sessions"] == 2
+
+
+# --- write errors ---------------------------------------------------------------------------------
+
+FSIZE_CHILD = """
+import os, resource, signal, sys
+from runwatch import RunLogger
+from runwatch.errors import LogWriteError
+run_dir, limit, xfsz = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if xfsz == "default":  # as in a program that embeds Python without its signal setup
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+log = RunLogger(run_dir, recipe=%r, window=1, hardware={})
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+try:
+    with log:
+        for i in range(10000):
+            log.step(loss=0.5, lr=0.1, grad_norm=1.0)
+except LogWriteError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(3)
+""" % (RECIPE,)
+
+
+@pytest.mark.parametrize("xfsz", ["ignored", "default"])
+def test_file_size_limit_gives_one_clear_error_and_no_half_record(tmp_path, xfsz):
+    """RLIMIT_FSIZE: write() fails with EFBIG (the logger ignores SIGXFSZ when it is at its default,
+    which would kill the process with half a record written)."""
+    for limit in (1000, 2222, 4097, 7777):
+        d = tmp_path / f"run{limit}"
+        proc = subprocess.run([sys.executable, "-S", "-c", FSIZE_CHILD, str(d), str(limit), xfsz],
+                              capture_output=True, text=True, timeout=60)
+        path = d / "metrics.jsonl"
+        assert (proc.returncode, proc.stderr) == (3, f"[Errno 27] {path}: cannot write a record: File too large\n")
+        data = path.read_bytes()
+        assert 0 < len(data) <= limit and data.endswith(b"\n")  # cut back to the last whole record
+        recs, tail = _committed(str(d))
+        assert tail == b"" and recs[-1]["event"] == "train"  # no session_end after the failure
+        s = summarize(str(d))
+        assert (s["completed"], s["train_windows"]) == (False, len(recs))
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 256 KiB tmpfs, where mounting is permitted (root); skipped elsewhere."""
+    mnt = tmp_path / "fs"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(fs, leave: int = 0) -> None:
+    """Fill `fs` with `fs/filler`, then free `leave` bytes of it."""
+    with open(fs / "filler", "ab", buffering=0) as f:
+        with pytest.raises(OSError, match="No space left on device"):
+            while True:
+                f.write(b"x" * 4096)
+    if leave:
+        os.truncate(fs / "filler", max(0, os.path.getsize(fs / "filler") - leave))
+
+
+def test_full_disk_record_manifest_and_torn_tail(small_fs):
+    """ENOSPC on a real tmpfs, at each of the logger's three writes: a record, run.json, the
+    torn-tail copy. Each raises one LogWriteError naming its file and leaves the files as they were."""
+    d = small_fs / "run"
+    log = RunLogger(d, recipe=RECIPE, window=1, hardware={})
+    log.step(loss=0.5, lr=0.1, grad_norm=1.0)
+    state = log.state_dict()
+    _fill(small_fs, leave=8192)
+    metrics = d / "metrics.jsonl"
+    with pytest.raises(LogWriteError) as info:
+        with log:
+            for _ in range(1000):
+                log.step(loss=0.5, lr=0.1, grad_norm=1.0)
+                state = log.state_dict()
+    assert str(info.value) == f"[Errno 28] {metrics}: cannot write a record: No space left on device"
+    recs, tail = _committed(str(d))
+    assert tail == b"" and recs[-1]["event"] == "train" and recs[-1]["step"] == state["step"]
+    assert summarize(str(d))["last_step"] == state["step"]
+
+    # run.json cannot be rewritten: the old one stays, no temp file is left
+    manifest, log_bytes = (d / "run.json").read_bytes(), metrics.read_bytes()
+    with pytest.raises(LogWriteError, match=rf"^\[Errno 28\] {d / 'run.json'}: cannot write: No space left on device$"):
+        RunLogger(d, recipe=RECIPE, window=1, hardware={}, resume_from=state)
+    assert sorted(os.listdir(d)) == ["metrics.jsonl", "run.json"]
+    assert ((d / "run.json").read_bytes(), metrics.read_bytes()) == (manifest, log_bytes)
+
+    # a torn tail larger than the free space cannot be set aside: the log stays as it is
+    os.truncate(small_fs / "filler", os.path.getsize(small_fs / "filler") - 8192)
+    torn = b'{"run_id":"' + b"y" * 6000
+    with open(metrics, "ab") as f:
+        f.write(torn)
+    with pytest.raises(LogWriteError, match=r"metrics.jsonl.torn-\d+: cannot set aside the torn final line of "
+                                            r"metrics.jsonl: No space left on device$"):
+        RunLogger(d, recipe=RECIPE, window=1, hardware={}, resume_from=state)
+    assert sorted(os.listdir(d)) == ["metrics.jsonl", "run.json"]
+    assert metrics.read_bytes() == log_bytes + torn
+
+    # with room again, the resume sets the tail aside and the run goes on
+    os.unlink(small_fs / "filler")
+    with RunLogger(d, recipe=RECIPE, window=1, hardware={}, resume_from=state) as log:
+        log.step(loss=0.5, lr=0.1, grad_norm=1.0)
+    assert summarize(str(d), expect_step=state["step"] + 1)["sessions"] == 2
+
+
+@pytest.mark.parametrize("what, expected", [
+    ("fifo", "not a regular file (a FIFO)"),
+    ("dev_null", "not a regular file"),
+    ("directory", "cannot open for writing: Is a directory"),
+])
+def test_logger_refuses_a_metrics_file_that_is_not_a_file(tmp_path, what, expected):
+    """A FIFO would block the open for ever; /dev/null would swallow every record."""
+    d = tmp_path / "run"
+    d.mkdir()
+    path = d / "metrics.jsonl"
+    if what == "fifo":
+        os.mkfifo(path)
+    elif what == "dev_null":
+        os.symlink("/dev/null", path)
+    else:
+        path.mkdir()
+    with pytest.raises(LogWriteError, match=re.escape(f"] {path}: {expected}") + "$"):
+        RunLogger(d, recipe=RECIPE, hardware={})
+    assert not (d / "run.json").exists()
+
+
+# --- two processes on one run directory -----------------------------------------------------------
+
+HOLDER = """
+import sys
+from runwatch import RunLogger
+with RunLogger(sys.argv[1], recipe=%r, window=1, hardware={}) as log:
+    for _ in range(200):
+        log.step(loss=0.5, lr=0.1, grad_norm=1.0)
+    print(log.session_id, flush=True)
+    sys.stdin.readline()  # the parent tries a second logger now
+    for _ in range(200):
+        log.step(loss=0.5, lr=0.1, grad_norm=1.0)
+""" % (RECIPE,)
+
+
+def test_second_process_is_refused_and_the_first_unharmed(tmp_path):
+    d = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-S", "-c", HOLDER, str(d)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        session_id = holder.stdout.readline().strip()
+        assert session_id, holder.communicate(timeout=30)
+        before = (d / "metrics.jsonl").read_bytes(), (d / "run.json").read_bytes()
+        second = subprocess.run([sys.executable, "-S", "-c", HOLDER, str(d)], input="", capture_output=True,
+                                text=True, timeout=60)
+        assert second.returncode == 1
+        assert second.stderr.strip().splitlines()[-1] == (
+            f"runwatch.errors.RunLockedError: {d}: in use by another RunLogger (metrics.jsonl is locked); "
+            "one writer per run directory")
+        assert ((d / "metrics.jsonl").read_bytes(), (d / "run.json").read_bytes()) == before
+        out, err = holder.communicate("go\n", timeout=60)
+    finally:
+        if holder.poll() is None:  # pragma: no cover - a hang is the failure
+            holder.kill()
+            holder.wait()
+    assert holder.returncode == 0, err
+    assert [s["session_id"] for s in read_manifest(str(d))["sessions"]] == [session_id]
+    assert summarize(str(d), expect_step=400)["train_windows"] == 400
+    assert sorted(os.listdir(d)) == ["metrics.jsonl", "run.json"]

@@ -18,12 +18,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime as _dt
+import errno
 import logging
 import math
 import os
 import secrets
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -234,7 +236,7 @@ class RunLogger:
         # SIGTERM/SIGINT arriving while a record is being committed wait until it is (see _on_signal)
         self._busy = 0
         self._pending_signal: int | None = None
-        self._previous_handlers: dict[int, Any] = {}
+        self._previous_handlers: dict[int, tuple[Any, Any]] = {}  # signal -> (previous, ours)
         self._install_signal_handlers()
         atexit.register(self._at_exit)
 
@@ -529,8 +531,16 @@ class RunLogger:
     def _open_locked(self) -> int:
         import fcntl
 
-        fd = os.open(self._metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # O_NONBLOCK: opening a FIFO for writing would wait for a reader for ever.
         try:
+            fd = os.open(self._metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            problem = "not a regular file (a FIFO)" if exc.errno == errno.ENXIO else f"cannot open for writing: {exc.strerror or exc}"
+            raise LogWriteError(exc.errno, f"{self._metrics_path}: {problem}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a device (/dev/null) would swallow every record
+                raise LogWriteError(errno.EINVAL, f"{self._metrics_path}: not a regular file")
+            os.set_blocking(fd, True)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
@@ -578,15 +588,22 @@ class RunLogger:
                     break
                 pos = chunk_start
             aside = f"{self._metrics_path}.torn-{int(time.time() * 1000)}"
-            with open(aside, "xb") as out:
-                f.seek(cut)
-                while True:
-                    block = f.read(1 << 20)
-                    if not block:
-                        break
-                    out.write(block)
-                out.flush()
-                os.fsync(out.fileno())
+            try:
+                with open(aside, "xb") as out:
+                    f.seek(cut)
+                    while True:
+                        block = f.read(1 << 20)
+                        if not block:
+                            break
+                        out.write(block)
+                    out.flush()
+                    os.fsync(out.fileno())
+            except OSError as exc:  # disk full: keep the log as it is, leave no partial copy
+                with contextlib.suppress(OSError):
+                    os.unlink(aside)
+                raise LogWriteError(
+                    exc.errno, f"{aside}: cannot set aside the torn final line of metrics.jsonl: {exc.strerror or exc}"
+                ) from None
         os.truncate(self._metrics_path, cut)
         _log.warning("runwatch: moved a torn final line (%d bytes) of %s to %s", size - cut, self._metrics_path, aside)
 
@@ -612,9 +629,11 @@ class RunLogger:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self._manifest_path)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if isinstance(exc, OSError):  # disk full, file-size limit: run.json is left as it was
+                raise LogWriteError(exc.errno, f"{self._manifest_path}: cannot write: {exc.strerror or exc}") from None
             raise
         with contextlib.suppress(OSError):  # make the rename durable
             dfd = os.open(self.run_dir, os.O_RDONLY)
@@ -674,15 +693,23 @@ class RunLogger:
         """
         if threading.current_thread() is not threading.main_thread():
             return
-        for signum, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
+        wanted = [(signal.SIGTERM, signal.SIG_DFL, self._on_signal),
+                  (signal.SIGINT, signal.default_int_handler, self._on_signal)]
+        if hasattr(signal, "SIGXFSZ"):
+            # Past RLIMIT_FSIZE the kernel sends SIGXFSZ, whose default action kills the process
+            # with half a record on disk and no message. CPython ignores it at startup; an embedding
+            # program may not. Ignored, write() fails with EFBIG and _write cuts the record back
+            # and raises LogWriteError naming the file.
+            wanted.append((signal.SIGXFSZ, signal.SIG_DFL, signal.SIG_IGN))
+        for signum, default, handler in wanted:
             try:
                 current = signal.getsignal(signum)
             except (ValueError, AttributeError):  # pragma: no cover
                 continue
             if current is not default:
                 continue  # the program handles it itself; leave it be
-            signal.signal(signum, self._on_signal)
-            self._previous_handlers[signum] = current
+            signal.signal(signum, handler)
+            self._previous_handlers[signum] = (current, handler)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if signum == signal.SIGTERM:
@@ -700,9 +727,9 @@ class RunLogger:
     def _restore_signal_handlers(self) -> None:
         if not self._previous_handlers or threading.current_thread() is not threading.main_thread():
             return
-        for signum, previous in self._previous_handlers.items():
+        for signum, (previous, ours) in self._previous_handlers.items():
             with contextlib.suppress(ValueError):
-                if signal.getsignal(signum) == self._on_signal:  # not one installed after ours
+                if signal.getsignal(signum) == ours:  # not one installed after ours
                     signal.signal(signum, previous)
         self._previous_handlers = {}
 
