@@ -233,6 +233,7 @@ class RunLogger:
         self._t0 = time.monotonic()
         self._mark = time.perf_counter()
         self._terminated = False
+        self._pid = os.getpid()  # a forked child (a data-loader worker) must not end the session
         # SIGTERM/SIGINT arriving while a record is being committed wait until it is (see _on_signal)
         self._busy = 0
         self._pending_signal: int | None = None
@@ -712,6 +713,13 @@ class RunLogger:
             self._previous_handlers[signum] = (current, handler)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self._pid:  # a forked child: behave as if we were not here
+            previous = self._previous_handlers[signum][0]
+            signal.signal(signum, previous)
+            if previous is signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
+                return
+            raise KeyboardInterrupt()  # SIGINT's default_int_handler
         if signum == signal.SIGTERM:
             self._terminated = True
         if self._busy:
@@ -734,7 +742,7 @@ class RunLogger:
         self._previous_handlers = {}
 
     def _at_exit(self) -> None:
-        if self._closed:
+        if self._closed or os.getpid() != self._pid:
             return
         with contextlib.suppress(Exception):
             if self._terminated:
