@@ -394,3 +394,46 @@ def test_second_process_is_refused_and_the_first_unharmed(tmp_path):
     assert [s["session_id"] for s in read_manifest(str(d))["sessions"]] == [session_id]
     assert summarize(str(d), expect_step=400)["train_windows"] == 400
     assert sorted(os.listdir(d)) == ["metrics.jsonl", "run.json"]
+
+
+# --- a huge torn tail -----------------------------------------------------------------------------
+
+TORN_MIB = int(os.environ.get("RUNWATCH_FUZZ_TORN_MIB", "256"))  # make fuzz: 2048
+RESUMER = """
+import json, sys
+from runwatch import RunLogger
+with RunLogger(sys.argv[1], recipe=%r, window=1, hardware={}, resume_from=json.loads(sys.argv[2])) as log:
+    log.step(loss=0.5, lr=0.1, grad_norm=1.0)
+with open("/proc/self/status") as f:  # VmHWM: ru_maxrss would include the forking parent's
+    print(next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:")))
+""" % (RECIPE,)
+
+
+def test_resume_onto_a_huge_torn_tail_costs_bounded_memory(tmp_path):
+    """A line of TORN_MIB MiB without a newline (sparse: no disk for the test's own file) is set
+    aside in 1 MiB blocks: memory stays flat; time and disk grow with the tail's size."""
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("needs /proc/self/status (Linux) to read the peak memory")
+    d = tmp_path / "run"
+    with RunLogger(d, recipe=RECIPE, window=1, hardware={}) as log:
+        log.step(loss=0.5, lr=0.1, grad_norm=1.0)
+        state = log.state_dict()
+    metrics = d / "metrics.jsonl"
+    committed = metrics.stat().st_size
+    with open(metrics, "ab") as f:
+        f.write(b'{"run_id": "')
+        f.truncate(committed + TORN_MIB * 2 ** 20)
+    try:
+        proc = subprocess.run([sys.executable, "-S", "-c", RESUMER, str(d), json.dumps(state)],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        assert int(proc.stdout) < 200 * 2 ** 20, f"peak RSS {int(proc.stdout) / 2 ** 20:.0f} MiB"
+        (aside,) = [p for p in d.iterdir() if p.name.startswith("metrics.jsonl.torn-")]
+        assert aside.stat().st_size == TORN_MIB * 2 ** 20
+        with open(aside, "rb") as f:
+            assert f.read(12) == b'{"run_id": "'
+        assert summarize(str(d), expect_step=2)["sessions"] == 2
+    finally:
+        for p in d.iterdir():  # pytest keeps the last runs' tmp dirs; do not keep GBs in them
+            if p.name.startswith("metrics.jsonl"):
+                p.unlink()

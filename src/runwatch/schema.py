@@ -133,13 +133,27 @@ def read_manifest(run_dir: str) -> dict:
     path = os.path.join(run_dir, "run.json")
     where = "run.json"
     try:
-        if not os.path.isfile(path):
-            what = "a directory" if os.path.isdir(path) else "missing" if not os.path.exists(path) else "not a regular file"
+        # O_NONBLOCK and fstat, not isfile() then open(): a FIFO put there in between would block
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise InvalidRunError(f"{where}: missing ({path})") from None
+    except OSError as exc:
+        raise InvalidRunError(f"{where}: cannot open: {exc.strerror or exc} ({path})") from None
+    try:
+        import stat
+
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
             raise InvalidRunError(f"{where}: {what} ({path})")
-        with open(path, "rb") as f:
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
             data = f.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise InvalidRunError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > MAX_MANIFEST_BYTES:
         raise InvalidRunError(f"{where}: larger than {MAX_MANIFEST_BYTES} bytes")
     manifest = loads(data, where)
