@@ -106,7 +106,7 @@ def mutated(draw, data: bytes) -> bytes:
         elif kind in ("value", "field", "drop"):
             try:
                 rec = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # an earlier mutation broke or deep-nested it
                 continue
             target = rec
             while isinstance(target, dict) and target and draw(st.booleans()):
@@ -122,7 +122,10 @@ def mutated(draw, data: bytes) -> bytes:
                 target[draw(st.sampled_from(sorted(target)))] = draw(json_values)
             else:
                 target[draw(st.text(max_size=6))] = draw(json_values)
-            text = json.dumps(rec, allow_nan=True).encode() + (b"\n" if line.endswith(b"\n") else b"")
+            try:
+                text = json.dumps(rec, allow_nan=True).encode() + (b"\n" if line.endswith(b"\n") else b"")
+            except RecursionError:
+                continue
             lines[i] = text
             data = b"".join(lines)
         elif kind == "crlf":
