@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import socket
-import sys
 import time
 from typing import Any, Sequence
 
@@ -100,19 +99,42 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
     return info
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def _declare(p: argparse.ArgumentParser) -> None:
     from .watchdog import add_arguments as add_watch_arguments
 
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (created if missing)")
     p.add_argument("--watch", action="store_true", help="then watch the run in the foreground (exit 7 on anomaly, 0 on completion)")
     add_watch_arguments(p, "launch")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the training command")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    # argparse cannot put options between a positional and a `--` command, so everything from
+    # RUN_DIR on is taken as is and split at the first `--` by `run`.
+    _declare(p)
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="RUN_DIR [options] -- CMD ...",
+                   help="the run directory (created if missing), watch options, then the training command")
+
+
+def _split(args: argparse.Namespace) -> list[str]:
+    from .cli import _Parser
+
+    rest = list(args.rest)
+    if "--" not in rest:
+        raise UsageError("launch: expected RUN_DIR [options] -- CMD ...")
+    i = rest.index("--")
+    head, cmd = rest[:i], rest[i + 1:]
+    sub = _Parser(prog="runwatch launch", add_help=False)
+    _declare(sub)
+    sub.add_argument("run_dir", metavar="RUN_DIR")
+    given = {k: v for k, v in vars(args).items() if v is not None and k != "rest"}
+    sub.parse_args(head, namespace=args)
+    for k, v in given.items():  # options given before RUN_DIR
+        if getattr(args, k) in (None, False):
+            setattr(args, k, v)
+    return cmd
 
 
 def run(args: argparse.Namespace) -> int:
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
+    cmd = _split(args)
     opts = None
     if args.watch:  # validate the watch options before starting anything
         from .watchdog import options_from_args
