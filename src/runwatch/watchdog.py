@@ -82,7 +82,7 @@ class Options:
         return parse_maps(self.map)
 
 
-# name -> (kind, minimum, strict minimum?) ; kinds: "pos" number > 0, "nonneg" number >= 0, "int1" int >= 1, "int0" int >= 0
+# option -> (what it must be, "none" when it may be None); the kinds are spelled out in _EXPECT
 _RULES: dict[str, tuple[str, ...]] = {
     "poll": ("pos",), "stall": ("pos",), "startup_grace": ("pos",), "timeout": ("pos", "none"),
     "pid": ("int1", "none"), "done": ("str", "none"), "metric": ("str",),
@@ -275,6 +275,8 @@ class Watcher:
         return self.manifest.manifest
 
     def _switch(self, session: str | None) -> None:
+        if self.current is not None and session != self.current and self.parser is not None and self.parser.mode == "v1":
+            self.log(f"runwatch watch: new session {session} in run.json; rules restart")
         self.current = session
         self.rules.reset(self.parser.start_step(session) if self.parser and session else None)
         self.have_record = False
@@ -377,7 +379,6 @@ class Watcher:
             self.parser.set_manifest(self.manifest.manifest)
         if self.parser is not None and self.parser.mode == "v1" and self.parser.latest_session() != self.current:
             self._switch(self.parser.latest_session())
-            self.log(f"runwatch watch: new session {self.current} in run.json; rules restart")
         if not self._open():
             return None
         return self._read_log() if self.follower is not None else self._read_trainer_state()
