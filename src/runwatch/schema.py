@@ -31,6 +31,7 @@ __all__ = [
     "iter_lines",
     "SessionValidator",
     "window_tokens",
+    "orjson_misread",
 ]
 
 SCHEMA_VERSION = 1
@@ -65,6 +66,34 @@ def loads(text: str | bytes, where: str) -> Any:
         raise InvalidRunError(f"{where}: malformed JSON: {exc.msg} at column {exc.colno}") from None
     except ValueError as exc:  # NaN/Infinity tokens, integers with more than 4300 digits
         raise InvalidRunError(f"{where}: malformed JSON: {exc}") from None
+
+
+# orjson (the optional fast parser of the summary and the watchdog) reads an integer token outside
+# [-2**63, 2**64) as a float (-9223372036854775809 -> -9.223372036854776e+18): a memory value that
+# is a valid int would fail as a float, a loss would print differently. Such a token has 19 digits
+# or more in a row; finding a run that long costs a C-level translate and search, a fraction of the
+# parse, and only lines that have one are walked.
+_WIDE = float(2 ** 63)
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
+
+
+def orjson_misread(raw: bytes, value: Any) -> bool:
+    """True when orjson's `value` of `raw` may differ from the standard library's: parse it again."""
+    if _LONG_RUN not in raw.translate(_DIGITS_TO_ZERO):
+        return False
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is float:
+            if not -_WIDE < v < _WIDE:
+                return True
+        elif t is dict:
+            stack.extend(v.values())
+        elif t is list:
+            stack.extend(v)
+    return False
 
 
 def dumps(obj: Any) -> str:

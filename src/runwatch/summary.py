@@ -15,7 +15,7 @@ import sys
 from typing import Any, Sequence
 
 from .errors import InvalidRunError
-from .schema import SessionValidator, iter_lines, loads, read_manifest
+from .schema import SessionValidator, iter_lines, loads, orjson_misread, read_manifest
 
 __all__ = ["summarize", "main"]
 
@@ -23,31 +23,6 @@ try:  # optional fast path; absent under `python -S`
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
-
-
-# orjson reads an integer token outside [-2**63, 2**64) as a float (-9223372036854775809 ->
-# -9.223372036854776e+18): a memory value that is a valid int would fail as a float, a loss would
-# print differently. Any float this large sends the line to the standard library instead.
-_WIDE = float(2 ** 63)
-# Such a token has 19 digits or more in a row; finding such a run costs a C-level translate and
-# search, a fraction of the parse, and only lines that have one are walked.
-_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
-_LONG_RUN = b"0" * 19
-
-
-def _has_wide_float(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        t = type(v)
-        if t is float:
-            if not -_WIDE < v < _WIDE:
-                return True
-        elif t is dict:
-            stack.extend(v.values())
-        elif t is list:
-            stack.extend(v)
-    return False
 
 
 def _parser(fast: bool):
@@ -59,7 +34,7 @@ def _parser(fast: bool):
                 value = orjson_loads(raw)
             except ValueError:
                 return loads(raw, where)  # the standard library names the error the same way
-            if _LONG_RUN in raw.translate(_DIGITS_TO_ZERO) and _has_wide_float(value):
+            if orjson_misread(raw, value):
                 return loads(raw, where)
             return value
 

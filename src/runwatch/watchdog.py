@@ -518,15 +518,18 @@ def check(target: str, options: Options | None = None) -> CheckResult:
     torn: list[int] = []
     engines: dict[str, Rules] = {}
     last_step: int | float = parser.start_step(parser.latest_session()) or 0 if parser.mode == "v1" else 0
-    for rec in iter_records(t, parser=parser, on_torn=torn.append):
-        eng = engines.get(rec.session)
-        if eng is None:
-            eng = engines[rec.session] = Rules(opts, parser.start_step(rec.session))
-        if rec.kind != "invalid":
-            last_step = rec.step
-        f = eng.observe(rec)
-        if f is not None:
-            findings.append(f)
+    try:
+        for rec in iter_records(t, parser=parser, on_torn=torn.append):
+            eng = engines.get(rec.session)
+            if eng is None:
+                eng = engines[rec.session] = Rules(opts, parser.start_step(rec.session))
+            if rec.kind != "invalid":
+                last_step = rec.step
+            f = eng.observe(rec)
+            if f is not None:
+                findings.append(f)
+    except InvalidRunError as exc:  # the log is not a regular file, trainer_state.json is broken, ...
+        findings.append(Finding("invalid_log", last_step, str(exc)))
     return CheckResult(findings, last_step, torn[0] if torn else None)
 
 
