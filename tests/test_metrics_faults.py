@@ -40,7 +40,8 @@ ROUNDS_PER_DIR = 10
 # The child: no torch, `python -S`, so that it starts in ~30 ms and most of its life is logging.
 # It acknowledges its session, then the step of each window as soon as step() returned with it.
 CHILD = """
-import json, os, sys
+import faulthandler, json, os, signal, sys
+faulthandler.register(signal.SIGUSR1)  # the parent asks for the stack of a child that hangs
 from runwatch import RunLogger
 run_dir, window, state = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 log = RunLogger(run_dir, recipe=%r, window=window, resume_from=state, hardware={})
@@ -85,12 +86,19 @@ class Child:
         if sig is not None:
             self.proc.send_signal(sig)
         try:
-            self.stderr = self.proc.communicate(timeout=60)[1] if self.proc.stderr else b""
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a hang is the failure: say where the child was
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"the child did not end within 60 s of signal {sig}; its stack:\n"
+                        + self.proc.stderr.read().decode(errors="replace")[-4000:])
         finally:
-            if self.proc.poll() is None:  # pragma: no cover - a hang is the failure
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(timeout=10)
+            self._reader.join(timeout=10)
+            self.stderr = self.proc.stderr.read()
+            self.proc.stdout.close()
+            self.proc.stderr.close()
         return self.proc.returncode
 
 
