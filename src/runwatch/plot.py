@@ -57,7 +57,10 @@ _PANEL_OF_KIND = {
 _C = {"loss": "#1f77b4", "eval_loss": "#ff7f0e", "lr": "#2ca02c", "grad": "#9467bd", "throughput": "#17becf",
       "metric": "#d62728", "alert": "#d62728", "ok": "#2ca02c", "guide": "#555555"}
 _OTHER_METRIC_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#1f77b4")
-_EARLIER_ALPHA = 0.3  # earlier sessions: the same colour, lighter
+_EARLIER_ALPHA = 0.3
+# The Hugging Face Trainer logs these among its eval_* values; they are timings, not model quality,
+# and would stretch the metrics panel's scale (samples/s in the hundreds next to an AUROC).
+_NOT_METRICS = frozenset({"runtime", "samples_per_second", "steps_per_second"})  # earlier sessions: the same colour, lighter
 
 
 @dataclass
@@ -140,6 +143,8 @@ def _add(s: SessionSeries, rec: Any) -> None:
         s.eval_step.append(rec.step)
         s.eval_loss.append(_num(rec.eval_loss))
         for name, value in (rec.metrics or {}).items():
+            if name in _NOT_METRICS:
+                continue
             steps, values = s.metrics.setdefault(name, ([], []))
             steps.append(rec.step)
             values.append(_num(value))
