@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 
 import pytest
 
@@ -96,10 +95,8 @@ def expected_v1(run_dir: str) -> dict[str, dict[str, list]]:
 
 def read_back(run_path: str) -> dict[str, list]:
     """tag -> [(step, value, wall_time)] as TensorBoard's own reader sees the run."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # protobuf internals on some versions
-        acc = EventAccumulator(run_path, size_guidance={"tensors": 0})
-        acc.Reload()
+    acc = EventAccumulator(run_path, size_guidance={"tensors": 0})
+    acc.Reload()
     out = {}
     for tag in acc.Tags()["tensors"]:
         out[tag] = [(e.step, tensor_util.make_ndarray(e.tensor_proto).item(), e.wall_time) for e in acc.Tensors(tag)]
