@@ -16,7 +16,6 @@ pytest.importorskip("tensorboard", reason="runwatch[tensorboard] is not installe
 
 import numpy as np  # noqa: E402  (a dependency of tensorboard)
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
-from tensorboard.util import tensor_util  # noqa: E402
 
 from runwatch import tensorboard as tb  # noqa: E402
 from runwatch.cli import main  # noqa: E402
@@ -52,7 +51,7 @@ def run_dir(tmp_path_factory):
 def expected_v1(run_dir: str) -> dict[str, dict[str, list]]:
     """session_id -> tag -> [(step, value, wall_time)], from metrics.jsonl by hand."""
     out: dict[str, dict[str, list]] = {}
-    memory: dict[tuple, tuple] = {}
+    memory_steps: dict[str, int] = {}
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
             r = json.loads(line)
@@ -84,23 +83,20 @@ def expected_v1(run_dir: str) -> dict[str, dict[str, list]]:
             elif r["event"] == "checkpoint":
                 put("checkpoint/seconds", r["seconds"])
                 put("checkpoint/bytes", r["bytes"])
-            for name, value in (r.get("memory") or {}).items():
-                key = (r["session_id"], f"memory/{name}", step)
-                if key not in memory or value > memory[key][0]:
-                    memory[key] = (value, t)
-    for (sid, tag, step), (value, t) in memory.items():
-        out[sid].setdefault(tag, []).append((step, value, t))
+            # memory: one point a step, from the step's first record that has it
+            if r.get("memory") and memory_steps.get(r["session_id"]) != step:
+                memory_steps[r["session_id"]] = step
+                for name, value in r["memory"].items():
+                    put(f"memory/{name}", value)
     return out
 
 
 def read_back(run_path: str) -> dict[str, list]:
     """tag -> [(step, value, wall_time)] as TensorBoard's own reader sees the run."""
-    acc = EventAccumulator(run_path, size_guidance={"tensors": 0})
+    acc = EventAccumulator(run_path, size_guidance={"scalars": 0})  # 0: keep every point
     acc.Reload()
-    out = {}
-    for tag in acc.Tags()["tensors"]:
-        out[tag] = [(e.step, tensor_util.make_ndarray(e.tensor_proto).item(), e.wall_time) for e in acc.Tensors(tag)]
-    return out
+    assert acc.Tags()["tensors"] == []
+    return {tag: [(e.step, e.value, e.wall_time) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 def assert_same(got: dict[str, list], want: dict[str, list]) -> None:
@@ -108,7 +104,7 @@ def assert_same(got: dict[str, list], want: dict[str, list]) -> None:
     for tag in want:
         g, w = got[tag], want[tag]
         assert [s for s, _, _ in g] == [s for s, _, _ in w], tag
-        # scalars are stored as float32 by TensorBoard's writer
+        # TensorBoard stores scalars as float32
         for (_, gv, gt), (_, wv, wt) in zip(g, w):
             assert (math.isnan(gv) and math.isnan(wv)) or gv == float(np.float32(wv)), (tag, gv, wv)
             assert gt == wt, tag
@@ -237,7 +233,7 @@ def test_errors(tmp_path, capsys, setup, argv, code, message):
 
 def test_missing_tensorboard_names_the_extra(tmp_path, capsys, monkeypatch):
     log = minimal_log(tmp_path / "m.jsonl")
-    monkeypatch.setitem(__import__("sys").modules, "tensorboard.summary", None)
+    monkeypatch.setitem(__import__("sys").modules, "tensorboard.summary.writer.event_file_writer", None)
     assert main(["tensorboard", log]) == 1
     assert capsys.readouterr().err == (
         "runwatch: tensorboard export needs the tensorboard package: pip install 'runwatch[tensorboard]'\n")

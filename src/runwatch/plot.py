@@ -38,12 +38,17 @@ __all__ = ["SessionSeries", "RunView", "load_run", "snapshot", "figure_size", "P
 # which stays legible when the picture is shown at its own size.
 WIDTH_PX = 800
 DPI = 100
-HEADER_PX = 96  # the title line and up to HEADER_FINDING_LINES verdict/finding lines
+HEADER_PX = 108  # the title line and up to HEADER_FINDING_LINES verdict/finding lines
 PANEL_PX = 176  # one panel including the gap above it for its title
 FOOTER_PX = 44  # the step axis' labels
 HEADER_FINDING_LINES = 4
 MARGIN_LEFT_PX = 74
 MARGIN_RIGHT_PX = 16
+
+MAX_MARKER_LINES = 12  # findings drawn as full-height lines; later ones are ticks
+MAX_LABELS = 3  # finding labels a panel
+_LABEL_CHAR_PX = 7.0  # 8 pt bold DejaVu Sans with digits and underscores, measured on the PNG
+MAX_MARKED_POINTS = 60  # eval series with more points than this are drawn as lines without dots
 
 PANELS = ("loss", "lr", "grad_norm", "throughput", "eval_metrics")
 
@@ -210,13 +215,15 @@ def _panels(view: RunView) -> list[str]:
 def _header(view: RunView) -> tuple[str, list[tuple[str, str]]]:
     latest = view.sessions[-1]
     n = len(view.sessions)
-    parts = [f"runwatch · {view.title}", f"session {n} of {n}" if n > 1 else "1 session"]
+    parts = [f"session {n}/{n}" if n > 1 else "1 session"]
     if latest.start_step:
-        parts.append(f"resumed at step {fmt_step(latest.start_step)}")
+        parts[0] += f" from step {fmt_step(latest.start_step)}"
     parts.append(f"step {fmt_step(latest.last_step)}")
     if latest.end_reason:
         parts.append(f"ended {latest.end_reason}")
-    title = " · ".join(parts)
+    tail = " · ".join(parts)
+    name = view.title if len(view.title) + len(tail) <= 80 else "…" + view.title[-(79 - len(tail)):]
+    title = f"{name} · {tail}"
     lines: list[tuple[str, str]] = []  # (text, colour)
     if view.verdict is not None:
         v = view.verdict
@@ -236,11 +243,13 @@ def _header(view: RunView) -> tuple[str, list[tuple[str, str]]]:
     if n > 1:
         lines.append((f"earlier sessions in a lighter shade", _C["guide"]))
     wrapped: list[tuple[str, str]] = []
-    for text, colour in lines:
-        wrapped.extend((w, colour) for w in textwrap.wrap(text, 104, subsequent_indent="    ")[:2])
-    if len(wrapped) > HEADER_FINDING_LINES:
-        left = len(wrapped) - (HEADER_FINDING_LINES - 1)
-        wrapped = wrapped[: HEADER_FINDING_LINES - 1] + [(f"... and {left} more lines (runwatch check)", _C["guide"])]
+    for i, (text, colour) in enumerate(lines):
+        more = textwrap.wrap(text, 104, subsequent_indent="    ", max_lines=2, placeholder=" ...")
+        if len(wrapped) + len(more) > HEADER_FINDING_LINES - (i < len(lines) - 1):
+            left = sum(1 for _, c in lines[i:] if c == _C["alert"])
+            wrapped.append((f"... and {left} more (runwatch check lists every finding)", _C["guide"]))
+            break
+        wrapped.extend((w, colour) for w in more)
     return title, wrapped
 
 
@@ -251,7 +260,7 @@ def _fmt(v: Any) -> str:
 def _draw(view: RunView, panels: list[str], opts: Options):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import EngFormatter
+    from matplotlib.ticker import EngFormatter, FuncFormatter
 
     width, height = figure_size(len(panels))
     fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
@@ -265,7 +274,7 @@ def _draw(view: RunView, panels: list[str], opts: Options):
     title, lines = _header(view)
     fig.text(8 / width, 1 - 8 / height, title, fontsize=11, fontweight="bold", va="top")
     for i, (text, colour) in enumerate(lines):
-        fig.text(8 / width, 1 - (30 + 15 * i) / height, text, fontsize=8.5, color=colour, va="top")
+        fig.text(8 / width, 1 - (30 + 14 * i) / height, text, fontsize=8.5, color=colour, va="top")
 
     latest = view.sessions[-1]
     earlier = view.sessions[:-1]
@@ -294,8 +303,17 @@ def _draw(view: RunView, panels: list[str], opts: Options):
     _mark_findings(view, by_name, axes)
     if "throughput" in by_name:
         by_name["throughput"].yaxis.set_major_formatter(EngFormatter(sep=""))
+    axes[-1].xaxis.set_major_formatter(FuncFormatter(_step_label))
     axes[-1].set_xlabel("step", fontsize=9)
     return fig
+
+
+def _step_label(v: float, _pos: Any = None) -> str:
+    """200, 5k, 1.5M: steps without an offset label in the corner."""
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(v) >= div and abs(v) >= 10_000:
+            return f"{v / div:.4g}{suffix}"
+    return f"{v:.4g}"
 
 
 def _x_range(view: RunView) -> tuple[float, float]:
@@ -304,6 +322,10 @@ def _x_range(view: RunView) -> tuple[float, float]:
     if view.sessions[-1].start_step is not None:
         lo = min(lo, view.sessions[-1].start_step)
     return (lo, hi) if hi > lo else (lo - 1, hi + 1)
+
+
+def _dot(steps: list) -> str | None:
+    return "o" if len(steps) <= MAX_MARKED_POINTS else None
 
 
 def _label(latest: bool, text: str) -> str | None:
@@ -316,7 +338,7 @@ def _loss(ax, s: SessionSeries, view: RunView, opts: Options, alpha: float, late
     if any(math.isfinite(v) for v in s.eval_loss):
         steps = [st for st, v in zip(s.eval_step, s.eval_loss) if math.isfinite(v)]
         values = [v for v in s.eval_loss if math.isfinite(v)]
-        ax.plot(steps, values, color=_C["eval_loss"], alpha=alpha, linewidth=1.2, marker="o", markersize=3.5,
+        ax.plot(steps, values, color=_C["eval_loss"], alpha=alpha, linewidth=1.2, marker=_dot(steps), markersize=3.5,
                 label=_label(latest, "eval"))
     if opts.chance_loss is not None and latest:
         ax.axhline(opts.chance_loss, color=_C["guide"], linestyle=":", linewidth=1,
@@ -391,7 +413,7 @@ def _metrics(ax, s: SessionSeries, view: RunView, opts: Options, alpha: float, l
             continue
         steps, values = s.metrics[name]
         ax.plot(steps, values, color=colour, alpha=alpha, linewidth=1.6 if name == opts.metric else 1.1,
-                marker="o", markersize=3.5 if name == opts.metric else 2.5, label=_label(latest, name))
+                marker=_dot(steps), markersize=3.5 if name == opts.metric else 2.5, label=_label(latest, name))
     if not latest:
         return
     values = [v for ss in view.sessions for _, vs in ss.metrics.values() for v in vs if math.isfinite(v)]
@@ -416,20 +438,34 @@ def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
     if v is not None and v.get("verdict") == "anomaly" and type(v.get("step")) in (int, float):
         if not any(step == v["step"] and kind == v.get("kind") for step, kind, _ in marks):
             marks.append((v["step"], str(v.get("kind")), True))
+    lines, ticks = marks[:MAX_MARKER_LINES], marks[MAX_MARKER_LINES:]
+    for current in (False, True):
+        steps = [step for step, _, c in lines if c is current]
+        if steps:  # one collection a panel
+            for ax in axes:
+                ax.vlines(steps, 0, 1, transform=ax.get_xaxis_transform(), colors=_C["alert"],
+                          linewidth=1.2 if current else 0.8, alpha=0.63 if current else 0.25)
+    # beyond the first few, a finding is a short tick along the top of its panel: a replay can find
+    # thousands, and full-height lines would hide the data
+    for name, ax in by_name.items():
+        steps = [step for step, kind, _ in ticks if by_name.get(_PANEL_OF_KIND.get(kind, ""), axes[0]) is ax]
+        if steps:
+            ax.vlines(steps, 0.94, 1, transform=ax.get_xaxis_transform(), colors=_C["alert"], linewidth=0.8)
     lo, hi = axes[0].get_xlim()
-    labelled: dict[Any, list[float]] = {}
+    axis_px = WIDTH_PX - MARGIN_LEFT_PX - MARGIN_RIGHT_PX
+    labelled: dict[Any, list[tuple[float, float]]] = {}
     for step, kind, current in marks:
-        alpha = 0.9 if current else 0.35
-        for ax in axes:
-            ax.axvline(step, color=_C["alert"], linewidth=1.2 if current else 0.8, alpha=alpha * 0.7)
         ax = by_name.get(_PANEL_OF_KIND.get(kind, ""), axes[0])
-        # one label per neighbourhood: many findings close together would print over each other
-        near = labelled.setdefault(ax, [])
-        if any(abs(step - x) < (hi - lo) * 0.12 for x in near):
-            continue
-        near.append(step)
-        right_half = step > lo + (hi - lo) * 0.75
-        ax.annotate(f"{kind} @ {fmt_step(step)}", (step, 1), xycoords=("data", "axes fraction"),
+        text = f"{kind} @ {fmt_step(step)}"
+        width = (len(text) * _LABEL_CHAR_PX + 8) / axis_px * (hi - lo)  # the label's width in steps
+        right_half = step > lo + (hi - lo) * 0.6
+        span = (step - width, step) if right_half else (step, step + width)
+        taken = labelled.setdefault(ax, [])
+        if len(taken) >= MAX_LABELS or any(a < span[1] and span[0] < b for a, b in taken):
+            continue  # labels never print over each other
+        taken.append(span)
+        alpha = 0.9 if current else 0.35
+        ax.annotate(text, (step, 1), xycoords=("data", "axes fraction"),
                     xytext=(-4 if right_half else 4, -4), textcoords="offset points",
                     ha="right" if right_half else "left", va="top", fontsize=8, color=_C["alert"], alpha=alpha,
                     fontweight="bold" if current else "normal",
