@@ -1,7 +1,7 @@
 """`runwatch plot`: one small PNG of a run that a person can read on a phone.
 
     runwatch plot runs/a                 # writes runs/a/snapshot.png, prints its path
-    info = snapshot("runs/a", "a.png")   # {"path", "panels", "sessions", "findings", "size"}
+    info = snapshot("runs/a", "a.png")   # {"path", "panels", "sessions", "findings", "verdict", "size"}
 
 The latest session is drawn in full colour, earlier sessions in a light shade of the same colour.
 Panels (each only when the log has its data): loss (train and eval), learning rate, gradient norm
@@ -478,7 +478,7 @@ def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
 def snapshot(target: str, output: str | None = None, opts: Options | None = None) -> dict:
     """Draw `target` (a run dir, a JSONL log or a trainer_state.json) into a PNG, atomically.
 
-    Returns {"path", "panels", "sessions", "findings", "size"}. Default output: RUN_DIR/snapshot.png.
+    Returns {"path", "panels", "sessions", "findings", "verdict", "size"}. Default: RUN_DIR/snapshot.png.
     """
     opts = opts or Options()
     target = os.fspath(target)
