@@ -260,7 +260,7 @@ def _fmt(v: Any) -> str:
 def _draw(view: RunView, panels: list[str], opts: Options):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import EngFormatter, FuncFormatter
+    from matplotlib.ticker import EngFormatter, FuncFormatter, MaxNLocator
 
     width, height = figure_size(len(panels))
     fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
@@ -303,6 +303,7 @@ def _draw(view: RunView, panels: list[str], opts: Options):
     _mark_findings(view, by_name, axes)
     if "throughput" in by_name:
         by_name["throughput"].yaxis.set_major_formatter(EngFormatter(sep=""))
+    axes[-1].xaxis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 5, 10], integer=True))  # steps are whole
     axes[-1].xaxis.set_major_formatter(FuncFormatter(_step_label))
     axes[-1].set_xlabel("step", fontsize=9)
     return fig
