@@ -58,6 +58,9 @@ class Rule:
     kind = ""
     name = ""
     _fields: tuple[str, ...] = ()  # the attributes that make up the state
+    # The record kinds the rule may look at ("eval values": any record that carries eval values);
+    # `Rules` calls a rule only for these, so the others cost nothing. `look` may still SKIP.
+    looks_at: frozenset[str] = frozenset({"train"})
 
     def __init__(self, opts: Any) -> None:
         self.opts = opts
@@ -99,6 +102,7 @@ class _Streak(Rule):
 
 class InvalidLog(Rule):
     kind = name = "invalid_log"
+    looks_at = frozenset({"train", "eval", "checkpoint", "end", "fatal", "invalid", "other"})
 
     def look(self, rec: Record) -> str | None:
         return rec.error if rec.kind == "invalid" else None
@@ -106,6 +110,7 @@ class InvalidLog(Rule):
 
 class NonfiniteLoss(Rule):
     kind = name = "nonfinite_loss"
+    looks_at = frozenset({"train", "fatal", "end"})
 
     def look(self, rec: Record) -> str | None:
         kind = rec.kind
@@ -272,6 +277,7 @@ class ThroughputDrop(Rule):
 
 class SessionError(Rule):
     kind = name = "session_error"
+    looks_at = frozenset({"end"})
 
     def look(self, rec: Record) -> str | None:
         if rec.kind != "end":
@@ -287,6 +293,7 @@ class SessionError(Rule):
 class EvalNonfiniteLoss(Rule):
     kind = "nonfinite_loss"
     name = "eval_nonfinite_loss"
+    looks_at = frozenset({"eval values"})
 
     def look(self, rec: Record) -> str | None:
         v = rec.eval_loss
@@ -297,6 +304,7 @@ class EvalNonfiniteLoss(Rule):
 
 class Overfitting(Rule):
     kind = name = "overfitting"
+    looks_at = frozenset({"eval values"})
     _fields = ("best", "streak")
 
     def __init__(self, opts: Any) -> None:
@@ -323,6 +331,7 @@ class Overfitting(Rule):
 
 
 class _Metric(Rule):
+    looks_at = frozenset({"eval values"})
     def value(self, rec: Record) -> Any:
         m = rec.metrics
         if not m or rec.step < self.opts.metric_after_step:
@@ -381,12 +390,20 @@ class Rules:
             ThroughputDrop(self.opts, start_step) if cls is ThroughputDrop else cls(self.opts) for cls in RULE_ORDER
         ]
         self.active: list[bool] = [False] * len(self.rules)
+        off = {"loss_at_chance"} if getattr(self.opts, "chance_loss", None) is None else set()
+        by_kind: dict[str, list[tuple[int, Rule]]] = {}
+        for kind in ("train", "eval", "checkpoint", "end", "fatal", "invalid", "other", "eval values"):
+            by_kind[kind] = [(i, r) for i, r in enumerate(self.rules) if kind in r.looks_at and r.name not in off]
+        self._by_kind = by_kind
 
     def observe(self, rec: Record) -> Finding | None:
-        """Apply every rule to `rec`; the first rule in order whose condition started here, or None."""
+        """Apply the rules to `rec`; the first rule in order whose condition started here, or None."""
         found: Finding | None = None
         active = self.active
-        for i, rule in enumerate(self.rules):
+        rules = self._by_kind[rec.kind]
+        if rec.eval_loss is not None or rec.metrics or rec.kind == "eval":
+            rules = rules + self._by_kind["eval values"]
+        for i, rule in rules:
             msg = rule.look(rec)
             if msg is SKIP:
                 continue

@@ -13,11 +13,10 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import time
 from typing import Any
 
-from .errors import InvalidRunError, UsageError
+from .errors import UsageError
 from .follow import tail_lines
 from .process import alive, read_pid_file
 from .records import Record, RecordParser, read_trainer_state, resolve_target

@@ -82,7 +82,7 @@ class Options:
         return parse_maps(self.map)
 
 
-# name -> (kind, minimum, strict minimum?) ; kinds: "pos" number > 0, "nonneg" number >= 0, "int1" int >= 1, "int0" int >= 0
+# option -> (what it must be, "none" when it may be None); the kinds are spelled out in _EXPECT
 _RULES: dict[str, tuple[str, ...]] = {
     "poll": ("pos",), "stall": ("pos",), "startup_grace": ("pos",), "timeout": ("pos", "none"),
     "pid": ("int1", "none"), "done": ("str", "none"), "metric": ("str",),
@@ -275,6 +275,8 @@ class Watcher:
         return self.manifest.manifest
 
     def _switch(self, session: str | None) -> None:
+        if self.current is not None and session != self.current and self.parser is not None and self.parser.mode == "v1":
+            self.log(f"runwatch watch: new session {session} in run.json; rules restart")
         self.current = session
         self.rules.reset(self.parser.start_step(session) if self.parser and session else None)
         self.have_record = False
@@ -283,12 +285,9 @@ class Watcher:
         start = self.parser.start_step(session) if self.parser else None
         self.last_step = start if start is not None else 0
 
-    def _records(self) -> tuple[list[Record], bool] | None:
-        """Read one batch of what is new: (records, more waiting); None while the log does not exist."""
-        if not self._open():
-            return None
-        out: list[Record] = []
-        if self.follower is not None:
+    def _read_log(self) -> Verdict | None:
+        """Judge what is new in the JSONL log, a line at a time (no batch of records is kept)."""
+        while True:
             batch = self.follower.poll()
             if batch.reset:
                 self.log(f"runwatch watch: {self.target.log_path} was {batch.reset}; reading it again from the start")
@@ -296,37 +295,48 @@ class Watcher:
                 self._open()
             if batch.grew and not self.catching_up:
                 self.last_growth = self.clock()
+            apply = self._apply
             if batch.too_long is not None:
                 where = f"{os.path.basename(self.target.log_path)}:{batch.too_long}"
-                out.append(self.parser.invalid(where, f"{where}: line longer than {self.follower.max_line_bytes} bytes"))
+                v = apply(self.parser.invalid(where, f"{where}: line longer than {self.follower.max_line_bytes} bytes"))
+                if v is not None:
+                    return v
             parse = self.parser.parse_line
             for lineno, raw in batch.lines:
                 rec = parse(lineno, raw)
                 if rec is not None:
-                    out.append(rec)
-            return out, batch.more
-        # trainer_state.json: rewritten whole; read the entries beyond those seen
+                    v = apply(rec)
+                    if v is not None:
+                        return v
+            if not batch.more:
+                return None
+
+    def _read_trainer_state(self) -> Verdict | None:
+        """trainer_state.json is rewritten whole: judge the entries beyond those seen."""
         try:
             st = os.stat(self.target.log_path)
         except FileNotFoundError:
-            return out, False
+            return None
         sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if sig != self._state_seen:
-            if self._state_seen is not None and not self.catching_up:
-                self.last_growth = self.clock()
-            self._state_seen = sig
-            history = read_trainer_state(self.target.log_path)
-            name = os.path.basename(self.target.log_path)
-            if len(history) < self._state_count:
-                self.log(f"runwatch watch: {self.target.log_path} lost entries; reading it again from the start")
-                self._state_count = 0
-                self.parser = RecordParser("minimal", maps=self.opts.maps, name=name)
-            for i in range(self._state_count, len(history)):
-                rec = self.parser.parse_object(history[i], f"{name}:log_history[{i}]")
-                if rec is not None:
-                    out.append(rec)
-            self._state_count = len(history)
-        return out, False
+        if sig == self._state_seen:
+            return None
+        if self._state_seen is not None and not self.catching_up:
+            self.last_growth = self.clock()
+        self._state_seen = sig
+        history = read_trainer_state(self.target.log_path)
+        name = os.path.basename(self.target.log_path)
+        if len(history) < self._state_count:
+            self.log(f"runwatch watch: {self.target.log_path} lost entries; reading it again from the start")
+            self._state_count = 0
+            self.parser = RecordParser("minimal", maps=self.opts.maps, name=name)
+        start, self._state_count = self._state_count, len(history)
+        for i in range(start, len(history)):
+            rec = self.parser.parse_object(history[i], f"{name}:log_history[{i}]")
+            if rec is not None:
+                v = self._apply(rec)
+                if v is not None:
+                    return v
+        return None
 
     def _mtime(self) -> float:
         try:
@@ -337,21 +347,18 @@ class Watcher:
     # --- judging -----------------------------------------------------------------------------
 
     def _apply(self, rec: Record) -> Verdict | None:
-        parser = self.parser
-        if parser.mode == "v1":
-            if rec.session != parser.latest_session():
-                return None  # a session a later one replaced: dropped
-            if rec.session != self.current:
-                self._switch(rec.session)
-        elif rec.session != self.current:
-            if self.current is not None:
+        if rec.session != self.current:  # (v1: `current` is always run.json's latest session)
+            if self.parser.mode == "v1":
+                if rec.session != self.parser.latest_session():
+                    return None  # a session a later one replaced: dropped
+            elif self.current is not None:
                 self.log(f"runwatch watch: relaunch at step {fmt_step(rec.step)} ({rec.session}); rules restart")
             self._switch(rec.session)
         self.have_record = True
         self.last_step = rec.step
         finding = self.rules.observe(rec)
         if finding is not None:
-            if self.catching_up and parser.mode == "minimal":
+            if self.catching_up and self.parser.mode == "minimal":
                 if self.pending is None:
                     self.pending = finding
             else:
@@ -372,18 +379,9 @@ class Watcher:
             self.parser.set_manifest(self.manifest.manifest)
         if self.parser is not None and self.parser.mode == "v1" and self.parser.latest_session() != self.current:
             self._switch(self.parser.latest_session())
-            self.log(f"runwatch watch: new session {self.current} in run.json; rules restart")
-        while True:
-            got = self._records()
-            if got is None:
-                return None
-            recs, more = got
-            for rec in recs:
-                v = self._apply(rec)
-                if v is not None:
-                    return v
-            if not more:
-                return None
+        if not self._open():
+            return None
+        return self._read_log() if self.follower is not None else self._read_trainer_state()
 
     def poll_once(self) -> Verdict | None:
         """One poll: records, the done file, the process, poll checks, time."""
