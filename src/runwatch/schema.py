@@ -67,9 +67,13 @@ def loads(text: str | bytes, where: str) -> Any:
         raise InvalidRunError(f"{where}: malformed JSON: {exc}") from None
 
 
+# Built once: json.dumps with non-default options builds a new encoder per call (~7 us a record).
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(obj: Any) -> str:
     """One compact JSON line (without the newline); NaN/Infinity raise ValueError."""
-    return json.dumps(obj, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(obj)
 
 
 # --- value checks ---------------------------------------------------------------------------------
