@@ -220,6 +220,19 @@ def test_inverted_labels_give_auroc_below_half(tmp_path):
     assert vals[-1]["step"] == 120 and vals[-1]["metrics"]["auroc"] < 0.3
 
 
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_losses_and_tokens_follow_the_trainer_with_accumulation(tmp_path, accumulation):
+    """The per-update losses the hook reads average like the Trainer's own; seq_len comes from its token count."""
+    trainer = make_trainer(tmp_path, 20, [RunwatchCallback()], gradient_accumulation_steps=accumulation,
+                           logging_steps=5, eval_strategy="no", save_strategy="no", include_num_input_tokens_seen=True)
+    trainer.train()
+    summary = runwatch.summarize(str(tmp_path / "runwatch"), expect_step=20)
+    assert summary["recipe"]["seq_len"] == SEQ and summary["recipe"]["tokens"] == "num_input_tokens_seen"
+    assert summary["tokens"] == trainer.state.num_input_tokens_seen == 20 * accumulation * BATCH * SEQ
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert [r["loss"] for r in records(tmp_path / "runwatch") if r["event"] == "train"] == pytest.approx(logged, rel=1e-5)
+
+
 class Recorder(TrainerCallback):
     """Records every hook call it gets, like HF's test_event_flow."""
 

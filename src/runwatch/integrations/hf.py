@@ -196,8 +196,8 @@ class _Session:
             control.should_log = True
 
     def on_log(self, state: Any, control: Any, logs: dict) -> None:
-        if "loss" not in logs or any(k.startswith("eval_") or k.startswith("train_") for k in logs):
-            return  # evaluation metrics (counted in on_evaluate) and the final summary
+        if "loss" not in logs or any(k.startswith("eval_") for k in logs):
+            return  # evaluation metrics (counted in on_evaluate) and the final summary (`train_loss`)
         loss = _number(logs.get("loss"))
         grad = _number(logs.get("grad_norm"))
         lr = _number(logs.get("learning_rate"))
@@ -218,7 +218,9 @@ class _Session:
             # gradient norm) as the non-finite loss that it is.
             self.fallback = True
             value = logged_loss if logged_loss is not None else self.last_loss
-            if value is None or (value == 0.0 and not math.isfinite(self.last_grad)):
+            if value is None:
+                return  # no loss known yet: the updates wait for the Trainer's next log
+            if value == 0.0 and not math.isfinite(self.last_grad):
                 value = math.nan
             updates[:] = [(value, skipped) for _, skipped in updates]
         self.last_loss = logged_loss if logged_loss is not None else self.last_loss
