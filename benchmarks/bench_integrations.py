@@ -32,6 +32,26 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 VOCAB, SEQ, BATCH = 16, 16, 16
 
+# Seconds spent inside the callback (its hooks, the HF forward hook, the logger calls they make),
+# summed by wrapping them: a direct measure that a busy machine's drift between runs does not blur.
+_inside = [0.0]
+
+
+def _timed(fn):
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _inside[0] += time.perf_counter() - t0
+    return wrapper
+
+
+def _time_hooks(callback, names):
+    for name in names:
+        setattr(callback, name, _timed(getattr(callback, name)))
+    return callback
+
 
 def _hf_run(steps: int, with_callback: bool, root: str) -> float:
     import torch
@@ -59,11 +79,20 @@ def _hf_run(steps: int, with_callback: bool, root: str) -> float:
                              eval_strategy="no", save_strategy="no", use_cpu=True, disable_tqdm=True,
                              report_to="none", seed=0, learning_rate=3e-3)
     timer = Timer()
-    callbacks = [timer] + ([RunwatchCallback(os.path.join(root, "runwatch"), seq_len=SEQ)] if with_callback else [])
+    hooks = ("on_train_begin", "on_step_end", "on_epoch_end", "on_log", "on_evaluate", "on_save", "on_train_end")
+    callbacks = [timer] + ([_time_hooks(RunwatchCallback(os.path.join(root, "runwatch"), seq_len=SEQ), hooks)]
+                           if with_callback else [])
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks)
     trainer.remove_callback(PrinterCallback)  # it prints every log line
-    trainer.train()
-    return steps / (timer.t1 - timer.t0)
+    from runwatch.integrations import hf
+
+    capture = hf._Session._capture_loss
+    hf._Session._capture_loss = _timed(capture)
+    try:
+        trainer.train()
+    finally:
+        hf._Session._capture_loss = capture
+    return steps / (timer.t1 - timer.t0), timer.t1 - timer.t0
 
 
 def _lightning_run(steps: int, with_callback: bool, root: str) -> float:
@@ -98,12 +127,14 @@ def _lightning_run(steps: int, with_callback: bool, root: str) -> float:
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32)
     torch.manual_seed(0)
     timer = Timer()
-    callbacks = [timer] + ([RunwatchCallback(os.path.join(root, "runwatch"))] if with_callback else [])
+    hooks = ("on_load_checkpoint", "on_train_start", "on_before_optimizer_step", "on_train_batch_end",
+             "on_validation_end", "on_save_checkpoint", "on_fit_end", "on_exception")
+    callbacks = [timer] + ([_time_hooks(RunwatchCallback(os.path.join(root, "runwatch")), hooks)] if with_callback else [])
     trainer = L.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, enable_checkpointing=False, limit_val_batches=0,
                         default_root_dir=root, callbacks=callbacks)
     trainer.fit(Classifier(), loader)
-    return steps / (timer.t1 - timer.t0)
+    return steps / (timer.t1 - timer.t0), timer.t1 - timer.t0
 
 
 RUNS = {"hf": _hf_run, "lightning": _lightning_run}
@@ -127,14 +158,20 @@ def main(argv: list[str] | None = None) -> int:
     steps = {"hf": args.hf_steps, "lightning": args.lightning_steps}
     frameworks = [f for f in args.frameworks.split(",") if f]
     rates: dict[tuple[str, bool], list[float]] = {(f, w): [] for f in frameworks for w in (False, True)}
+    shares: dict[str, list[float]] = {f: [] for f in frameworks}
     for framework in frameworks:  # one untimed warm-up run each (imports, first-call costs)
         with tempfile.TemporaryDirectory() as root:
             RUNS[framework](20, True, root)
+            RUNS[framework](20, False, root)
     for r in range(args.repeats):
         order = [(f, w) for f in frameworks for w in ((False, True) if r % 2 == 0 else (True, False))]
         for framework, with_callback in order:
             with tempfile.TemporaryDirectory() as root:
-                rates[(framework, with_callback)].append(RUNS[framework](steps[framework], with_callback, root))
+                _inside[0] = 0.0
+                rate, seconds = RUNS[framework](steps[framework], with_callback, root)
+                rates[(framework, with_callback)].append(rate)
+                if with_callback:
+                    shares[framework].append(_inside[0] / seconds)
     results = {}
     for framework in frameworks:
         without = statistics.median(rates[(framework, False)])
@@ -146,16 +183,18 @@ def main(argv: list[str] | None = None) -> int:
             "with_steps_per_second": with_cb,
             "ratio": with_cb / without,
             "slower_percent": (1 - with_cb / without) * 100,
+            "inside_callback_percent": statistics.median(shares[framework]) * 100,
             "runs_without": rates[(framework, False)],
             "runs_with": rates[(framework, True)],
         }
     if args.json:
         print(json.dumps(results, indent=2))
     else:
-        print(f"{'framework':<10} {'steps':>6} {'without (steps/s)':>18} {'with (steps/s)':>15} {'ratio':>7} {'slower':>7}")
+        print(f"{'framework':<10} {'steps':>6} {'without (steps/s)':>18} {'with (steps/s)':>15} {'ratio':>7}"
+              f" {'slower':>7} {'in callback':>12}")
         for framework, r in results.items():
             print(f"{framework:<10} {r['steps']:>6} {r['without_steps_per_second']:>18.1f} {r['with_steps_per_second']:>15.1f}"
-                  f" {r['ratio']:>7.3f} {r['slower_percent']:>6.1f}%")
+                  f" {r['ratio']:>7.3f} {r['slower_percent']:>6.1f}% {r['inside_callback_percent']:>11.2f}%")
     return 0
 
 

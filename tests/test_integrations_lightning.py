@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -141,19 +143,27 @@ def test_resume_via_ckpt_path_is_a_new_session(run200, tmp_path):
         assert json.load(f)["sessions"][1]["start"] == {"step": 150, "tokens": 150 * BATCH, "skipped": 0}
 
 
-def test_nan_loss_raises_before_the_next_checkpoint(tmp_path):
-    """Lightning logs the NaN and trains on; the callback ends the session and fit raises."""
+@pytest.fixture(scope="module")
+def nan_run(tmp_path_factory):
+    """A real NaN loss from global step 73 on."""
+    root = tmp_path_factory.mktemp("lightning-nan")
     model = Classifier(nan_from=73)
-    trainer = None
-    with pytest.raises(NonFiniteLossError, match=r"non-finite loss nan at attempted update 4 of the window"):
-        trainer = fit(tmp_path, 200, [RunwatchCallback(), saver(tmp_path)], model=model)
-    assert trainer is None
-    assert sorted(os.listdir(tmp_path / "ckpt")) == ["epoch=0-step=50.ckpt"]
-    recs = records(tmp_path / "runwatch")
+    with pytest.raises(NonFiniteLossError) as info:
+        fit(root, 200, [RunwatchCallback(), saver(root)], model=model)
+    return root, model, info.value
+
+
+def test_nan_loss_raises_before_the_next_checkpoint(nan_run):
+    """Lightning logs the NaN and trains on; the callback ends the session and fit raises."""
+    root, model, error = nan_run
+    assert str(error) == ("runwatch: non-finite loss nan at the attempted update after step 73; "
+                          "session ended (reason nonfinite_loss)")
+    assert sorted(os.listdir(root / "ckpt")) == ["epoch=0-step=50.ckpt"]
+    recs = records(root / "runwatch")
     assert recs[-1]["event"] == "session_end" and recs[-1]["reason"] == "nonfinite_loss" and recs[-1]["step"] == 73
     assert model.trainer.global_step == 80  # stopped when the window closed
     assert math.isnan(model.trainer.callback_metrics["train_loss"])  # what Lightning itself shows
-    assert runwatch.summarize(str(tmp_path / "runwatch"))["end_reason"] == "nonfinite_loss"
+    assert runwatch.summarize(str(root / "runwatch"))["end_reason"] == "nonfinite_loss"
 
 
 def test_nan_is_caught_when_a_checkpoint_is_about_to_be_written(tmp_path):
@@ -177,10 +187,36 @@ def test_an_exception_ends_the_session_as_an_error(tmp_path):
     assert (end["event"], end["reason"], end["error"], end["step"]) == ("session_end", "error", "RuntimeError: boom", 30)
 
 
-def test_inverted_labels_give_auroc_below_half(tmp_path):
-    fit(tmp_path, 100, [RunwatchCallback()], inverted=True)
-    vals = [r for r in records(tmp_path / "runwatch") if r["event"] == "val"]
+@pytest.fixture(scope="module")
+def inverted_run(tmp_path_factory):
+    """Validation labels inverted against the training labels (a label-mapping bug)."""
+    root = tmp_path_factory.mktemp("lightning-inverted")
+    fit(root, 100, [RunwatchCallback()], inverted=True)
+    return root
+
+
+def test_inverted_labels_give_auroc_below_half(inverted_run):
+    vals = [r for r in records(inverted_run / "runwatch") if r["event"] == "val"]
     assert vals[-1]["step"] == 100 and vals[-1]["metrics"]["auroc"] < 0.3
+
+
+def check(run_dir, *options):
+    """`runwatch check` in a subprocess, where the watchdog's command exists."""
+    proc = subprocess.run([sys.executable, "-m", "runwatch", "check", str(run_dir), *options],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode == 2 and "invalid choice: 'check'" in proc.stderr:
+        pytest.skip("runwatch check is not on this branch yet (the watchdog's part)")
+    return proc
+
+
+def test_check_flags_the_nan_run(nan_run):
+    proc = check(nan_run[0] / "runwatch")
+    assert proc.returncode == 7 and proc.stdout.splitlines()[-1].startswith("ANOMALY nonfinite_loss step=73: ")
+
+
+def test_check_flags_the_inverted_run(inverted_run):
+    proc = check(inverted_run / "runwatch", "--metric-after-step", "0")
+    assert proc.returncode == 7 and proc.stdout.splitlines()[-1].startswith("ANOMALY inverted_metric step=")
 
 
 def test_gradient_accumulation_counts_optimizer_updates(tmp_path):
@@ -190,6 +226,22 @@ def test_gradient_accumulation_counts_optimizer_updates(tmp_path):
     assert summary["recipe"]["gradient_accumulation_steps"] == 4 and summary["tokens"] == 20 * 4 * BATCH
     train = [r for r in records(tmp_path / "runwatch") if r["event"] == "train"]
     assert [r["updates"] for r in train] == [5, 5, 5, 5] and 0.3 < train[0]["loss"] < 1.0  # mean, not sum
+
+
+def test_fp16_skipped_updates_are_not_divergence(tmp_path):
+    """A real GradScaler (fp16 autocast on the CPU): two overflowing updates are skipped, the run goes on."""
+    from lightning.pytorch.plugins import MixedPrecision
+
+    model = Classifier()
+    overflow_at = {5, 17}
+    model.mlp[2].weight.register_hook(lambda g: g + math.inf if model.trainer.global_step in overflow_at else g)
+    fit(tmp_path, 40, [RunwatchCallback()], model=model, limit_val_batches=0, enable_checkpointing=False,
+        plugins=[MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))])
+    summary = runwatch.summarize(str(tmp_path / "runwatch"))
+    assert summary["completed"] and summary["skipped_updates"] == 2 and summary["nonfinite_grad_norms"] == 2
+    assert summary["updates"] == 38 and summary["tokens"] == 40 * BATCH  # skipped attempts consumed tokens too
+    train = [r for r in records(tmp_path / "runwatch") if r["event"] == "train"]
+    assert [r["skipped"] for r in train] == [1, 1, 0, 0]
 
 
 class Recorder(Callback):

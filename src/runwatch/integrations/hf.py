@@ -78,7 +78,6 @@ class _Session:
         self.last_grad = 0.0
         self.last_lr = 0.0
         self.last_loss: float | None = None
-        self.fallback = False            # the model returned no loss: read the Trainer's logged loss
         self.mark = time.perf_counter()  # end of the last hook before a save, to time the save
         self.tokens_warned = False
         self.eval_warned = False
@@ -216,7 +215,6 @@ class _Session:
             # The model returned no loss (a `compute_loss_func`, label smoothing): use the Trainer's
             # logged mean, and read its NaN filter's signature (loss exactly 0 with a non-finite
             # gradient norm) as the non-finite loss that it is.
-            self.fallback = True
             value = logged_loss if logged_loss is not None else self.last_loss
             if value is None:
                 return  # no loss known yet: the updates wait for the Trainer's next log

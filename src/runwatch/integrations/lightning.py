@@ -4,8 +4,8 @@
     trainer = lightning.Trainer(..., callbacks=[RunwatchCallback()])
 
 What maps to what (docs/INTEGRATIONS.md has the whole story):
-- each optimizer update (`trainer.global_step` advancing at a train batch end) is one attempted
-  update: its loss is `outputs["loss"]` summed over the accumulated batches (Lightning divides each by
+- each optimizer step (one `on_before_optimizer_step` call, whether the GradScaler then skips it or
+  not) is one attempted update, written at the train batch end that follows: its loss is `outputs["loss"]` summed over the accumulated batches (Lightning divides each by
   `accumulate_grad_batches`), its pre-clip gradient norm is computed on the device in
   `on_before_optimizer_step`; both stay tensors until the window closes (one sync per window);
 - a val event at each validation end of `fit` (not the sanity check), from `trainer.callback_metrics`:
@@ -96,7 +96,9 @@ class _Session:
         self.log = RunLogger(options.resolve_run_dir(trainer.default_root_dir), recipe=recipe, optimizers=optimizers,
                              window=options.window or DEFAULT_WINDOW, resume_from=resume, fsync=options.fsync)
         self.run_dir = self.log.run_dir
-        self.seen_step = step
+        self.attempted = 0               # optimizer steps since the last train batch end
+        self.params: dict = {}           # per optimizer: its parameters, and whether on one device
+        self.lr: Any = 0.0
         self.loss: Any = None            # the current update's loss: a device tensor, summed over batches
         self.grad_norm: Any = None       # the last pre-clip gradient norm: a device tensor
         self.skipped: Any = False
@@ -122,11 +124,22 @@ class _Session:
         return 1
 
     def on_before_optimizer_step(self, optimizer: Any) -> None:
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        self.attempted += 1  # one call per optimizer step, skipped by the scaler or not
+        self.lr = optimizer.param_groups[0]["lr"]
+        params = self.params.get(id(optimizer))
+        if params is None:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            one_device = len({p.device for p in params}) <= 1
+            self.params[id(optimizer)] = params = (params, one_device)
+        grads = [p.grad for p in params[0] if p.grad is not None]
         if not grads:
             return
-        # On the device, no sync: foreach norms of the (unscaled, not yet clipped) gradients.
-        norm = torch.nn.utils.get_total_norm(grads, 2.0, error_if_nonfinite=False)
+        # On the device, no sync: the norms of the (unscaled, not yet clipped) gradients. One device:
+        # foreach norms stacked (what clip_grad_norm_ does inside, without its grouping overhead).
+        if params[1]:
+            norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        else:
+            norm = torch.nn.utils.get_total_norm(grads, 2.0, error_if_nonfinite=False)
         self.grad_norm = norm
         self.skipped = ~torch.isfinite(norm) if self.scaled else False
         self.clipped = norm > self.clip_val if self.clips_norm else False
@@ -136,17 +149,15 @@ class _Session:
         if isinstance(loss, torch.Tensor):
             loss = loss.detach()
             self.loss = loss if self.loss is None else self.loss + loss
-        step = int(self.trainer.global_step)
-        if step == self.seen_step:
-            return  # an accumulation batch: no optimizer update yet
-        updates, self.seen_step = step - self.seen_step, step
+        if not self.attempted:
+            return  # an accumulation batch: no optimizer step yet
+        updates, self.attempted = self.attempted, 0
         loss, self.loss = self.loss, None
         if loss is None:
-            loss = torch.tensor(float("nan"))  # training_step returned no loss, yet the optimizer stepped
-        lr = self.trainer.optimizers[0].param_groups[0]["lr"] if self.trainer.optimizers else 0.0
+            loss = float("nan")  # training_step returned no loss, yet the optimizer stepped
         grad = self.grad_norm if self.grad_norm is not None else 0.0
         for _ in range(updates):
-            self.log.step(loss=loss, lr=lr, grad_norm=grad, clipped=self.clipped, skipped=self.skipped)
+            self.log.step(loss=loss, lr=self.lr, grad_norm=grad, clipped=self.clipped, skipped=self.skipped)
         self.grad_norm, self.skipped, self.clipped = None, False, False
 
     def on_validation_end(self) -> None:
