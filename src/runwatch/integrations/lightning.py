@@ -145,9 +145,10 @@ class _Session:
         self.clipped = norm > self.clip_val if self.clips_norm else False
 
     def on_train_batch_end(self, outputs: Any) -> None:
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        loss = outputs.get("loss") if type(outputs) is dict or isinstance(outputs, Mapping) else outputs
         if isinstance(loss, torch.Tensor):
-            loss = loss.detach()
+            if loss.requires_grad:  # Lightning hands over a detached copy; a custom loop may not
+                loss = loss.detach()
             self.loss = loss if self.loss is None else self.loss + loss
         if not self.attempted:
             return  # an accumulation batch: no optimizer step yet
