@@ -174,7 +174,7 @@ def test_check_on_a_2gb_line_without_newline(tmp_path):
     code, lines, err, peak = _run(["check", d], timeout=300)
     lineno = BASE["metrics.jsonl"].count(b"\n") + 1
     assert code == 7 and lines[-1] == (
-        f"ANOMALY invalid_log step=10: metrics.jsonl:{lineno}: line longer than {16 * 1024 * 1024} bytes"), (lines, err)
+        f"ANOMALY invalid_log step=11: metrics.jsonl:{lineno}: line longer than {16 * 1024 * 1024} bytes"), (lines, err)
     assert peak < 200 * 2 ** 20, f"peak RSS {peak / 2 ** 20:.0f} MiB"
 
 

@@ -116,29 +116,75 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that `with RunLogger(...)` ends the session."""
 
 
+_HOST_NUMBER_TYPES = frozenset({float, int, bool})
+_TENSOR_TYPES: dict[type, bool] = {}  # type -> whether it is a torch tensor type (memo)
+
+
+def _is_tensor_type(t: type) -> bool:
+    known = _TENSOR_TYPES.get(t)
+    if known is None:
+        known = _TENSOR_TYPES[t] = hasattr(t, "device") and hasattr(t, "detach")
+    return known
+
+
 def _as_float_list(values: list) -> list[float]:
     """Python floats for `values` (numbers, numpy scalars, 0-dim tensors): one sync per device."""
+    if _HOST_NUMBER_TYPES.issuperset(map(type, values)):  # the common case: plain Python numbers
+        return list(map(float, values))
     out: list[Any] = list(values)
-    by_device: dict[Any, list[int]] = {}
+    groups: dict[tuple, list[int]] = {}  # (device, dtype) -> indices of the tensors
     for i, v in enumerate(values):
         t = type(v)
-        if t is float or t is int or t is bool:
+        if t in _HOST_NUMBER_TYPES:
             out[i] = float(v)
-        elif hasattr(v, "device") and hasattr(v, "detach"):  # a torch tensor
-            by_device.setdefault(v.device, []).append(i)
+        elif _is_tensor_type(t):
+            key = (v.device, v.dtype)
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [i]
+            else:
+                group.append(i)
         else:  # numpy scalars and other numbers: host values, no sync
             out[i] = float(v)
-    if by_device:
-        import torch
-
-        for idx in by_device.values():
-            device = values[idx[0]].device
-            dtype = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
-            stacked = torch.stack([values[i].detach().reshape(()).to(dtype) for i in idx])
+    if groups:
+        by_device: dict[Any, list[list[int]]] = {}
+        for (device, _dtype), group in groups.items():
+            by_device.setdefault(device, []).append(group)
+        for device, device_groups in by_device.items():
+            idx = [i for group in device_groups for i in group]
             # note: this is the logger's only CPU-GPU sync point, once per window and device
-            for i, f in zip(idx, stacked.tolist()):
-                out[i] = f
+            for i, f in zip(idx, _stack_all(device, [[values[i] for i in group] for group in device_groups]).tolist()):
+                out[i] = float(f)
     return out
+
+
+def _stack_all(device: Any, groups: list[list]) -> Any:
+    """One 1-d tensor of the one-element tensors in `groups` (one device, one dtype a group)."""
+    import torch
+
+    # One stack per dtype: stacking mixed dtypes takes a much slower promoting path.
+    parts = [_stack_one_dtype(group) for group in groups]
+    if not all(p.dtype is torch.bool or p.is_floating_point() for p in parts):
+        # Integers go to float64, as float() would round them (float32 where a device has no float64).
+        wide = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
+        parts = [p.to(wide) for p in parts]
+    # Floats and bools promote to the widest float among them, exactly.
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _stack_one_dtype(tensors: list) -> Any:
+    import torch
+
+    # (Tensors that require grad are stacked with a graph that is dropped at once; no_grad would
+    # cost more than it saves.)
+    try:
+        stacked = torch.stack(tensors)
+    except RuntimeError:  # shapes differ, e.g. 0-dim and (1,)
+        stacked = None
+    if stacked is None or stacked.shape != (len(tensors),):
+        # reshape(()) raises the usual error for a tensor of more than one element
+        stacked = torch.stack([t.reshape(()) for t in tensors])
+    return stacked
 
 
 class RunLogger:
@@ -402,9 +448,16 @@ class RunLogger:
         n = len(self._losses)
         if n == 0 or self._closed:
             return
-        flat = _as_float_list(self._losses + self._grads + self._clipped + self._skips)
+        # Everything the window holds is converted in one call: one sync per device and window.
+        qk = self._qk
+        qk_values = [v for _, o, c, m in qk for v in (0 if o is None else o, 0 if c is None else c, math.nan if m is None else m)]
+        lr = self._lr if self._lr is not None else 0.0
+        flat = _as_float_list(self._losses + self._grads + self._clipped + self._skips + [lr] + qk_values)
         losses, grads = flat[:n], flat[n:2 * n]
-        clipped, skips = flat[2 * n:3 * n], flat[3 * n:]
+        clipped, skips = flat[2 * n:3 * n], flat[3 * n:4 * n]
+        self._lr = flat[4 * n]
+        qk_flat = flat[4 * n + 1:]
+        self._qk = [(entry[0], *qk_flat[3 * j:3 * j + 3]) for j, entry in enumerate(qk)]
         # A non-finite loss ends the session: the updates before it form the last window.
         for i, loss in enumerate(losses):
             if not math.isfinite(loss):
@@ -464,10 +517,10 @@ class RunLogger:
         self._deliver_pending_signal()
 
     def _qk_fields(self) -> dict:
-        flat = _as_float_list([v for _, o, c, m in self._qk for v in (o or 0, c or 0, m if m is not None else math.nan)])
-        observed = int(sum(flat[0::3]))
-        clipped = int(sum(flat[1::3]))
-        logits = [m for m in flat[2::3] if math.isfinite(m)]
+        # (index, observed, clipped, max_logit), already floats (converted with the window)
+        observed = int(sum(q[1] for q in self._qk))
+        clipped = int(sum(q[2] for q in self._qk))
+        logits = [q[3] for q in self._qk if math.isfinite(q[3])]
         return {
             "threshold": self._qk_threshold,
             "observed_head_updates": observed,
@@ -476,7 +529,7 @@ class RunLogger:
         }
 
     def _lr_value(self) -> float:
-        (lr,) = _as_float_list([self._lr if self._lr is not None else 0.0])
+        lr = self._lr  # a float: converted with the window
         if not math.isfinite(lr) or lr < 0:
             raise ValueError(f"RunLogger.step: lr must be a finite number >= 0, got {lr}")
         return lr
@@ -509,7 +562,7 @@ class RunLogger:
     def _memory(self) -> dict:
         memory: dict[str, int] = {}
         torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_available():  # cheap test first
             memory["cuda_allocated_peak_bytes"] = int(torch.cuda.max_memory_allocated())
             memory["cuda_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
         rss = _host_rss_peak_bytes()
