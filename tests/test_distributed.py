@@ -1,0 +1,183 @@
+"""RunLogger under torch.distributed: real `torchrun` runs of a tiny DDP training on gloo (CPU).
+
+Each run is a real process group of 2 or 3 ranks; faults are real (a sleeping rank, a slowed
+rank, a rank that SIGKILLs itself, a NaN loss on one rank). Every test kills its process group.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available():  # pragma: no cover
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+from runwatch import summarize  # noqa: E402
+from runwatch.heartbeats import RankMonitor, read_heartbeats, rank_status_lines  # noqa: E402
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multirank_train.py")
+DEADLINE_S = 90  # a loaded 2-core machine needs ~15 s to start torchrun and two ranks
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Torchrun:
+    """`python -m torch.distributed.run` in its own process group, killed whole at the end."""
+
+    def __init__(self, run_dir: str, nproc: int, *args: str) -> None:
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+               "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "--monitor_interval=0.2",
+               SCRIPT, run_dir, *args]
+        self.log_path = os.path.join(os.path.dirname(run_dir), "torchrun.out")
+        self._out = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def wait(self, timeout: float = DEADLINE_S) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def output(self) -> str:
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        self._out.close()
+
+
+@pytest.fixture
+def launch(tmp_path):
+    runs: list[Torchrun] = []
+
+    def start(nproc: int, *args: str) -> tuple[Torchrun, str]:
+        run_dir = str(tmp_path / "run")
+        run = Torchrun(run_dir, nproc, *args)
+        runs.append(run)
+        return run, run_dir
+
+    yield start
+    for run in runs:
+        run.kill()
+
+
+def _records(run_dir: str) -> list[dict]:
+    with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def _poll_until(monitor: RankMonitor, run_dir: str, run: Torchrun, timeout: float) -> tuple[str, int, str] | None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        finding = monitor.poll(run_dir, time.time())
+        if finding is not None:
+            return finding
+        time.sleep(0.25)
+    return None
+
+
+def test_three_ranks_log_once_with_the_mean_loss_and_name_the_straggler(launch):
+    run, run_dir = launch(3, "--steps", "60", "--window", "4", "--slow-rank", "2", "--slow-seconds", "0.05")
+    monitor = RankMonitor(straggler_factor=1.5, straggler_patience=3)
+    findings = []
+    while run.proc.poll() is None:
+        finding = monitor.poll(run_dir, time.time())
+        if finding is not None:
+            findings.append(finding)
+        time.sleep(0.2)
+    assert run.wait() == 0, run.output()
+    finding = monitor.poll(run_dir, time.time())
+    if finding is not None:
+        findings.append(finding)
+
+    summary = summarize(run_dir)
+    assert summary["completed"] and summary["updates"] == 60 and summary["train_windows"] == 15
+    assert summary["hardware"]["world_size"] == 3 and summary["hardware"]["nodes"] == 1
+    assert summary["hardware"]["rank_devices"] == [{"device": "cpu", "ranks": 3}]
+    assert summary["recipe"]["batch_size"] == 48  # global: 16 a rank
+    # Rank 0 alone wrote: one session, one line per window, nothing else beside the heartbeats.
+    with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
+        assert len(json.load(f)["sessions"]) == 1
+    assert sorted(os.listdir(run_dir)) == ["heartbeats", "losses-rank0.json", "losses-rank1.json", "losses-rank2.json",
+                                           "metrics.jsonl", "run.json"]
+    # The logged loss is the mean over ranks of each rank's own losses.
+    per_rank = []
+    for k in range(3):
+        with open(os.path.join(run_dir, f"losses-rank{k}.json"), encoding="utf-8") as f:
+            per_rank.append(json.load(f))
+    train = [r for r in _records(run_dir) if r["event"] == "train"]
+    for j, rec in enumerate(train):
+        expected = math.fsum(x for losses in per_rank for x in losses[4 * j:4 * j + 4]) / 12
+        assert rec["loss"] == pytest.approx(expected, rel=1e-12)
+    assert len({tuple(losses[:4]) for losses in per_rank}) == 3  # the ranks' data differ
+    # Every rank's heartbeat, ended, at the last window.
+    beats, problems = read_heartbeats(run_dir)
+    assert problems == [] and sorted(beats) == [0, 1, 2]
+    assert {(b.state, b.window, b.step, b.world_size) for b in beats.values()} == {("ended", 15, 60, 3)}
+    # The slowed rank is named; the ranks waiting for it are not.
+    assert findings and findings[0][0] == "straggler", findings
+    assert findings[0][2].startswith("rank 2 (host "), findings
+    assert "median window time" in findings[0][2]
+    lines = rank_status_lines(run_dir)
+    assert 2 <= len(lines) <= 4 and lines[0].startswith("ranks: 3/3 heartbeats on 1 host(s), steps 60..60")
+    assert any(line.startswith("slowest: rank 2 ") for line in lines), lines
+
+
+def test_a_sleeping_rank_is_named_not_the_rank_waiting_for_it(launch):
+    # Rank 1 sleeps mid-window; rank 0 blocks inside backward() (DDP's all-reduce), where a
+    # process-group timeout would raise on rank 0 and torchrun would blame it.
+    run, run_dir = launch(2, "--steps", "400", "--window", "5", "--hang-rank", "1", "--hang-at", "13")
+    monitor = RankMonitor(rank_stall=4.0)
+    finding = _poll_until(monitor, run_dir, run, DEADLINE_S)
+    assert run.proc.poll() is None, run.output()  # still hung, not crashed
+    assert finding is not None, run.output()
+    kind, step, message = finding
+    beats, _ = read_heartbeats(run_dir)
+    assert kind == "rank_stall" and step == 10
+    assert message.startswith(f"rank 1 (host {beats[1].host}, pid {beats[1].pid}) stopped at step 10 outside any collective (in multirank_train.py:")
+    assert "while 1 rank(s) wait in one (in graph.py:" in message
+    assert beats[0].waiting is True and beats[1].waiting is False
+    assert any(line.startswith("most behind: rank ") for line in rank_status_lines(run_dir))
+
+
+def test_a_killed_rank_is_named_and_the_log_stays_valid(launch):
+    run, run_dir = launch(2, "--steps", "400", "--window", "5", "--kill-rank", "1", "--kill-at", "13", "--pg-timeout", "20")
+    assert run.wait() != 0
+    beats, _ = read_heartbeats(run_dir)
+    assert beats[1].state == "running" and beats[0].state == "ended"
+    time.sleep(max(0.0, beats[1].time + 2.5 - time.time()))
+    finding = RankMonitor(rank_stall=2.0).poll(run_dir, time.time())
+    assert finding is not None and finding[0] == "rank_stall", run.output()
+    assert finding[2].startswith(f"rank 1 (host {beats[1].host}, pid {beats[1].pid}) stopped at step 10: its heartbeat is ")
+    summary = summarize(run_dir)  # valid up to the kill: rank 0 ended the session
+    assert summary["end_reason"] in ("error", "interrupted") and summary["last_step"] == 10
+
+
+def test_a_nan_on_one_rank_ends_the_session_on_every_rank(launch):
+    run, run_dir = launch(2, "--steps", "40", "--window", "5", "--nan-rank", "1", "--nan-at", "7")
+    assert run.wait() != 0
+    out = run.output()
+    for k in (0, 1):
+        assert f"rank {k}: runwatch: non-finite loss nan on rank 1 at attempted update 2 of the window after step 6;" in out
+    summary = summarize(run_dir)
+    assert summary["end_reason"] == "nonfinite_loss" and summary["last_step"] == 6 and summary["updates"] == 6
+    end = _records(run_dir)[-1]
+    assert end["event"] == "session_end" and "on rank 1" in end["error"]
+    beats, _ = read_heartbeats(run_dir)
+    assert {b.state for b in beats.values()} == {"ended"}
