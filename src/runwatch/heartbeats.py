@@ -274,9 +274,10 @@ def rank_stall_finding(beats: dict[int, Heartbeat], now: float, stall: float) ->
 
     1. A running rank whose heartbeat file is `stall` seconds old while another rank's is fresh
        or that rank has ended after it: the process stopped writing (killed, frozen host).
-    2. Every running rank made no progress (no step() call) for `stall` seconds: the rank with
-       the fewest attempted updates, when they differ; else the only ranks not waiting inside a
-       collective while the others are (a sleeping or hung rank makes the rest wait in backward).
+    2. Every running rank made no progress (no step() call) for `stall` seconds: a rank that
+       ended its session early, if any; else the rank with the fewest attempted updates, when
+       they differ; else the only ranks not waiting inside a collective while the others are (a
+       sleeping or hung rank makes the rest wait in backward).
     """
     live = sorted((b for b in beats.values() if b.state == "running"), key=lambda b: b.rank)
     if not live:
@@ -294,6 +295,13 @@ def rank_stall_finding(beats: dict[int, Heartbeat], now: float, stall: float) ->
     if len(live) < 2 or any(now - b.progress_time <= stall for b in live):
         return None
     idle = _fmt_seconds(now - max(b.progress_time for b in live))
+    ended = sorted((b for b in beats.values() if b.state == "ended"), key=lambda b: b.rank)
+    if ended:  # ranks leave a session together (its last window is a collective): one left early
+        k = ended[0]
+        return k.rank, k.step, (
+            f"{k.label}{_more([b.rank for b in ended])} ended at step {k.step} while {len(live)} rank(s) "
+            f"still run; no progress on any running rank for {idle}"
+        )
     low = min(b.attempted for b in live)
     high = max(b.attempted for b in live)
     if low < high:
