@@ -181,3 +181,90 @@ def test_a_nan_on_one_rank_ends_the_session_on_every_rank(launch):
     assert end["event"] == "session_end" and "on rank 1" in end["error"]
     beats, _ = read_heartbeats(run_dir)
     assert {b.state for b in beats.values()} == {"ended"}
+
+
+# --- in-process parts: the heartbeat writer, the stack sampler, the single-process paths ------------
+
+from runwatch import RunLogger  # noqa: E402
+from runwatch.distributed import HeartbeatWriter, is_waiting_frame, process_group  # noqa: E402
+from runwatch.heartbeats import HeartbeatConfig, parse_heartbeat  # noqa: E402
+
+RECIPE = {"batch_size": 4, "seq_len": 8, "gradient_accumulation_steps": 1}
+
+
+def test_heartbeat_writer_writes_atomically_and_refreshes_from_its_thread(tmp_path):
+    progress = [0, time.perf_counter()]
+    writer = HeartbeatWriter(str(tmp_path), 1, 2, "s-x", lambda: (progress[0], progress[1]),
+                             HeartbeatConfig(every_seconds=0.05, sample_seconds=0.01))
+    path = os.path.join(str(tmp_path), "heartbeats", "rank-1.json")
+
+    def read():
+        with open(path, "rb") as f:
+            return parse_heartbeat(f.read(), path)
+
+    writer.start(step=7)
+    first = read()
+    assert (first.rank, first.world_size, first.pid, first.step, first.window, first.state) == (1, 2, os.getpid(), 7, 0, "running")
+    progress[0] = 3
+    deadline = time.monotonic() + 10
+    while read().attempted != 3 and time.monotonic() < deadline:  # the thread's refresh
+        time.sleep(0.02)
+    refreshed = read()
+    assert refreshed.attempted == 3 and refreshed.time > first.time and refreshed.waiting is False
+    assert refreshed.where is not None and refreshed.where.startswith("test_distributed.py:")
+    for k in range(20):
+        writer.window(step=10 + k, train_seconds=0.5)
+    beat = read()
+    assert beat.window == 20 and beat.step == 29 and beat.train_seconds == 0.5 and len(beat.window_seconds) == 16
+    assert all(0 <= b <= 0.5 for b in beat.busy_seconds)
+    writer.end()
+    assert read().state == "ended" and not writer._thread.is_alive()
+    assert os.listdir(os.path.dirname(path)) == ["rank-1.json"]  # no temp file left
+
+
+class _Capture(torch.autograd.Function):
+    frames: list = []
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        _Capture.frames.append(sys._getframe())
+        return grad * 2
+
+
+def test_a_frame_inside_backward_counts_as_waiting_and_user_code_does_not():
+    x = torch.ones(2, requires_grad=True)
+    _Capture.apply(x).sum().backward()
+    assert is_waiting_frame(_Capture.frames[-1].f_back) is True  # the autograd engine's frames above it
+    assert is_waiting_frame(sys._getframe()) is False
+
+
+def test_a_single_process_keeps_no_heartbeats_even_under_a_one_rank_group(tmp_path):
+    assert process_group() is None
+    dist = torch.distributed
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert process_group() is None  # one rank: the single-process logger, unchanged
+        run_dir = str(tmp_path / "run")
+        with RunLogger(run_dir, recipe=RECIPE, window=2) as log:
+            for _ in range(5):
+                log.step(loss=torch.tensor(1.0), lr=0.1, grad_norm=torch.tensor(0.5))
+            assert log.state_dict()["step"] == 5  # closes the window, as a single process does
+        assert sorted(os.listdir(run_dir)) == ["metrics.jsonl", "run.json"]
+        assert summarize(run_dir)["updates"] == 5
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_logger_never_imports_torch_itself(tmp_path):
+    code = (
+        "import sys, runwatch\n"
+        f"with runwatch.RunLogger({str(tmp_path)!r}, recipe={RECIPE!r}) as log:\n"
+        "    [log.step(loss=1.0, lr=0.1, grad_norm=1.0) for _ in range(12)]\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
