@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import stat
 import statistics
 import time
 from typing import Any
@@ -152,10 +153,9 @@ def _field(obj: dict, key: str, kind: str, where: str) -> Any:
         ok = value is None or t is str
     elif kind == "bool?":
         ok = value is None or t is bool
-    elif kind == "numbers":
-        ok = t is list and len(value) <= HISTORY_WINDOWS and all(
-            (type(v) is int or type(v) is float) and math.isfinite(v) and v >= 0 for v in value
-        )
+    elif kind == "numbers":  # NaN/Infinity tokens never parse; a huge int fails the bound
+        ok = t is list and len(value) <= HISTORY_WINDOWS and all(type(v) is float or type(v) is int for v in value) and (
+            not value or (min(value) >= 0 and max(value) < math.inf))
     else:  # pragma: no cover - a typo here
         raise AssertionError(kind)
     if not ok:
@@ -199,8 +199,8 @@ def parse_heartbeat(data: bytes, where: str) -> Heartbeat:
         attempted=_field(obj, "attempted", "int", where),
         progress_time=float(_field(obj, "progress_time", "number", where)),
         train_seconds=_field(obj, "train_seconds", "number?", where),
-        window_seconds=tuple(float(v) for v in window_seconds),
-        busy_seconds=tuple(float(v) for v in busy_seconds),
+        window_seconds=tuple(map(float, window_seconds)),
+        busy_seconds=tuple(map(float, busy_seconds)),
         where=_field(obj, "where", "str?", where),
         waiting=_field(obj, "waiting", "bool?", where),
     )
@@ -232,8 +232,14 @@ def read_heartbeats(run_dir: str) -> tuple[dict[int, Heartbeat], list[str]]:
             continue  # temp files of a write in progress, and anything else
         where = f"{HEARTBEAT_DIR}/{name}"
         try:
-            with open(os.path.join(folder, name), "rb") as f:
-                data = f.read(MAX_HEARTBEAT_BYTES + 1)
+            # raw reads: one syscall a file; O_NONBLOCK so that a FIFO in the way cannot block a poll
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise InvalidRunError(f"{where}: not a regular file")
+                data = os.read(fd, MAX_HEARTBEAT_BYTES + 1)
+            finally:
+                os.close(fd)
             if len(data) > MAX_HEARTBEAT_BYTES:
                 raise InvalidRunError(f"{where}: larger than {MAX_HEARTBEAT_BYTES} bytes")
             beat = parse_heartbeat(data, where)
@@ -439,7 +445,8 @@ def rank_status_lines(run_dir: str, now: float | None = None, straggler_factor: 
             shown = ", ".join(str(k) for k in missing[:5])
             head += f"; missing ranks {shown}" + (f" (+{len(missing) - 5} more)" if len(missing) > 5 else "")
         lines.append(head)
-        behind = min(beats.values(), key=lambda b: (b.attempted, b.progress_time, b.rank))
+        # fewest updates; among equals, a rank not waiting in a collective (the others wait for it)
+        behind = min(beats.values(), key=lambda b: (b.attempted, b.waiting is True, b.progress_time, b.rank))
         state = "waiting in a collective" if behind.waiting else (f"in {behind.where}" if behind.where else "")
         lines.append(
             f"most behind: {behind.label} at step {behind.step} (attempted update {behind.attempted}), "
