@@ -345,6 +345,7 @@ class RunLogger:
             )
             self._beat.start(self._step)
         self._terminated = False
+        self._pid = os.getpid()  # a forked child (a data-loader worker) must not end the session
         self._previous_sigterm: Any = None
         self._install_sigterm()
         atexit.register(self._at_exit)
@@ -540,7 +541,7 @@ class RunLogger:
             if not math.isfinite(loss):
                 self._keep(i, losses, grads, clipped, skips)
                 self._emit_window(allow_empty=True)
-                self._fail_nonfinite(f"non-finite loss {loss} at attempted update {i + 1} of the window after step {self._step}")
+                self._fail_nonfinite(f"non-finite loss {loss} at the attempted update after step {self._step}")
         self._keep(n, losses, grads, clipped, skips)
         self._emit_window(allow_empty=False)
 
@@ -627,7 +628,7 @@ class RunLogger:
             self._keep(cut, losses, grads, clipped, skips)
             self._emit_rows(prefix, cut, allow_empty=True)
             self._fail_nonfinite(
-                f"non-finite loss {value} on rank {culprit} at attempted update {cut + 1} of the window after step {self._step}"
+                f"non-finite loss {value} on rank {culprit} at the attempted update after step {self._step}"
             )
         self._keep(n, losses, grads, clipped, skips)
         self._emit_rows(rows, n, allow_empty=False)
@@ -775,6 +776,10 @@ class RunLogger:
             return  # the program handles SIGTERM itself; leave it be
 
         def on_sigterm(signum: int, frame: Any) -> None:
+            if os.getpid() != self._pid:  # a forked child: behave as if we were not here
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
             self._terminated = True
             raise _Terminated("SIGTERM")
 
@@ -789,7 +794,7 @@ class RunLogger:
         self._previous_sigterm = None
 
     def _at_exit(self) -> None:
-        if self._closed:
+        if self._closed or os.getpid() != self._pid:
             return
         with contextlib.suppress(Exception):
             if self._terminated:

@@ -1,0 +1,223 @@
+"""A tiny, real PyTorch training on the CPU, logged through RunLogger: the demo's and tests' run.
+
+    python -m runwatch.tinytrain RUN_DIR [--steps 600] [--inject nan|stall|crash|slowdown|explode]
+
+The task is binary classification of generated token sequences (is token 1 more frequent than
+token 2?), so the loss starts near ln 2 and the validation AUROC climbs towards 1 within a few
+hundred steps. Checkpoints go to RUN_DIR/ckpt/ with the logger's state inside; a second start on the
+same RUN_DIR resumes from the latest one as a new session. Nothing is downloaded.
+
+Faults for demos and tests: `--inject KIND --inject-at STEP`; `--labels inverted|random` gives a
+run whose metric is inverted or that never learns; `--crash-at STEP` kills the process (SIGKILL)
+once, to show a crash and a resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import time
+from typing import Sequence
+
+VOCAB = 16
+INJECTIONS = ("nan", "stall", "crash", "slowdown", "explode")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m runwatch.tinytrain", description=__doc__.splitlines()[0])
+    p.add_argument("run_dir")
+    p.add_argument("--steps", type=int, default=600, help="optimizer updates in all (default 600)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=16)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--window", type=int, default=10, help="RunLogger window (default 10)")
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--ckpt-every", type=int, default=100)
+    p.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds a step (a slower, more real pace)")
+    p.add_argument("--labels", choices=("normal", "inverted", "random"), default="normal")
+    p.add_argument("--inject", choices=INJECTIONS, default=None)
+    p.add_argument("--inject-at", type=int, default=300)
+    p.add_argument("--crash-at", type=int, default=None, help="SIGKILL this process at this step (once)")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def make_batch(torch, step: int, batch_size: int, seq_len: int, labels: str = "normal", seed: int = 0):
+    """Generated data: a batch is a pure function of (seed, step); ties between the counts are resolved
+    by construction (the last position is set to break them)."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    x = torch.randint(0, VOCAB, (batch_size, seq_len), generator=g)
+    ones = (x == 1).sum(1)
+    twos = (x == 2).sum(1)
+    tie = ones == twos
+    x[tie, -1] = torch.where(torch.rand(int(tie.sum()), generator=g) < 0.5, 1, 2)
+    y = ((x == 1).sum(1) > (x == 2).sum(1)).float()
+    if labels == "inverted":
+        y = 1.0 - y
+    elif labels == "random":
+        y = torch.randint(0, 2, (batch_size,), generator=g).float()
+    return x, y
+
+
+def auroc(scores: Sequence[float], labels: Sequence[float]) -> float | None:
+    """Area under the ROC curve by ranks (ties get their mean rank); None with a single class."""
+    pairs = sorted(zip(scores, labels))
+    n_pos = sum(1 for _, y in pairs if y > 0.5)
+    n_neg = len(pairs) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return None
+    rank_sum = 0.0
+    i = 0
+    while i < len(pairs):
+        j = i
+        while j + 1 < len(pairs) and pairs[j + 1][0] == pairs[i][0]:
+            j += 1
+        mean_rank = (i + j) / 2 + 1
+        rank_sum += mean_rank * sum(1 for k in range(i, j + 1) if pairs[k][1] > 0.5)
+        i = j + 1
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
+def build_model(torch):
+    nn = torch.nn
+
+    class TinyClassifier(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, 32)
+            self.mlp = nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 1))
+
+        def forward(self, x):
+            return self.mlp(self.embed(x).mean(1)).squeeze(-1)
+
+    return TinyClassifier()
+
+
+def _save_checkpoint(torch, path: str, payload: dict) -> int:
+    tmp = path + ".tmp"
+    torch.save(payload, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return os.path.getsize(path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    import torch
+
+    from .errors import NonFiniteLossError
+    from .metrics import RunLogger
+
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+    model = build_model(torch)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    ckpt_dir = os.path.join(args.run_dir, "ckpt")
+    os.makedirs(ckpt_dir, exist_ok=True)
+    latest = os.path.join(ckpt_dir, "latest.pt")
+    resume_from = None
+    step = 0
+    if os.path.exists(latest):
+        state = torch.load(latest, weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        resume_from = state["runwatch"]
+        step = resume_from["step"]
+        print(f"resuming from {latest} at step {step}", flush=True)
+
+    recipe = {
+        "batch_size": args.batch_size,
+        "seq_len": args.seq_len,
+        "gradient_accumulation_steps": 1,
+        "qk_clip_threshold": None,
+        "max_steps": args.steps,
+        "task": "binary classification of generated token sequences",
+        "num_classes": 2,
+        "labels": args.labels,
+    }
+    crash_marker = os.path.join(args.run_dir, ".crashed-once")
+    x_val, y_val = make_batch(torch, -1, 512, args.seq_len, args.labels, seed=args.seed + 7)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    log = RunLogger(args.run_dir, recipe=recipe, optimizers=[{"name": "all", "algorithm": "adamw", "lr": args.lr}],
+                    window=args.window, resume_from=resume_from)
+    try:
+        with log:
+            _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, latest, crash_marker)
+    except NonFiniteLossError as exc:
+        print(str(exc), file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; session ended (reason interrupted)", file=sys.stderr, flush=True)
+        return 130
+    print(f"done: {args.steps} steps, run directory {args.run_dir}", flush=True)
+    return 0
+
+
+def _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, latest, crash_marker) -> None:
+    """The loop: one optimizer update a step, eval and checkpoints on schedule, faults on request."""
+    while step < args.steps:
+        x, y = make_batch(torch, step, args.batch_size, args.seq_len, args.labels, seed=args.seed)
+        loss = loss_fn(model(x), y)
+        fault = args.inject if args.inject and step >= args.inject_at else None
+        if fault == "nan":
+            loss = loss * float("nan")
+        scale = 1e4 if fault == "explode" else 1.0
+        opt.zero_grad(set_to_none=True)
+        (loss * scale).backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0 * scale)
+        opt.step()
+        step += 1
+        # grad_norm is the pre-clip norm; `explode` scales the loss so it is 1e4x too large
+        log.step(loss=loss, lr=opt.param_groups[0]["lr"], grad_norm=grad_norm, clipped=grad_norm > scale)
+        if fault == "stall":
+            print(f"step {step}: stalling (injected)", flush=True)
+            time.sleep(3600)
+        if fault == "crash" or (args.crash_at is not None and step == args.crash_at and not os.path.exists(crash_marker)):
+            open(crash_marker, "w").close()
+            print(f"step {step}: crashing (SIGKILL)", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if args.step_sleep or fault == "slowdown":
+            time.sleep(args.step_sleep * (6 if fault == "slowdown" else 1) + (0.02 if fault == "slowdown" else 0))
+        if step % args.eval_every == 0 or step == args.steps:
+            model.eval()
+            with torch.no_grad():
+                logits = model(x_val)
+                val_loss = loss_fn(logits, y_val).item()
+                acc = ((logits > 0).float() == y_val).float().mean().item()
+                area = auroc(logits.tolist(), y_val.tolist())
+            model.train()
+            metrics = {"accuracy": acc}
+            if area is not None:
+                metrics["auroc"] = area
+            log.val(loss=val_loss, metrics=metrics)
+        if step % args.ckpt_every == 0 or step == args.steps:
+            t0 = time.perf_counter()
+            path = os.path.join(ckpt_dir, f"step-{step}.pt")
+            size = _save_checkpoint(torch, path, {"model": model.state_dict(), "opt": opt.state_dict(),
+                                                  "runwatch": log.state_dict()})
+            reloaded = torch.load(path, weights_only=True)
+            build_model(torch).load_state_dict(reloaded["model"])  # read back and loaded: verified
+            _link_latest(path, latest)
+            log.checkpoint(path, seconds=time.perf_counter() - t0, bytes=size, verified=True)
+
+
+def _link_latest(path: str, latest: str) -> None:
+    """Point ckpt/latest.pt at `path` atomically (a copy of the bytes; symlinks break on some shares)."""
+    tmp = latest + ".tmp"
+    with open(path, "rb") as src, open(tmp, "wb") as dst:
+        while True:
+            block = src.read(1 << 20)
+            if not block:
+                break
+            dst.write(block)
+        dst.flush()
+        os.fsync(dst.fileno())
+    os.replace(tmp, latest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
