@@ -10,7 +10,7 @@ straggler), then times, side by side on the same files and in one run:
   - a bare stdlib loop: listdir + open + json.loads of every file (the floor any reader pays);
   - an mtime-only scan: listdir + os.stat of every file (what a file-age check alone costs).
 Reports medians over --repeat polls (the page cache warm, as for a watchdog polling every 5 s),
-the first (cold-ish) poll, ratios to the bare loop, and the number of status lines.
+the first (cold-ish) poll, the median CPU time, CPU ratios to the bare loop, and the number of status lines.
 """
 
 from __future__ import annotations
@@ -46,16 +46,19 @@ def generate(run_dir: str, n: int, now: float) -> None:
             json.dump(beat, f, separators=(",", ":"))
 
 
-def timed(fn, repeat: int) -> tuple[float, float, object]:
+def timed(fn, repeat: int) -> tuple[float, float, float, object]:
+    """(first wall s, median wall s, median CPU s of this process, result): CPU time shows the work
+    itself when other jobs share the cores."""
     first_t0 = time.perf_counter()
     result = fn()
     first = time.perf_counter() - first_t0
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = fn()
         times.append(time.perf_counter() - t0)
-    return first, statistics.median(times), result
+        cpu.append(time.process_time() - c0)
+    return first, statistics.median(times), statistics.median(cpu), result
 
 
 def bare(run_dir: str) -> int:
@@ -78,27 +81,28 @@ def main() -> int:
     p.add_argument("--ranks", type=int, nargs="+", default=[4096, 16384])
     p.add_argument("--repeat", type=int, default=7)
     args = p.parse_args()
-    print(f"{'ranks':>6} {'what':<28} {'first s':>8} {'median s':>9} {'x bare':>7}  result")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'ranks':>6} {'what':<28} {'first s':>8} {'median s':>9} {'cpu s':>7} {'x bare':>7}  result")
     for n in args.ranks:
         with tempfile.TemporaryDirectory() as run_dir:
             now = time.time()
             generate(run_dir, n, now)
             rows = []
-            f, m, r = timed(lambda: bare(run_dir), args.repeat)
-            base = m
-            rows.append(("bare listdir+open+json.loads", f, m, f"{r} files"))
-            f, m, r = timed(lambda: mtimes(run_dir), args.repeat)
-            rows.append(("mtime scan (os.stat)", f, m, "oldest mtime"))
-            f, m, r = timed(lambda: RankMonitor(rank_stall=300, straggler_patience=5).poll(run_dir, now), args.repeat)
-            rows.append(("RankMonitor.poll", f, m, f"{r[0]}: {r[2][:70]}..." if r else "None"))
+            f, m, c, r = timed(lambda: bare(run_dir), args.repeat)
+            base = c
+            rows.append(("bare listdir+open+json.loads", f, m, c, f"{r} files"))
+            f, m, c, r = timed(lambda: mtimes(run_dir), args.repeat)
+            rows.append(("mtime scan (os.stat)", f, m, c, "oldest mtime"))
+            f, m, c, r = timed(lambda: RankMonitor(rank_stall=300, straggler_patience=5).poll(run_dir, now), args.repeat)
+            rows.append(("RankMonitor.poll", f, m, c, f"{r[0]}: {r[2][:70]}..." if r else "None"))
             steady = RankMonitor(rank_stall=300, straggler_patience=5)
             steady.poll(run_dir, now)
-            f, m, r = timed(lambda: steady.poll(run_dir, now), args.repeat)
-            rows.append(("RankMonitor.poll, steady", f, m, "None (reported once)" if r is None else r[0]))
-            f, m, lines = timed(lambda: rank_status_lines(run_dir, now), args.repeat)
-            rows.append(("rank_status_lines", f, m, f"{len(lines)} lines"))
-            for what, f, m, res in rows:
-                print(f"{n:>6} {what:<28} {f:>8.3f} {m:>9.3f} {m / base:>7.2f}  {res}")
+            f, m, c, r = timed(lambda: steady.poll(run_dir, now), args.repeat)
+            rows.append(("RankMonitor.poll, steady", f, m, c, "None (reported once)" if r is None else r[0]))
+            f, m, c, lines = timed(lambda: rank_status_lines(run_dir, now), args.repeat)
+            rows.append(("rank_status_lines", f, m, c, f"{len(lines)} lines"))
+            for what, f, m, c, res in rows:
+                print(f"{n:>6} {what:<28} {f:>8.3f} {m:>9.3f} {c:>7.3f} {c / base:>7.2f}  {res}")
             for line in lines:
                 print(f"{'':>6}   | {line}")
     return 0

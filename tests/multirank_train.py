@@ -6,7 +6,8 @@ Every rank calls `log.step()` once per update, as RunLogger requires under torch
 0 alone writes the log. Faults for the tests: `--hang-rank K --hang-at N` (rank K sleeps for an
 hour before update N), `--slow-rank K --slow-seconds S` (rank K sleeps S before every update),
 `--kill-rank K --kill-at N` (rank K SIGKILLs itself), `--nan-rank K --nan-at N` (rank K's loss is
-NaN at update N). Each rank writes its own losses to RUN_DIR/losses-rank<k>.json at the end.
+NaN at update N), `--extra-rank K --extra-steps N` (rank K calls step() N more times, breaking
+the one rule RunLogger sets under torch.distributed). Each rank writes its own losses to RUN_DIR/losses-rank<k>.json at the end.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from runwatch import NonFiniteLossError, RunLogger
+from runwatch import NonFiniteLossError, RunLogger, RunwatchError
 from runwatch.heartbeats import HeartbeatConfig
 
 
@@ -38,6 +39,8 @@ def main() -> int:
     for fault in ("hang", "kill", "nan"):
         p.add_argument(f"--{fault}-rank", type=int, default=-1)
         p.add_argument(f"--{fault}-at", type=int, default=-1)
+    p.add_argument("--extra-rank", type=int, default=-1, help="this rank calls log.step() --extra-steps more times")
+    p.add_argument("--extra-steps", type=int, default=0)
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-seconds", type=float, default=0.0)
     args = p.parse_args()
@@ -76,9 +79,15 @@ def main() -> int:
                     loss = torch.tensor(float("nan"))
                 losses.append(float(loss.item()))
                 log.step(loss=loss.detach(), lr=0.05, grad_norm=norm)
+            if rank == args.extra_rank:  # breaks the rule: every rank calls step() as often
+                for _ in range(args.extra_steps):
+                    log.step(loss=1.0, lr=0.05, grad_norm=1.0)
     except NonFiniteLossError as exc:
         print(f"rank {rank}: {exc}", flush=True)
         code = 3
+    except RunwatchError as exc:
+        print(f"rank {rank}: {type(exc).__name__}: {exc}", flush=True)
+        code = 4
     with open(os.path.join(args.run_dir, f"losses-rank{rank}.json"), "w") as f:
         json.dump(losses, f)
     dist.destroy_process_group()

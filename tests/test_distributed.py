@@ -268,3 +268,16 @@ def test_the_logger_never_imports_torch_itself(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_ranks_out_of_step_are_caught_at_the_end_on_every_rank(launch):
+    run, run_dir = launch(2, "--steps", "10", "--window", "5", "--extra-rank", "1", "--extra-steps", "3")
+    assert run.wait() != 0
+    out = run.output()
+    message = ("ranks out of step at a window close: rank 0 had 0 attempted updates, rank 1 3; "
+               "every rank must call RunLogger.step() the same number of times")
+    for k in (0, 1):
+        assert f"rank {k}: RanksOutOfStepError: {message}" in out, out
+    summary = summarize(run_dir)
+    assert summary["end_reason"] == "error" and summary["last_step"] == 10
+    assert _records(run_dir)[-1]["error"] == message

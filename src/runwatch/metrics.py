@@ -30,7 +30,7 @@ import time
 import warnings
 from typing import Any, Iterator
 
-from .errors import InvalidRunError, LogWriteError, NonFiniteLossError, RunLockedError, RunwatchError
+from .errors import InvalidRunError, LogWriteError, NonFiniteLossError, RanksOutOfStepError, RunLockedError, RunwatchError
 from .distributed import HeartbeatWriter, process_group
 from .heartbeats import HeartbeatConfig
 from .schema import SCHEMA_VERSION, END_REASONS, dumps, read_manifest, validate_manifest, window_tokens
@@ -171,10 +171,6 @@ def _window_row(n: int, losses: list[float], grads: list[float], clipped: list[f
         float(len(qk)), math.fsum(q[1] for q in qk), math.fsum(q[2] for q in qk),
         max(logits, default=math.nan),
     ]
-
-
-class _RanksOutOfStep(RunwatchError):
-    """Ranks reached a window close with different attempted-update counts."""
 
 
 class _Terminated(KeyboardInterrupt):
@@ -480,7 +476,7 @@ class RunLogger:
             return
         if reason not in END_REASONS:
             raise ValueError(f"RunLogger.close: reason must be one of {sorted(END_REASONS)}, got {reason!r}")
-        out_of_step: _RanksOutOfStep | None = None
+        out_of_step: RanksOutOfStepError | None = None
         try:
             if self._journal.failed is None:
                 # Multi-rank: only a normal end closes the open window (a collective that every
@@ -491,7 +487,7 @@ class RunLogger:
                         self._close_window(final=True)
                     except NonFiniteLossError:
                         return  # the session was ended there, with reason nonfinite_loss
-                    except _RanksOutOfStep as exc:
+                    except RanksOutOfStepError as exc:
                         out_of_step, reason, error = exc, "error", str(exc)
                 self._write(self._record(
                     "session_end",
@@ -612,7 +608,7 @@ class RunLogger:
         counts = [int(r[_ATTEMPTED]) for r in rows]
         if min(counts) != max(counts):
             lo, hi = counts.index(min(counts)), counts.index(max(counts))
-            raise _RanksOutOfStep(
+            raise RanksOutOfStepError(
                 f"ranks out of step at a window close: rank {lo} had {counts[lo]} attempted updates, "
                 f"rank {hi} {counts[hi]}; every rank must call RunLogger.step() the same number of times"
             )
