@@ -68,6 +68,8 @@ STALL_TABLE = [
                                                  beat(1, **STALE, where="train.py:42 in main")],
      (1, 50, "rank 1 (host node0, pid 101) stopped at step 50 outside any collective (in train.py:42 in main) while "
              "1 rank(s) wait in one (in graph.py:979 in _engine_run_backward); no progress on any rank for 400 s")),
+    ("no progress before the first window: a long first step is not judged by waiting",
+     [beat(0, **STALE, window=0, waiting=True), beat(1, **STALE, window=0, where="train.py:42 in main")], None),
     ("no progress, all waiting: cannot tell", [beat(0, **STALE, waiting=True), beat(1, **STALE, waiting=True)], None),
     ("no progress, no samples: cannot tell", [beat(0, **STALE, waiting=None), beat(1, **STALE, waiting=None)], None),
     ("one rank still progressing", [beat(0, **STALE, attempted=60), beat(1, progress_time=NOW - 2)], None),

@@ -282,8 +282,8 @@ def rank_stall_finding(beats: dict[int, Heartbeat], now: float, stall: float) ->
        or that rank has ended after it: the process stopped writing (killed, frozen host).
     2. Every running rank made no progress (no step() call) for `stall` seconds: a rank that
        ended its session early, if any; else the rank with the fewest attempted updates, when
-       they differ; else the only ranks not waiting inside a collective while the others are (a
-       sleeping or hung rank makes the rest wait in backward).
+       they differ; else, once every rank has closed a window, the ranks not waiting inside a
+       collective while the others are (a sleeping or hung rank makes the rest wait in backward).
     """
     live = sorted((b for b in beats.values() if b.state == "running"), key=lambda b: b.rank)
     if not live:
@@ -319,7 +319,9 @@ def rank_stall_finding(beats: dict[int, Heartbeat], now: float, stall: float) ->
         )
     waiting = [b for b in live if b.waiting is True]
     running = [b for b in live if b.waiting is False]
-    if waiting and running:
+    # Before every rank has closed a window, a long first step (compilation, data warm-up) beside
+    # a rank already in a collective is normal: only ranks that have trained are judged this way.
+    if waiting and running and min(b.window for b in live) >= 1:
         k = running[0]
         return k.rank, k.step, (
             f"{k.label}{_more([b.rank for b in running])} stopped at step {k.step} outside any collective "
