@@ -43,6 +43,39 @@ def _add_summarize(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_summarize)
 
 
+def _add_watch(sub: argparse._SubParsersAction) -> None:
+    from . import watchdog
+
+    p = sub.add_parser("watch", help="follow a run; exit 7 on the first anomaly, 0 on completion")
+    watchdog.add_arguments(p, "watch")
+    p.set_defaults(func=lambda args: watchdog.run_watch(args))
+
+
+def _add_check(sub: argparse._SubParsersAction) -> None:
+    from . import watchdog
+
+    p = sub.add_parser("check", help="replay the watchdog's record rules over a log as it stands")
+    watchdog.add_arguments(p, "check")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(func=lambda args: watchdog.run_check(args))
+
+
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    from . import status
+
+    p = sub.add_parser("status", help="one short check-in on a run: step, loss, rate, ETA, process, GPUs")
+    status.add_arguments(p)
+    p.set_defaults(func=lambda args: status.run(args))
+
+
+def _add_launch(sub: argparse._SubParsersAction) -> None:
+    from . import launch
+
+    p = sub.add_parser("launch", help="start a training command detached, logging to RUN_DIR; optionally watch it")
+    launch.add_arguments(p)
+    p.set_defaults(func=lambda args: launch.run(args))
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from . import demo
 
@@ -59,6 +92,10 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_summarize,
     _add_demo,
+    _add_watch,
+    _add_check,
+    _add_status,
+    _add_launch,
 ]
 
 
