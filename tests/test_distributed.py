@@ -92,19 +92,28 @@ def _poll_until(monitor: RankMonitor, run_dir: str, run: Torchrun, timeout: floa
     return None
 
 
-def test_three_ranks_log_once_with_the_mean_loss_and_name_the_straggler(launch):
+def _watch(run_dir: str, *options: str) -> subprocess.Popen:
+    """`runwatch watch RUN_DIR` (the real watchdog) beside the run; it waits for the run to appear."""
+    os.makedirs(run_dir, exist_ok=True)
+    return subprocess.Popen([sys.executable, "-m", "runwatch", "watch", run_dir, "--poll", "0.3", "--startup-grace", "120",
+                             *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _verdict(watch: subprocess.Popen) -> tuple[int, str]:
+    try:
+        out, err = watch.communicate(timeout=DEADLINE_S)
+    finally:
+        if watch.poll() is None:
+            os.killpg(watch.pid, signal.SIGKILL)
+            watch.wait()
+    return watch.returncode, (out.strip().splitlines() or [err])[-1]
+
+
+def test_three_ranks_log_once_with_the_mean_loss_and_name_the_straggler(launch, tmp_path):
+    watch = _watch(str(tmp_path / "run"), "--straggler-patience", "3")
     run, run_dir = launch(3, "--steps", "60", "--window", "4", "--slow-rank", "2", "--slow-seconds", "0.05")
-    monitor = RankMonitor(straggler_factor=1.5, straggler_patience=3)
-    findings = []
-    while run.proc.poll() is None:
-        finding = monitor.poll(run_dir, time.time())
-        if finding is not None:
-            findings.append(finding)
-        time.sleep(0.2)
+    code, verdict = _verdict(watch)
     assert run.wait() == 0, run.output()
-    finding = monitor.poll(run_dir, time.time())
-    if finding is not None:
-        findings.append(finding)
 
     summary = summarize(run_dir)
     assert summary["completed"] and summary["updates"] == 60 and summary["train_windows"] == 15
@@ -115,7 +124,7 @@ def test_three_ranks_log_once_with_the_mean_loss_and_name_the_straggler(launch):
     with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
         assert len(json.load(f)["sessions"]) == 1
     assert sorted(os.listdir(run_dir)) == ["heartbeats", "losses-rank0.json", "losses-rank1.json", "losses-rank2.json",
-                                           "metrics.jsonl", "run.json"]
+                                           "metrics.jsonl", "run.json", "watchdog.json"]
     # The logged loss is the mean over ranks of each rank's own losses.
     per_rank = []
     for k in range(3):
@@ -130,30 +139,32 @@ def test_three_ranks_log_once_with_the_mean_loss_and_name_the_straggler(launch):
     beats, problems = read_heartbeats(run_dir)
     assert problems == [] and sorted(beats) == [0, 1, 2]
     assert {(b.state, b.window, b.step, b.world_size) for b in beats.values()} == {("ended", 15, 60, 3)}
-    # The slowed rank is named; the ranks waiting for it are not.
-    assert findings and findings[0][0] == "straggler", findings
-    assert findings[0][2].startswith("rank 2 (host "), findings
-    assert "median window time" in findings[0][2]
+    # The watchdog named the slowed rank, not the ranks waiting for it.
+    assert code == 7 and verdict.startswith("ANOMALY straggler step="), verdict
+    assert verdict.split(": ", 1)[1].startswith(f"rank 2 (host {beats[2].host}) took "), verdict
+    assert "x the median window time (" in verdict and "for 3 consecutive windows" in verdict
     lines = rank_status_lines(run_dir)
     assert 2 <= len(lines) <= 4 and lines[0].startswith("ranks: 3/3 heartbeats on 1 host(s), steps 60..60")
     assert any(line.startswith("slowest: rank 2 ") for line in lines), lines
 
 
-def test_a_sleeping_rank_is_named_not_the_rank_waiting_for_it(launch):
+def test_a_sleeping_rank_is_named_not_the_rank_waiting_for_it(launch, tmp_path):
     # Rank 1 sleeps mid-window; rank 0 blocks inside backward() (DDP's all-reduce), where a
     # process-group timeout would raise on rank 0 and torchrun would blame it.
+    watch = _watch(str(tmp_path / "run"), "--rank-stall", "4")
     run, run_dir = launch(2, "--steps", "400", "--window", "5", "--hang-rank", "1", "--hang-at", "13")
-    monitor = RankMonitor(rank_stall=4.0)
-    finding = _poll_until(monitor, run_dir, run, DEADLINE_S)
+    code, verdict = _verdict(watch)
     assert run.proc.poll() is None, run.output()  # still hung, not crashed
-    assert finding is not None, run.output()
-    kind, step, message = finding
     beats, _ = read_heartbeats(run_dir)
-    assert kind == "rank_stall" and step == 10
-    assert message.startswith(f"rank 1 (host {beats[1].host}, pid {beats[1].pid}) stopped at step 10 outside any collective (in multirank_train.py:")
-    assert "while 1 rank(s) wait in one (in graph.py:" in message
+    assert code == 7, verdict
+    assert verdict.startswith(f"ANOMALY rank_stall step=10: rank 1 (host {beats[1].host}, pid {beats[1].pid}) stopped at "
+                              "step 10 outside any collective (in multirank_train.py:"), verdict
+    assert "while 1 rank(s) wait in one (in graph.py:" in verdict
     assert beats[0].waiting is True and beats[1].waiting is False
-    assert any(line.startswith("most behind: rank ") for line in rank_status_lines(run_dir))
+    status = subprocess.run([sys.executable, "-m", "runwatch", "status", run_dir], capture_output=True, text=True)
+    rank_lines = [line for line in status.stdout.splitlines() if line.startswith(("ranks    ", "         most behind"))]
+    assert rank_lines[0].startswith("ranks    2/2 heartbeats on 1 host(s), steps 10..10"), status.stdout
+    assert rank_lines[1].startswith(f"         most behind: rank 1 (host {beats[1].host}, pid {beats[1].pid}) at step 10"), status.stdout
 
 
 def test_a_killed_rank_is_named_and_the_log_stays_valid(launch):
@@ -253,7 +264,7 @@ def test_a_single_process_keeps_no_heartbeats_even_under_a_one_rank_group(tmp_pa
             for _ in range(5):
                 log.step(loss=torch.tensor(1.0), lr=0.1, grad_norm=torch.tensor(0.5))
             assert log.state_dict()["step"] == 5  # closes the window, as a single process does
-        assert sorted(os.listdir(run_dir)) == ["metrics.jsonl", "run.json"]
+        assert sorted(os.listdir(run_dir)) == ["metrics.jsonl", "run.json", "watchdog.json"]
         assert summarize(run_dir)["updates"] == 5
     finally:
         dist.destroy_process_group()
