@@ -274,3 +274,45 @@ def test_the_modules_need_only_the_standard_library():
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": os.environ["PYTHONPATH"]})
     assert out.stdout.strip() == "False"
+
+
+def _minimal_log(run_dir) -> None:
+    with open(os.path.join(str(run_dir), "metrics.jsonl"), "w", encoding="utf-8") as f:
+        for step in (10, 20, 30):
+            f.write(json.dumps({"step": step, "loss": 1.0 / step, "lr": 0.1}) + "\n")
+
+
+def test_the_watchdog_polls_the_rank_rules(tmp_path, capsys):
+    import time as _time
+
+    from runwatch.cli import main
+
+    _minimal_log(tmp_path)
+    now = _time.time()
+    write(tmp_path, beat(0, world_size=2, time=now, progress_time=now))
+    write(tmp_path, beat(1, world_size=2, time=now - 400, step=40))
+    assert main(["watch", str(tmp_path), "--poll", "0.1", "--stall", "600", "--rank-stall", "300"]) == 7
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("ANOMALY rank_stall step=40: rank 1 (host node0, pid 101) stopped at step 40: its heartbeat is ")
+    with open(tmp_path / "watchdog.json", encoding="utf-8") as f:
+        assert json.load(f)["kind"] == "rank_stall"
+
+
+def test_status_shows_the_rank_lines(tmp_path, capsys):
+    import time as _time
+
+    from runwatch.cli import main
+
+    _minimal_log(tmp_path)
+    now = _time.time()
+    for k in range(3):
+        write(tmp_path, times(k, [1.0] * 4 + ([2.5] if k == 1 else [1.0]), world_size=3, time=now, progress_time=now))
+    assert main(["status", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    ranks = [line for line in out if line.startswith(("ranks    ", "         most", "         slowest"))]
+    assert ranks[0].startswith("ranks    3/3 heartbeats on 2 host(s), steps 50..50, newest ")
+    assert ranks[1].startswith("         most behind: rank 0 (host node0, pid 100) at step 50")
+    assert ranks[2] == ("         slowest: rank 1 (host node0) 2.50x the median window time (2.5 s vs 1 s) at window 5 "
+                        "(straggler threshold 1.5x)")
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["ranks"]) == 3
