@@ -89,6 +89,22 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_demo)
 
 
+def _add_plot(sub: argparse._SubParsersAction) -> None:
+    from . import plot
+
+    p = sub.add_parser("plot", help="draw a PNG snapshot of a run (needs runwatch[plot])")
+    plot.add_arguments(p)
+    p.set_defaults(func=lambda args: plot.run(args))
+
+
+def _add_tensorboard(sub: argparse._SubParsersAction) -> None:
+    from . import tensorboard
+
+    p = sub.add_parser("tensorboard", help="export a run as TensorBoard event files (needs runwatch[tensorboard])")
+    tensorboard.add_arguments(p)
+    p.set_defaults(func=lambda args: tensorboard.run(args))
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_summarize,
     _add_demo,
@@ -96,6 +112,8 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_check,
     _add_status,
     _add_launch,
+    _add_plot,
+    _add_tensorboard,
 ]
 
 
