@@ -368,3 +368,24 @@ def test_new_session_in_run_json_is_followed(tmp_path, writer):
     assert (code, last) == (0, "OK done step=7"), first + err
     assert f"runwatch watch: new session {log.session_id} in run.json; rules restart" in err
 
+
+
+def test_a_run_being_set_up_is_not_read_as_minimal_telemetry(tmp_path):
+    """RunLogger creates metrics.jsonl a moment before run.json: a watch that starts in between must
+    still read the run as schema v1 (else its session_end is never recognised)."""
+    import threading
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").touch()
+
+    def later():
+        time.sleep(0.4)
+        os.unlink(run / "metrics.jsonl")
+        make_run(run, steps=4, window=2, val=0.9)
+
+    t = threading.Thread(target=later)
+    t.start()
+    v = Watcher(str(run), Options(poll=0.05, stall=30), log=lambda m: None).run()
+    t.join()
+    assert v.line() == "OK done step=4"

@@ -223,6 +223,13 @@ POLL_CHECKS: list[Callable[["Watcher"], Finding | None]] = [_rank_check]
 # --- the watch loop -------------------------------------------------------------------------------
 
 
+def _empty(path: str) -> bool:
+    try:
+        return os.path.getsize(path) == 0
+    except OSError:
+        return True
+
+
 class Watcher:
     """Follows one run and judges its latest session; `run()` blocks until a Verdict."""
 
@@ -267,6 +274,11 @@ class Watcher:
                 return False
         t = self.target
         maps = self.opts.maps
+        if (t.format == "jsonl" and os.path.basename(t.log_path) == "metrics.jsonl"
+                and not os.path.exists(t.manifest_path) and _empty(t.log_path)):
+            # RunLogger creates (and locks) metrics.jsonl just before it writes run.json: an empty
+            # log without a manifest is a run being set up, not minimal telemetry. Decide later.
+            return False
         if t.format == "jsonl" and t.schema_v1():
             self.manifest = ManifestFollower(t.run_dir)
             self.manifest.poll()
