@@ -84,9 +84,29 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="a tiny real training on the CPU, supervised end to end")
-    p.add_argument("--dir", default=None, metavar="DIR", help="where to put the runs (default: a new temporary folder)")
-    p.add_argument("--steps", type=int, default=600, help="training steps of the run (default 600)")
+    p.add_argument("--dir", default=None, metavar="DIR", help="where to put the run (default: a new temporary folder)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 600; 300 with --framework hf)")
+    p.add_argument("--inject", choices=("nan", "stall", "crash", "slowdown", "explode"), default=None,
+                   help="run with this fault and show the watchdog catching it")
+    p.add_argument("--framework", choices=("torch", "hf"), default="torch",
+                   help="a plain PyTorch loop (default) or a Hugging Face Trainer")
     p.set_defaults(func=_run_demo)
+
+
+def _add_plot(sub: argparse._SubParsersAction) -> None:
+    from . import plot
+
+    p = sub.add_parser("plot", help="draw a PNG snapshot of a run (needs runwatch[plot])")
+    plot.add_arguments(p)
+    p.set_defaults(func=lambda args: plot.run(args))
+
+
+def _add_tensorboard(sub: argparse._SubParsersAction) -> None:
+    from . import tensorboard
+
+    p = sub.add_parser("tensorboard", help="export a run as TensorBoard event files (needs runwatch[tensorboard])")
+    tensorboard.add_arguments(p)
+    p.set_defaults(func=lambda args: tensorboard.run(args))
 
 
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
@@ -96,6 +116,8 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_check,
     _add_status,
     _add_launch,
+    _add_plot,
+    _add_tensorboard,
 ]
 
 

@@ -5,7 +5,8 @@
     ├── UsageError                      a command line or option that cannot work (exit 2)
     ├── RunLockedError                  a second logger on a run directory in use
     ├── LogWriteError (OSError)         the logger could not write a record (disk full, EFBIG)
-    └── NonFiniteLossError              the training loss went NaN/Inf; the session was ended
+    ├── NonFiniteLossError              the training loss went NaN/Inf; the session was ended
+    └── RanksOutOfStepError             torch.distributed ranks called RunLogger.step() unequally
 
 The command line maps these to exit codes in one place (`runwatch.cli.main`).
 """
@@ -19,6 +20,7 @@ __all__ = [
     "RunLockedError",
     "LogWriteError",
     "NonFiniteLossError",
+    "RanksOutOfStepError",
 ]
 
 
@@ -44,3 +46,8 @@ class LogWriteError(RunwatchError, OSError):
 
 class NonFiniteLossError(RunwatchError, FloatingPointError):
     """The loss went non-finite; the logger wrote `session_end` with reason `nonfinite_loss`."""
+
+
+class RanksOutOfStepError(RunwatchError):
+    """Ranks of a torch.distributed run reached a window close with different attempted-update
+    counts (each must call RunLogger.step() as often); raised on every rank."""

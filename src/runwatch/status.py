@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import UsageError
 from .follow import tail_lines
+from .heartbeats import rank_status_lines
 from .process import alive, read_pid_file
 from .records import Record, RecordParser, read_trainer_state, resolve_target
 from .rules import fmt_step
@@ -112,6 +113,7 @@ def status(run_dir: str, *, gpus: bool = True, now: float | None = None) -> dict
         verdict = {**verdict, "before_current_launch": bool(stale)}
     out["watchdog"] = verdict if isinstance(verdict, dict) else None
     out["gpus"] = gpu_info() if gpus else None
+    out["ranks"] = rank_status_lines(t.run_dir, now)  # multi-rank runs: at most 4 lines; else []
     return out
 
 
@@ -235,6 +237,8 @@ def format_status(st: dict) -> list[str]:
             lines.append(f"         ... and {len(g) - 8} more GPUs")
     elif g is not None:
         lines.append(f"gpu      {g}")
+    for i, line in enumerate(st.get("ranks") or []):
+        lines.append(("ranks    " if i == 0 else "         ") + line.removeprefix("ranks: "))
     if st["torn_tail"]:
         lines.append("note     the log ends in a line still being written")
     return lines

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from .errors import InvalidRunError, UsageError
 from .follow import LogFollower, ManifestFollower
+from .heartbeats import RankMonitor
 from .records import Record, RecordParser, Target, parse_maps, parser_for, read_trainer_state, resolve_target
 from .rules import Finding, Rules, fmt_step
 from . import process as _proc
@@ -205,9 +206,18 @@ def write_verdict(run_dir: str, verdict: Verdict) -> str:
     return path
 
 
+def _rank_check(w: "Watcher") -> Finding | None:
+    """`rank_stall` / `straggler` from RUN_DIR/heartbeats/ (multi-rank runs; silent otherwise)."""
+    monitor = w.__dict__.get("_rank_monitor")
+    if monitor is None:
+        monitor = w._rank_monitor = RankMonitor(w.opts.rank_stall, w.opts.straggler_factor, w.opts.straggler_patience)
+    found = monitor.poll(w.run_dir, w.clock())
+    return None if found is None else Finding(found[0], found[1], found[2])
+
+
 # Poll-time checks beyond the log (e.g. per-rank heartbeats): each is called once per poll with the
 # Watcher and returns a Finding or None. Plug one in by appending it here.
-POLL_CHECKS: list[Callable[["Watcher"], Finding | None]] = []
+POLL_CHECKS: list[Callable[["Watcher"], Finding | None]] = [_rank_check]
 
 
 # --- the watch loop -------------------------------------------------------------------------------
