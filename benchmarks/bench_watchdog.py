@@ -210,12 +210,25 @@ def bench_latency() -> None:
 
 def bench_idle() -> None:
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    # An idle poll is one stat whatever the log's size (see `poll`); a 100 MB log is used so that the
+    # measurement also shows nothing grows with it. The minute starts once the catch-up is over.
     d = make_run(100 * 2**20)
     try:
         for poll in ("5", "0.2"):
             w = subprocess.Popen([sys.executable, "-m", "runwatch", "watch", d, "--poll", poll, "--stall", "100000",
                                   "--pid", str(os.getpid())], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(15)  # catch-up on the 100 MB log done
+            def cpu_now() -> float:
+                with open(f"/proc/{w.pid}/stat") as f:
+                    parts = f.read().rsplit(")", 1)[1].split()
+                return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+            last = -1.0
+            while True:  # wait for the catch-up to end: CPU stops rising
+                time.sleep(float(poll) + 2)
+                now = cpu_now()
+                if now - last < 0.05:
+                    break
+                last = now
 
             def cpu() -> float:
                 with open(f"/proc/{w.pid}/stat") as f:

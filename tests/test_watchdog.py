@@ -32,6 +32,16 @@ WRITER = textwrap.dedent('''
             for i in range(n):
                 log.step(1.0, 0.1, 1.0)
                 time.sleep(interval)
+    elif mode == "v1-explode":  # metrics.jsonl exists (empty) a while before run.json, as with a slow start
+        os.makedirs(target, exist_ok=True)
+        open(os.path.join(target, "metrics.jsonl"), "a").close()
+        time.sleep(0.5)
+        from runwatch import RunLogger
+        with RunLogger(target, recipe={"batch_size": 2, "seq_len": 4, "gradient_accumulation_steps": 1,
+                                       "qk_clip_threshold": None}, hardware={}, window=1) as log:
+            for i in range(n):
+                log.step(1.0, 0.1, 1.0 if i < 3 else 500.0)
+                time.sleep(interval)
     elif mode in ("minimal", "nan", "hang"):
         with open(target, "a") as f:
             for i in range(1, n + 1):
@@ -278,6 +288,14 @@ def test_live_run_completes_without_false_stall(tmp_path, writer):
     assert (code, last) == (0, "OK done step=8"), err
 
 
+def test_schema_v1_decided_once_the_log_has_bytes(tmp_path, writer):
+    w = watch_proc(tmp_path / "run", "--poll", "0.05", "--stall", "5")
+    time.sleep(0.3)
+    writer("v1-explode", tmp_path / "run", 8, 0.05)
+    code, last, err = finish(w)
+    assert (code, last) == (7, "ANOMALY grad_explosion step=6: gradient norm 500 > 50 for 3 consecutive train records"), err
+
+
 def test_torn_line_completed_later_is_never_invalid(tmp_path, writer):
     log = tmp_path / "t.jsonl"
     w = watch_proc(log, "--poll", "0.05", "--done", "DONE", "--stall", "5")
@@ -368,3 +386,36 @@ def test_new_session_in_run_json_is_followed(tmp_path, writer):
     assert (code, last) == (0, "OK done step=7"), first + err
     assert f"runwatch watch: new session {log.session_id} in run.json; rules restart" in err
 
+
+
+def test_a_run_being_set_up_is_not_read_as_minimal_telemetry(tmp_path):
+    """RunLogger creates metrics.jsonl a moment before run.json: a watch that starts in between must
+    still read the run as schema v1 (else its session_end is never recognised)."""
+    import threading
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").touch()
+
+    def later():
+        time.sleep(0.4)
+        os.unlink(run / "metrics.jsonl")
+        make_run(run, steps=4, window=2, val=0.9)
+
+    t = threading.Thread(target=later)
+    t.start()
+    v = Watcher(str(run), Options(poll=0.05, stall=30), log=lambda m: None).run()
+    t.join()
+    assert v.line() == "OK done step=4"
+
+
+def test_truncated_log_is_read_again_once(tmp_path):
+    log = tmp_path / "m.jsonl"
+    log.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 1.0}\n')
+    notes = []
+    w = Watcher(str(log), Options(poll=0.05, grad_patience=1), log=notes.append)
+    assert w.poll_once() is None and w.last_step == 2
+    log.write_text('{"step": 1, "loss": 1.0, "grad_norm": 99}\n')  # replaced: a new inode or a shrink
+    v = w.poll_once()
+    assert notes[-1].endswith("m.jsonl was replaced; reading it again from the start") or notes[-1].endswith("was truncated; reading it again from the start")
+    assert v.line() == "ANOMALY grad_explosion step=1: gradient norm 99 > 50 for 1 consecutive train records"

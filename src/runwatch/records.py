@@ -55,6 +55,10 @@ MINIMAL_KEYS = ("step", "t", "loss", "lr", "learning_rate", "grad_norm", "sps", 
 MAX_STATE_BYTES = 512 * 1024 * 1024
 
 
+# A target that does not exist yet is a run directory unless its name ends like a log file.
+FILE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".log", ".txt")
+
+
 @dataclass(slots=True)
 class Record:
     """One normalized record.
@@ -123,7 +127,11 @@ def resolve_target(target: str) -> Target:
     (also one level down, in its latest `checkpoint-N/`).
     """
     target = os.fspath(target)
-    if os.path.isdir(target):
+    if not os.path.exists(target) and not target.endswith(FILE_SUFFIXES):
+        target_is_dir = True  # not there yet: a run directory, unless it is named like a log file
+    else:
+        target_is_dir = os.path.isdir(target)
+    if target_is_dir:
         log = os.path.join(target, "metrics.jsonl")
         if not os.path.exists(log):
             state = _find_trainer_state(target)

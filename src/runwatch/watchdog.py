@@ -223,6 +223,13 @@ POLL_CHECKS: list[Callable[["Watcher"], Finding | None]] = [_rank_check]
 # --- the watch loop -------------------------------------------------------------------------------
 
 
+def _empty(path: str) -> bool:
+    try:
+        return os.path.getsize(path) == 0
+    except OSError:
+        return True
+
+
 class Watcher:
     """Follows one run and judges its latest session; `run()` blocks until a Verdict."""
 
@@ -261,11 +268,16 @@ class Watcher:
         """Set up the reader once the log exists; False while it does not."""
         if self.parser is not None:
             return True
+        self.target = resolve_target(self.target_arg)  # the target or a trainer_state.json may have appeared
+        self.run_dir = self.target.run_dir
         if not os.path.exists(self.target.log_path):
-            self.target = resolve_target(self.target_arg)  # a trainer_state.json may have appeared
-            if not os.path.exists(self.target.log_path):
-                return False
+            return False
         t = self.target
+        if (t.format == "jsonl" and os.path.basename(t.log_path) == "metrics.jsonl"
+                and not os.path.exists(t.manifest_path) and _empty(t.log_path)):
+            # The logger creates metrics.jsonl before run.json and writes run.json before any record:
+            # decide between schema v1 and minimal telemetry only once the log has bytes.
+            return False
         maps = self.opts.maps
         if t.format == "jsonl" and t.schema_v1():
             self.manifest = ManifestFollower(t.run_dir)
@@ -301,8 +313,10 @@ class Watcher:
             batch = self.follower.poll()
             if batch.reset:
                 self.log(f"runwatch watch: {self.target.log_path} was {batch.reset}; reading it again from the start")
-                self.parser = None
+                follower, self.parser, self.current = self.follower, None, None
+                self.rules.reset()
                 self._open()
+                self.follower = follower  # keeps its restarted offset
             if batch.grew and not self.catching_up:
                 self.last_growth = self.clock()
             apply = self._apply
