@@ -42,6 +42,9 @@ ROUNDS_PER_DIR = 10
 CHILD = """
 import faulthandler, json, os, signal, sys
 faulthandler.register(signal.SIGUSR1)  # the parent asks for the stack of a child that hangs
+# and, if it hangs, how SIGINT stood for it at the start (see docs/RELIABILITY.md, open observations)
+sys.stderr.write("SIGINT=%%r blocked=%%r\\n" %% (signal.getsignal(signal.SIGINT), sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))))
+sys.stderr.flush()
 from runwatch import RunLogger
 run_dir, window, state = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 log = RunLogger(run_dir, recipe=%r, window=window, resume_from=state, hardware={})
