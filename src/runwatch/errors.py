@@ -5,7 +5,10 @@
     ├── UsageError                      a command line or option that cannot work (exit 2)
     ├── RunLockedError                  a second logger on a run directory in use
     ├── LogWriteError (OSError)         the logger could not write a record (disk full, EFBIG)
-    └── NonFiniteLossError              the training loss went NaN/Inf; the session was ended
+    ├── NonFiniteLossError              the training loss went NaN/Inf; the session was ended
+    ├── InsufficientRunError            a run too short to judge (`plan`: too few steady windows)
+    ├── DataError                       a data set `audit-data` cannot read as a whole (not one bad row)
+    └── CheckpointError                 a checkpoint that cannot be read back (`verify_checkpoint`)
 
 The command line maps these to exit codes in one place (`runwatch.cli.main`).
 """
@@ -19,6 +22,9 @@ __all__ = [
     "RunLockedError",
     "LogWriteError",
     "NonFiniteLossError",
+    "InsufficientRunError",
+    "DataError",
+    "CheckpointError",
 ]
 
 
@@ -44,3 +50,15 @@ class LogWriteError(RunwatchError, OSError):
 
 class NonFiniteLossError(RunwatchError, FloatingPointError):
     """The loss went non-finite; the logger wrote `session_end` with reason `nonfinite_loss`."""
+
+
+class InsufficientRunError(RunwatchError):
+    """A valid run that is too short to judge: the message says how many more steps are needed."""
+
+
+class DataError(RunwatchError):
+    """An input data set that cannot be read as a whole (a missing file or column, a mixed directory)."""
+
+
+class CheckpointError(RunwatchError):
+    """A checkpoint file that cannot be read back, or holds no tensors."""
