@@ -128,13 +128,22 @@ def project(samples_per_second: float, samples: int, epochs: float, eval_fractio
     """The projection arithmetic alone: times, margin, whether it fits, the largest run that fits."""
     if not samples_per_second > 0:
         raise InvalidRunError(f"steady throughput must be > 0 samples/s, got {samples_per_second!r}")
+    def total(n: int) -> float:
+        train = n * epochs / samples_per_second
+        return train + eval_fraction * train + setup_seconds
+
     train_seconds = samples * epochs / samples_per_second
     eval_seconds = eval_fraction * train_seconds
-    projected = train_seconds + eval_seconds + setup_seconds
+    projected = total(samples)
     available = window_seconds - setup_seconds
     max_samples = 0
     if available > 0:
         max_samples = math.floor(available * samples_per_second / (epochs * (1.0 + eval_fraction)))
+        # the closed form can land one off by rounding; settle it with the same sum as `projected`
+        while max_samples > 0 and total(max_samples) > window_seconds:
+            max_samples -= 1
+        while total(max_samples + 1) <= window_seconds:
+            max_samples += 1
     return {
         "train_seconds": train_seconds,
         "eval_seconds": eval_seconds,
@@ -269,6 +278,10 @@ def verdict_line(result: dict) -> str:
             f" the largest that fits is {result['max_samples']:,} samples (fraction {result['max_fraction']:.3f})")
 
 
+def _rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def render(result: dict) -> str:
     """The text report."""
     epochs = f"{result['epochs']:g} epoch" + ("" if result["epochs"] == 1 else "s")
@@ -280,8 +293,8 @@ def render(result: dict) -> str:
     margin_pct = 100.0 * result["margin_seconds"] / result["window_seconds"]
     lines = [
         f"plan for {result['run_dir']} (session {result['session_id']}, step {result['last_step']})",
-        f"  throughput  {result['steady_samples_per_second']:.4g} samples/s steady"
-        f" ({result['steady_train_tokens_per_second']:.4g} tokens/s / seq_len {result['seq_len']};"
+        f"  throughput  {_rate(result['steady_samples_per_second'])} samples/s steady"
+        f" ({_rate(result['steady_train_tokens_per_second'])} tokens/s / seq_len {result['seq_len']};"
         f" {result['steady_windows']} windows after step {result['after_step']},"
         f" {result['warmup_windows']} warm-up windows left out)",
         f"  training    {result['samples']:,} samples x {epochs} = {format_duration(result['train_seconds'])}",

@@ -63,7 +63,7 @@ def _chance(options: SmokeOptions, recipe: dict) -> tuple[float | None, str]:
         return float(options.chance_loss), "--chance-loss"
     k = recipe.get("num_classes")
     if type(k) is int and k >= 2:
-        return math.log(k), f"ln {k}, recipe num_classes"
+        return math.log(k), f"ln(recipe num_classes {k})"
     return None, ""
 
 
@@ -75,8 +75,8 @@ def _loss_check(options: SmokeOptions, summary: dict) -> dict:
                                      f" (train loss {first:.4g} -> {last:.4g})")
     bar = chance - CHANCE_TOLERANCE
     relation = "<" if last < bar else ">="
-    return _check("loss", last < bar, f"train loss {first:.4g} -> {last:.4g} {relation} chance {chance:.4g}"
-                                      f" ({source}) - {CHANCE_TOLERANCE}")
+    return _check("loss", last < bar, f"train loss {first:.4g} -> {last:.4g} {relation} {bar:.4g}"
+                                      f" (chance {chance:.4g} from {source}, less {CHANCE_TOLERANCE})")
 
 
 def _metric_check(options: SmokeOptions, vals: list[tuple[int, float]], other_names: set[str]) -> dict:
