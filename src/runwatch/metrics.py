@@ -230,6 +230,7 @@ class RunLogger:
         self._t0 = time.monotonic()
         self._mark = time.perf_counter()
         self._terminated = False
+        self._pid = os.getpid()  # a forked child (a data-loader worker) must not end the session
         self._previous_sigterm: Any = None
         self._install_sigterm()
         atexit.register(self._at_exit)
@@ -397,7 +398,7 @@ class RunLogger:
             if not math.isfinite(loss):
                 self._keep(i, losses, grads, clipped, skips)
                 self._emit_window(allow_empty=True)
-                self._fail_nonfinite(f"non-finite loss {loss} at attempted update {i + 1} of the window after step {self._step}")
+                self._fail_nonfinite(f"non-finite loss {loss} at the attempted update after step {self._step}")
         self._keep(n, losses, grads, clipped, skips)
         self._emit_window(allow_empty=False)
 
@@ -640,6 +641,10 @@ class RunLogger:
             return  # the program handles SIGTERM itself; leave it be
 
         def on_sigterm(signum: int, frame: Any) -> None:
+            if os.getpid() != self._pid:  # a forked child: behave as if we were not here
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
             self._terminated = True
             raise _Terminated("SIGTERM")
 
@@ -654,7 +659,7 @@ class RunLogger:
         self._previous_sigterm = None
 
     def _at_exit(self) -> None:
-        if self._closed:
+        if self._closed or os.getpid() != self._pid:
             return
         with contextlib.suppress(Exception):
             if self._terminated:

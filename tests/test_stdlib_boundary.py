@@ -1,0 +1,39 @@
+"""The core imports only the standard library: proved under `python -S` (no site-packages)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+# The modules the auditor and the watchdog need. Ones not written yet are skipped.
+CORE = ["runwatch", "runwatch.errors", "runwatch.schema", "runwatch.metrics", "runwatch.summary", "runwatch.cli",
+        "runwatch.follow", "runwatch.records", "runwatch.rules", "runwatch.watchdog", "runwatch.status",
+        "runwatch.heartbeats", "runwatch.launch"]
+
+
+def test_core_imports_only_the_standard_library():
+    present = [m for m in CORE if importlib.util.find_spec(m) is not None]
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {SRC!r})\n"
+        f"for m in {present!r}: __import__(m)\n"
+        "foreign = sorted(n for n, m in sys.modules.items() if n.split('.')[0] not in sys.stdlib_module_names\n"
+        "                 and n.split('.')[0] not in ('runwatch', '__main__'))\n"
+        "print(foreign)\n"
+    )
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                          env={"PATH": os.environ.get("PATH", "")})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_public_api():
+    import runwatch
+
+    assert sorted(runwatch.__all__) == sorted([
+        "RunLogger", "summarize", "RunwatchError", "InvalidRunError", "NonFiniteLossError", "RunLockedError",
+        "__version__",
+    ])
