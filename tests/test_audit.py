@@ -99,18 +99,23 @@ def test_csv(tmp_path):
         for i in range(N):
             w.writerow([snippet(i), "py"])
         w.writerow(["x = 1", "py", "extra"])
+    with open(src, "ab") as f:
+        f.write(b"y = '\xff',py\n")  # not UTF-8: that row is rejected, the ones after it are read
+        f.write(b"z = 1,py\n")
     r = run_audit(src, tmp_path / "out", normalize="ast", chunk_rows=16)
-    assert (r["rows"], r["kept"]) == (N + 1, N - 14)
-    assert r["rejected_by_reason"] == {"check": {"SyntaxError": 14}, "read": {"field_count": 1}}
+    assert (r["rows"], r["kept"]) == (N + 3, N - 14 + 1)
+    assert r["rejected_by_reason"] == {"check": {"SyntaxError": 14}, "read": {"field_count": 1, "invalid_utf8": 1}}
     with open(tmp_path / "out" / "kept.raw.csv", newline="", encoding="utf-8") as f:
         raw = list(csv.reader(f))
     with open(tmp_path / "out" / "kept.normalized.csv", newline="", encoding="utf-8") as f:
         norm = list(csv.reader(f))
     assert raw[0] == norm[0] == ["id", "code", "lang"]
-    assert [x[0] for x in raw[1:]] == [x[0] for x in norm[1:]] == [str(i) for i in range(N) if i not in BROKEN]
+    assert [x[0] for x in raw[1:]] == [x[0] for x in norm[1:]] == [str(i) for i in range(N + 3) if i not in BROKEN
+                                                                   and i not in (N, N + 1)]
     assert all(b[1] == ast.unparse(ast.parse(a[1])) for a, b in zip(raw[1:], norm[1:]))
     # where a record starts: each snippet spans 3 physical lines
-    assert read_jsonl(tmp_path / "out" / "rejected.jsonl")[-1]["where"] == f"c.csv:{2 + 3 * N}"
+    assert [x["where"] for x in read_jsonl(tmp_path / "out" / "rejected.jsonl")[-2:]] == [
+        f"c.csv:{2 + 3 * N}", f"c.csv:{3 + 3 * N}"]
 
 
 def test_parquet(tmp_path):

@@ -180,7 +180,8 @@ class Corpus:
         header = self.header[1:] if self.made_ids else self.header
         col = header.index(self.field)
         id_col = header.index(self.id_field or "id") if not self.made_ids else None
-        with open(name, newline="", encoding="utf-8-sig", errors="strict") as f:
+        # surrogateescape: an invalid byte must not stop the reading; the row holding it is rejected below
+        with open(name, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
             reader = csv.reader(f)
             next(reader)  # the header, checked in _inspect_csv
             while True:
@@ -189,12 +190,18 @@ class Corpus:
                     fields = next(reader)
                 except StopIteration:
                     return
-                except (csv.Error, UnicodeDecodeError) as exc:
+                except csv.Error as exc:
                     yield Row(number, where, None, ("csv_error", str(exc)), None)
                     number += 1
                     continue
                 if not fields:  # csv yields [] for a blank line
                     self.blank_lines += 1
+                    continue
+                try:
+                    "".join(fields).encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    yield Row(number, where, None, ("invalid_utf8", f"invalid UTF-8 at character {exc.start}"), None)
+                    number += 1
                     continue
                 if len(fields) != len(header):
                     yield Row(number, where, None, ("field_count", f"{len(fields)} fields, header has {len(header)}"), None)
@@ -260,9 +267,11 @@ class Corpus:
 
 def _csv_header(name: str) -> list[str]:
     try:
-        with open(name, newline="", encoding="utf-8-sig") as f:
+        with open(name, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
             header = next(csv.reader(f), None)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        if header:
+            "".join(header).encode("utf-8")
+    except (OSError, UnicodeError, csv.Error) as exc:
         raise DataError(f"{name}: cannot read the CSV header: {exc}") from None
     if not header:
         raise DataError(f"{name}: empty CSV file (no header)")
