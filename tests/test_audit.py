@@ -287,3 +287,15 @@ def test_preflight_modules_import_only_the_standard_library():
             "print(heavy)" % src)
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_values_survive_the_round_trip(tmp_path):
+    # long integers, NaN and lone surrogates read the same with or without orjson's fast path
+    line = '{"id": 123456789012345678901234567890, "code": "x  =  1", "v": NaN, "s": "\\ud800"}'
+    src = tmp_path / "c.jsonl"
+    src.write_text(line + "\n")
+    r = run_audit(src, tmp_path / "out", normalize="ast", workers=0)
+    assert r["kept"] == 1
+    assert (tmp_path / "out" / "kept.raw.jsonl").read_text() == line + "\n"
+    assert (tmp_path / "out" / "kept.normalized.jsonl").read_text() == (
+        '{"id": 123456789012345678901234567890, "code": "x = 1", "v": NaN, "s": "\\ud800"}\n')

@@ -18,12 +18,33 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import sys
 from typing import Any, Iterator, NamedTuple
 
 from .errors import DataError
 
 __all__ = ["Row", "Corpus", "FORMATS", "open_writer"]
+
+try:  # optional fast path (extra: fast), ~3x faster; what it rejects goes to the standard library
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+
+# orjson reads an integer beyond 64 bits as a float; a line with 19+ digits in a row may hold one.
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
+def _loads(line: str) -> Any:
+    """json.loads, through orjson when it is importable, with identical results either way: what
+    orjson refuses (NaN, lone surrogates) or might read differently (long integers) goes to json."""
+    if _orjson is not None and not _LONG_DIGITS.search(line):
+        try:
+            return _orjson.loads(line)
+        except ValueError:
+            pass
+    return json.loads(line)
 
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 # Rows of one Parquet record batch read or written at once: ~1-10 MB for code snippets.
@@ -150,7 +171,7 @@ class Corpus:
                     self.blank_lines += 1
                     continue
                 try:
-                    obj = json.loads(line)
+                    obj = _loads(line)
                 except (ValueError, RecursionError) as exc:
                     yield Row(number, where, None, ("malformed_json", str(exc)), None)
                     number += 1
