@@ -36,7 +36,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from .corpus import Corpus, Row, open_writer
+from .corpus import Corpus, JsonlWriter, Row, open_writer
 from .errors import DataError, UsageError
 
 __all__ = ["AuditOptions", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
@@ -344,8 +344,8 @@ def audit(input_path: str, options: AuditOptions) -> dict:
         writers.append(raw_w)
         norm_w = open_writer(corpus, tmp["normalized"])
         writers.append(norm_w)
-        rej_f = open(tmp["rejected"], "w", encoding="utf-8", newline="\n", buffering=1 << 20)
-        writers.append(rej_f)
+        rej_w = JsonlWriter(tmp["rejected"])
+        writers.append(rej_w)
 
         def emit(chunk: _Chunk) -> None:
             for row, result in zip(chunk.rows, chunk.results):
@@ -356,8 +356,8 @@ def audit(input_path: str, options: AuditOptions) -> dict:
                     stage, reason, message = result
                     by_stage = counts.setdefault(stage, {})
                     by_stage[reason] = by_stage.get(reason, 0) + 1
-                    rej_f.write(json.dumps({"id": row.id, "stage": stage, "reason": reason, "message": message,
-                                            "where": row.where}, ensure_ascii=False, default=str) + "\n")
+                    rej_w.write(json.dumps({"id": row.id, "stage": stage, "reason": reason, "message": message,
+                                            "where": row.where}, ensure_ascii=False, default=str))
                     continue
                 stats["kept"] += 1
                 raw = corpus.raw_item(row)

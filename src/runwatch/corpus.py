@@ -24,7 +24,7 @@ from typing import Any, Iterator, NamedTuple
 
 from .errors import DataError
 
-__all__ = ["Row", "Corpus", "FORMATS", "open_writer"]
+__all__ = ["Row", "Corpus", "FORMATS", "open_writer", "JsonlWriter"]
 
 try:  # optional fast path (extra: fast), ~3x faster; what it rejects goes to the standard library
     import orjson as _orjson
@@ -307,13 +307,17 @@ def _pyarrow_parquet() -> Any:
     return pq
 
 
-class _JsonlWriter:
+class JsonlWriter:
+    """Lines of JSON text, UTF-8; `close()` fsyncs."""
+
     def __init__(self, path: str) -> None:
         self._f = open(path, "w", encoding="utf-8", newline="\n", buffering=1 << 20)
 
     def write(self, item: str) -> None:
-        self._f.write(item)
-        self._f.write("\n")
+        try:
+            self._f.write(item + "\n")
+        except UnicodeEncodeError:  # a lone surrogate, only ever inside a JSON string: write JSON's \uXXXX
+            self._f.write(item.encode("utf-8", "backslashreplace").decode("utf-8") + "\n")
 
     def close(self) -> None:
         self._f.flush()
@@ -366,7 +370,7 @@ class _ParquetWriter:
 def open_writer(corpus: Corpus, path: str) -> Any:
     """A writer of `corpus`'s format at `path`: `.write(item)` then `.close()` (which fsyncs)."""
     if corpus.format == "jsonl":
-        return _JsonlWriter(path)
+        return JsonlWriter(path)
     if corpus.format == "csv":
         return _CsvWriter(path, corpus.header)
     return _ParquetWriter(path, corpus.schema)
