@@ -11,7 +11,7 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 # The modules the auditor and the watchdog need. Ones not written yet are skipped.
 CORE = ["runwatch", "runwatch.errors", "runwatch.schema", "runwatch.metrics", "runwatch.summary", "runwatch.cli",
         "runwatch.follow", "runwatch.records", "runwatch.rules", "runwatch.watchdog", "runwatch.status",
-        "runwatch.heartbeats", "runwatch.launch"]
+        "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch"]
 
 
 def test_core_imports_only_the_standard_library():

@@ -43,6 +43,39 @@ def _add_summarize(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_summarize)
 
 
+def _add_watch(sub: argparse._SubParsersAction) -> None:
+    from . import watchdog
+
+    p = sub.add_parser("watch", help="follow a run; exit 7 on the first anomaly, 0 on completion")
+    watchdog.add_arguments(p, "watch")
+    p.set_defaults(func=lambda args: watchdog.run_watch(args))
+
+
+def _add_check(sub: argparse._SubParsersAction) -> None:
+    from . import watchdog
+
+    p = sub.add_parser("check", help="replay the watchdog's record rules over a log as it stands")
+    watchdog.add_arguments(p, "check")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.set_defaults(func=lambda args: watchdog.run_check(args))
+
+
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    from . import status
+
+    p = sub.add_parser("status", help="one short check-in on a run: step, loss, rate, ETA, process, GPUs")
+    status.add_arguments(p)
+    p.set_defaults(func=lambda args: status.run(args))
+
+
+def _add_launch(sub: argparse._SubParsersAction) -> None:
+    from . import launch
+
+    p = sub.add_parser("launch", help="start a training command detached, logging to RUN_DIR; optionally watch it")
+    launch.add_arguments(p)
+    p.set_defaults(func=lambda args: launch.run(args))
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from . import demo
 
@@ -51,9 +84,29 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="a tiny real training on the CPU, supervised end to end")
-    p.add_argument("--dir", default=None, metavar="DIR", help="where to put the runs (default: a new temporary folder)")
-    p.add_argument("--steps", type=int, default=600, help="training steps of the run (default 600)")
+    p.add_argument("--dir", default=None, metavar="DIR", help="where to put the run (default: a new temporary folder)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 600; 300 with --framework hf)")
+    p.add_argument("--inject", choices=("nan", "stall", "crash", "slowdown", "explode"), default=None,
+                   help="run with this fault and show the watchdog catching it")
+    p.add_argument("--framework", choices=("torch", "hf"), default="torch",
+                   help="a plain PyTorch loop (default) or a Hugging Face Trainer")
     p.set_defaults(func=_run_demo)
+
+
+def _add_plot(sub: argparse._SubParsersAction) -> None:
+    from . import plot
+
+    p = sub.add_parser("plot", help="draw a PNG snapshot of a run (needs runwatch[plot])")
+    plot.add_arguments(p)
+    p.set_defaults(func=lambda args: plot.run(args))
+
+
+def _add_tensorboard(sub: argparse._SubParsersAction) -> None:
+    from . import tensorboard
+
+    p = sub.add_parser("tensorboard", help="export a run as TensorBoard event files (needs runwatch[tensorboard])")
+    tensorboard.add_arguments(p)
+    p.set_defaults(func=lambda args: tensorboard.run(args))
 
 
 def _add_preflight(sub: argparse._SubParsersAction) -> None:
@@ -72,6 +125,12 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_summarize,
     _add_demo,
+    _add_watch,
+    _add_check,
+    _add_status,
+    _add_launch,
+    _add_plot,
+    _add_tensorboard,
     _add_preflight,
 ]
 

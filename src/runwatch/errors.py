@@ -6,6 +6,7 @@
     ├── RunLockedError                  a second logger on a run directory in use
     ├── LogWriteError (OSError)         the logger could not write a record (disk full, EFBIG)
     ├── NonFiniteLossError              the training loss went NaN/Inf; the session was ended
+    ├── RanksOutOfStepError             torch.distributed ranks called RunLogger.step() unequally
     ├── InsufficientRunError            a run too short to judge (`plan`: too few steady windows)
     ├── DataError                       a data set `audit-data` cannot read as a whole (not one bad row)
     └── CheckpointError                 a checkpoint that cannot be read back (`verify_checkpoint`)
@@ -22,6 +23,7 @@ __all__ = [
     "RunLockedError",
     "LogWriteError",
     "NonFiniteLossError",
+    "RanksOutOfStepError",
     "InsufficientRunError",
     "DataError",
     "CheckpointError",
@@ -50,6 +52,11 @@ class LogWriteError(RunwatchError, OSError):
 
 class NonFiniteLossError(RunwatchError, FloatingPointError):
     """The loss went non-finite; the logger wrote `session_end` with reason `nonfinite_loss`."""
+
+
+class RanksOutOfStepError(RunwatchError):
+    """Ranks of a torch.distributed run reached a window close with different attempted-update
+    counts (each must call RunLogger.step() as often); raised on every rank."""
 
 
 class InsufficientRunError(RunwatchError):

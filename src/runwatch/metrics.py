@@ -30,7 +30,9 @@ import time
 import warnings
 from typing import Any, Iterator
 
-from .errors import InvalidRunError, LogWriteError, NonFiniteLossError, RunLockedError, RunwatchError
+from .errors import InvalidRunError, LogWriteError, NonFiniteLossError, RanksOutOfStepError, RunLockedError, RunwatchError
+from .distributed import HeartbeatWriter, process_group
+from .heartbeats import HeartbeatConfig
 from .schema import SCHEMA_VERSION, END_REASONS, dumps, read_manifest, validate_manifest, window_tokens
 
 __all__ = ["RunLogger", "detect_hardware"]
@@ -110,33 +112,140 @@ def _check_start(state: Any) -> dict:
     return start
 
 
+def _device_name() -> str:
+    """This process's accelerator (the current CUDA device) or "cpu"; torch only if imported."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return str(torch.cuda.get_device_name(torch.cuda.current_device()))
+    return "cpu"
+
+
+def _rank_hardware(hw: dict, peers: list[dict], detected: bool) -> dict:
+    """`hardware` of a multi-rank session: world size, nodes (distinct hosts), and the device of
+    each rank, run-length encoded in rank order (`[{"device": "NVIDIA H200", "ranks": 8}]`) so
+    that 10k ranks stay a few bytes."""
+    hw = dict(hw)
+    runs: list[dict] = []
+    for peer in peers:
+        if runs and runs[-1]["device"] == peer["device"]:
+            runs[-1]["ranks"] += 1
+        else:
+            runs.append({"device": peer["device"], "ranks": 1})
+    extra = {"world_size": len(peers), "nodes": len({p["host"] for p in peers}), "rank_devices": runs}
+    for key, value in extra.items():
+        if detected:
+            hw[key] = value
+        else:  # the caller's own keys win
+            hw.setdefault(key, value)
+    return hw
+
+
+class _NoHeartbeat:
+    """A single process keeps no heartbeat file."""
+
+    def window(self, step: int, train_seconds: float) -> None:
+        """Nothing to write."""
+
+    def end(self) -> None:
+        """Nothing to stop."""
+
+
+# The row each rank contributes to a window's all_gather (float64): counts, sums and maxima, so
+# that rank 0 can form the window over all ranks from one collective of 14 numbers a rank.
+(_ATTEMPTED, _UPDATES, _LOSS_SUM, _FINITE, _GRAD_SUM, _GRAD_MAX, _CLIPPED, _SECONDS, _BAD, _BAD_VALUE,
+ _QK_ROWS, _QK_OBSERVED, _QK_CLIPPED, _QK_MAX) = range(14)
+
+
+def _window_row(n: int, losses: list[float], grads: list[float], clipped: list[float], skips: list[float],
+                qk: list[tuple[int, float, float, float]], train_seconds: float, bad: int) -> list[float]:
+    """This rank's row for the first `n` attempted updates of its window; `bad` is the index of its
+    first non-finite loss (n when none)."""
+    ok = [i for i in range(n) if not skips[i]]
+    finite = [g for g in grads[:n] if math.isfinite(g)]
+    logits = [q[3] for q in qk if math.isfinite(q[3])]
+    return [
+        float(n), float(len(ok)), math.fsum(losses[i] for i in ok) if bad >= n else 0.0,
+        float(len(finite)), math.fsum(finite), max(finite, default=0.0),
+        float(sum(1 for i in ok if clipped[i])), float(train_seconds),
+        float(bad), losses[bad] if bad < n else 0.0,
+        float(len(qk)), math.fsum(q[1] for q in qk), math.fsum(q[2] for q in qk),
+        max(logits, default=math.nan),
+    ]
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that `with RunLogger(...)` ends the session."""
 
 
+_HOST_NUMBER_TYPES = frozenset({float, int, bool})
+_TENSOR_TYPES: dict[type, bool] = {}  # type -> whether it is a torch tensor type (memo)
+
+
+def _is_tensor_type(t: type) -> bool:
+    known = _TENSOR_TYPES.get(t)
+    if known is None:
+        known = _TENSOR_TYPES[t] = hasattr(t, "device") and hasattr(t, "detach")
+    return known
+
+
 def _as_float_list(values: list) -> list[float]:
     """Python floats for `values` (numbers, numpy scalars, 0-dim tensors): one sync per device."""
+    if _HOST_NUMBER_TYPES.issuperset(map(type, values)):  # the common case: plain Python numbers
+        return list(map(float, values))
     out: list[Any] = list(values)
-    by_device: dict[Any, list[int]] = {}
+    groups: dict[tuple, list[int]] = {}  # (device, dtype) -> indices of the tensors
     for i, v in enumerate(values):
         t = type(v)
-        if t is float or t is int or t is bool:
+        if t in _HOST_NUMBER_TYPES:
             out[i] = float(v)
-        elif hasattr(v, "device") and hasattr(v, "detach"):  # a torch tensor
-            by_device.setdefault(v.device, []).append(i)
+        elif _is_tensor_type(t):
+            key = (v.device, v.dtype)
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [i]
+            else:
+                group.append(i)
         else:  # numpy scalars and other numbers: host values, no sync
             out[i] = float(v)
-    if by_device:
-        import torch
-
-        for idx in by_device.values():
-            device = values[idx[0]].device
-            dtype = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
-            stacked = torch.stack([values[i].detach().reshape(()).to(dtype) for i in idx])
+    if groups:
+        by_device: dict[Any, list[list[int]]] = {}
+        for (device, _dtype), group in groups.items():
+            by_device.setdefault(device, []).append(group)
+        for device, device_groups in by_device.items():
+            idx = [i for group in device_groups for i in group]
             # note: this is the logger's only CPU-GPU sync point, once per window and device
-            for i, f in zip(idx, stacked.tolist()):
-                out[i] = f
+            for i, f in zip(idx, _stack_all(device, [[values[i] for i in group] for group in device_groups]).tolist()):
+                out[i] = float(f)
     return out
+
+
+def _stack_all(device: Any, groups: list[list]) -> Any:
+    """One 1-d tensor of the one-element tensors in `groups` (one device, one dtype a group)."""
+    import torch
+
+    # One stack per dtype: stacking mixed dtypes takes a much slower promoting path.
+    parts = [_stack_one_dtype(group) for group in groups]
+    if not all(p.dtype is torch.bool or p.is_floating_point() for p in parts):
+        # Integers go to float64, as float() would round them (float32 where a device has no float64).
+        wide = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
+        parts = [p.to(wide) for p in parts]
+    # Floats and bools promote to the widest float among them, exactly.
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _stack_one_dtype(tensors: list) -> Any:
+    import torch
+
+    # (Tensors that require grad are stacked with a graph that is dropped at once; no_grad would
+    # cost more than it saves.)
+    try:
+        stacked = torch.stack(tensors)
+    except RuntimeError:  # shapes differ, e.g. 0-dim and (1,)
+        stacked = None
+    if stacked is None or stacked.shape != (len(tensors),):
+        # reshape(()) raises the usual error for a tensor of more than one element
+        stacked = torch.stack([t.reshape(()) for t in tensors])
+    return stacked
 
 
 class RunLogger:
@@ -151,6 +260,12 @@ class RunLogger:
         window: attempted updates per train window.
         resume_from: `state_dict()` saved in the checkpoint being resumed; None starts at zero.
         fsync: fsync after every record (always at the session's end).
+        heartbeat: how often each rank of a torch.distributed run refreshes its heartbeat.
+
+    Under an initialised torch.distributed process group (world size > 1), global rank 0 alone
+    writes the files; every rank must call `step()` the same number of times (windows close at
+    the same attempted-update counts everywhere, each with one small all_gather: the only sync
+    point the logger adds) and leave `with` together. See docs/MULTIRANK.md.
     """
 
     def __init__(
@@ -163,6 +278,7 @@ class RunLogger:
         resume_from: dict | None = None,
         *,
         fsync: bool = False,
+        heartbeat: HeartbeatConfig | None = None,
     ) -> None:
         if run_dir is None:
             run_dir = os.environ.get("RUNWATCH_RUN_DIR")
@@ -176,6 +292,8 @@ class RunLogger:
         for i, opt in enumerate(optimizers):
             if not isinstance(opt, dict) or not isinstance(opt.get("algorithm"), str):
                 raise ValueError(f"RunLogger.optimizers[{i}] must be a dict with a string 'algorithm', got {opt!r}")
+        if heartbeat is not None and not isinstance(heartbeat, HeartbeatConfig):
+            raise ValueError(f"RunLogger.heartbeat must be a HeartbeatConfig or None, got {type(heartbeat).__name__}")
         if hardware is not None and not isinstance(hardware, dict):
             raise ValueError(f"RunLogger.hardware must be a dict or None, got {type(hardware).__name__}")
         self.run_dir = os.fspath(run_dir)
@@ -189,30 +307,61 @@ class RunLogger:
         os.makedirs(self.run_dir, exist_ok=True)
         self._metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
         self._manifest_path = os.path.join(self.run_dir, "run.json")
-        self._fd = self._open_locked()
-        try:
-            self._set_torn_tail_aside()
-            manifest = self._load_or_create_manifest(resume_from)
-            self.run_id: str = manifest["run_id"]
-            self.session_id: str = _new_session_id()
-            while any(s["session_id"] == self.session_id for s in manifest["sessions"]):
-                self.session_id = _new_session_id()
-            manifest["sessions"].append({
-                "session_id": self.session_id,
-                "started_at": _utc_now(),
-                "start": start,
-                "recipe": self.recipe,
-                "optimizers": optimizers,
-                "hardware": detect_hardware() if hardware is None else hardware,
+        # Under torch.distributed only global rank 0 writes run.json and metrics.jsonl; every rank
+        # closes the same windows (one all_gather each) and keeps its own heartbeat file.
+        self._group = process_group()
+        writer = self._group is None or self._group.rank == 0
+        failure: BaseException | None = None
+        manifest: dict | None = None
+        self._journal: _Journal | _NullJournal = _NullJournal()
+        if writer:
+            try:
+                self._journal = _Journal(self.run_dir, self._fsync)
+                manifest = self._journal.load_or_create_manifest(resume_from)
+            except BaseException as exc:
+                self._journal.close()
+                if self._group is None:
+                    raise
+                failure = exc  # told to the other ranks first, so that none waits for rank 0
+        self.session_id: str = _new_session_id()
+        while manifest is not None and any(s["session_id"] == self.session_id for s in manifest["sessions"]):
+            self.session_id = _new_session_id()
+        self.run_id: str = manifest["run_id"] if manifest is not None else ""
+        if self._group is not None:
+            peers = self._group.exchange({  # once per session: who is where, and rank 0's run
+                "host": self._group.host, "device": _device_name(), "window": window,
+                "run_id": self.run_id, "session_id": self.session_id,
+                "error": None if failure is None else f"{type(failure).__name__}: {failure}",
             })
-            validate_manifest(manifest, "RunLogger manifest")
-            self._write_manifest(manifest)
-        except BaseException:
-            os.close(self._fd)
-            raise
-        self._size = os.fstat(self._fd).st_size
+            if failure is not None:
+                raise failure
+            if peers[0]["error"] is not None:
+                raise RunwatchError(f"{self.run_dir}: rank 0 could not open the run: {peers[0]['error']}")
+            windows = sorted({p["window"] for p in peers})
+            if len(windows) > 1:
+                if writer:
+                    self._journal.close()
+                raise ValueError(f"RunLogger.window must be the same on every rank, got {windows}")
+            self.run_id, self.session_id = peers[0]["run_id"], peers[0]["session_id"]
+        if manifest is not None:
+            try:
+                hw = detect_hardware() if hardware is None else hardware
+                if self._group is not None:
+                    hw = _rank_hardware(hw, peers, detected=hardware is None)
+                manifest["sessions"].append({
+                    "session_id": self.session_id,
+                    "started_at": _utc_now(),
+                    "start": start,
+                    "recipe": self.recipe,
+                    "optimizers": optimizers,
+                    "hardware": hw,
+                })
+                validate_manifest(manifest, "RunLogger manifest")
+                self._journal.write_manifest(manifest)
+            except BaseException:
+                self._journal.close()
+                raise
         self._closed = False
-        self._failed: str | None = None
         # counters: cumulative run totals (written) and this session's attempted tokens
         self._step = start["step"]
         self._tokens_total = start["tokens"]
@@ -229,6 +378,14 @@ class RunLogger:
         self._profiling_seconds = 0.0
         self._t0 = time.monotonic()
         self._mark = time.perf_counter()
+        self._attempted_done = 0  # attempted updates of this session in closed windows
+        self._beat: HeartbeatWriter | _NoHeartbeat = _NoHeartbeat()
+        if self._group is not None:
+            self._beat = HeartbeatWriter(
+                self.run_dir, self._group.rank, self._group.world_size, self.session_id,
+                self._progress, heartbeat if heartbeat is not None else HeartbeatConfig(),
+            )
+            self._beat.start(self._step)
         self._terminated = False
         self._pid = os.getpid()  # a forked child (a data-loader worker) must not end the session
         self._previous_sigterm: Any = None
@@ -259,7 +416,9 @@ class RunLogger:
         if self._closed:
             raise RunwatchError(self._closed_message())
         if type(loss) is float:
-            if loss - loss != 0.0:  # NaN or +-Inf: fail loud now, no need to wait for the window
+            # NaN or +-Inf: fail loud now, no need to wait for the window (a multi-rank window
+            # closes on every rank together, so there it waits for the boundary)
+            if loss - loss != 0.0 and self._group is None:
                 self._losses.append(loss)
                 self._grads.append(grad_norm)
                 self._clipped.append(clipped)
@@ -286,7 +445,7 @@ class RunLogger:
     def val(self, loss: Any, metrics: dict | None = None) -> None:
         """Record an evaluation at the current step: its loss and named metrics (e.g. `auroc`)."""
         self._ensure_open()
-        self._close_window()
+        self._close_window_before_record()
         loss_f, *values = _as_float_list([loss, *(metrics or {}).values()])  # note: a sync, once per eval
         if not math.isfinite(loss_f):
             self._fail_nonfinite(f"non-finite validation loss {loss_f} at step {self._step}")
@@ -303,7 +462,7 @@ class RunLogger:
         """Record a checkpoint written to `path` in `seconds` (optionally its size, and whether it was
         read back and loaded)."""
         self._ensure_open()
-        self._close_window()
+        self._close_window_before_record()
         seconds = float(seconds)
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"RunLogger.checkpoint: seconds must be a finite number >= 0, got {seconds!r}")
@@ -331,17 +490,25 @@ class RunLogger:
     def state_dict(self) -> dict:
         """Counters to save inside a checkpoint; pass them back as `resume_from` when resuming.
 
-        Closes the open window first, so that the log and the checkpoint agree.
+        Closes the open window first, so that the log and the checkpoint agree. Under
+        torch.distributed the window stays open (closing it is a collective, and often only rank 0
+        saves); its updates are counted in as this rank saw them.
         """
         self._ensure_open()
-        self._close_window()
+        self._close_window_before_record()
+        step, tokens, skipped = self._step, self._tokens_total, self._skipped_total
+        if self._group is not None and self._losses:
+            skips = sum(1 for s in _as_float_list(self._skips) if s)  # note: a sync, once per checkpoint
+            step += len(self._losses) - skips
+            tokens += self._tokens_per_attempt * len(self._losses)
+            skipped += skips
         return {
             "schema_version": SCHEMA_VERSION,
             "run_id": self.run_id,
             "session_id": self.session_id,
-            "step": self._step,
-            "tokens": self._tokens_total,
-            "skipped": self._skipped_total,
+            "step": step,
+            "tokens": tokens,
+            "skipped": skipped,
         }
 
     @property
@@ -355,13 +522,19 @@ class RunLogger:
             return
         if reason not in END_REASONS:
             raise ValueError(f"RunLogger.close: reason must be one of {sorted(END_REASONS)}, got {reason!r}")
+        out_of_step: RanksOutOfStepError | None = None
         try:
-            if self._failed is None:
-                if reason != "nonfinite_loss":
+            if self._journal.failed is None:
+                # Multi-rank: only a normal end closes the open window (a collective that every
+                # rank reaches together); after an error or a signal the other ranks may never
+                # come, so the open window is left out of the counters and the log alike.
+                if reason == "normal" or (reason != "nonfinite_loss" and self._group is None):
                     try:
-                        self._close_window()
+                        self._close_window(final=True)
                     except NonFiniteLossError:
                         return  # the session was ended there, with reason nonfinite_loss
+                    except RanksOutOfStepError as exc:
+                        out_of_step, reason, error = exc, "error", str(exc)
                 self._write(self._record(
                     "session_end",
                     reason=reason,
@@ -370,6 +543,8 @@ class RunLogger:
                 ), sync=True)
         finally:
             self._release()
+        if out_of_step is not None:
+            raise out_of_step
 
     def __enter__(self) -> "RunLogger":
         return self
@@ -386,13 +561,30 @@ class RunLogger:
 
     # --- windows and records ----------------------------------------------------------------
 
-    def _close_window(self) -> None:
+    def _close_window_before_record(self) -> None:
+        """Close the open window before a val or checkpoint record, or state_dict(): a single
+        process does; under torch.distributed the window waits for its boundary (those calls may
+        come from rank 0 alone), and the record carries the step of the last closed window."""
+        if self._group is None:
+            self._close_window()
+
+    def _close_window(self, final: bool = False) -> None:
+        if self._group is not None:
+            self._close_window_ranks(final)
+            return
         n = len(self._losses)
         if n == 0 or self._closed:
             return
-        flat = _as_float_list(self._losses + self._grads + self._clipped + self._skips)
+        # Everything the window holds is converted in one call: one sync per device and window.
+        qk = self._qk
+        qk_values = [v for _, o, c, m in qk for v in (0 if o is None else o, 0 if c is None else c, math.nan if m is None else m)]
+        lr = self._lr if self._lr is not None else 0.0
+        flat = _as_float_list(self._losses + self._grads + self._clipped + self._skips + [lr] + qk_values)
         losses, grads = flat[:n], flat[n:2 * n]
-        clipped, skips = flat[2 * n:3 * n], flat[3 * n:]
+        clipped, skips = flat[2 * n:3 * n], flat[3 * n:4 * n]
+        self._lr = flat[4 * n]
+        qk_flat = flat[4 * n + 1:]
+        self._qk = [(entry[0], *qk_flat[3 * j:3 * j + 3]) for j, entry in enumerate(qk)]
         # A non-finite loss ends the session: the updates before it form the last window.
         for i, loss in enumerate(losses):
             if not math.isfinite(loss):
@@ -437,18 +629,110 @@ class RunLogger:
         }
         if self._qk:
             fields["qk_clip"] = self._qk_fields()
-        self._step += updates
-        self._tokens_total += tokens
-        self._skipped_total += skipped
-        self._session_tokens += tokens
+        self._commit_window(fields)
+
+    def _commit_window(self, fields: dict) -> None:
+        self._step += fields["updates"]
+        self._tokens_total += fields["tokens"]
+        self._skipped_total += fields["skipped"]
+        self._session_tokens += fields["tokens"]
         self._reset_window()
         self._write(self._record("train", **fields))
 
-    def _qk_fields(self) -> dict:
+    # --- multi-rank windows -----------------------------------------------------------------
+
+    def _close_window_ranks(self, final: bool) -> None:
+        """Close the window on every rank at once: heartbeat, then one all_gather of a short row
+        per rank; the gathered rows (the same on every rank) decide everything that follows."""
+        n = len(self._losses)
+        if self._closed or (n == 0 and not final):
+            return
+        flat = _as_float_list(self._losses + self._grads + self._clipped + self._skips)
+        losses, grads = flat[:n], flat[n:2 * n]
+        clipped, skips = flat[2 * n:3 * n], flat[3 * n:]
+        qk = self._qk_rows()
+        bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), n)
+        row = _window_row(n, losses, grads, clipped, skips, qk, self._train_seconds, bad)
+        # The heartbeat goes out BEFORE the collective: a rank blocked in it has shown that it got
+        # here, and a rank that never arrives has not.
+        if n:
+            self._beat.window(self._step + int(row[_UPDATES]), self._train_seconds)
+        rows = self._group.gather(row)  # type: ignore[union-attr]
+        counts = [int(r[_ATTEMPTED]) for r in rows]
+        if min(counts) != max(counts):
+            lo, hi = counts.index(min(counts)), counts.index(max(counts))
+            raise RanksOutOfStepError(
+                f"ranks out of step at a window close: rank {lo} had {counts[lo]} attempted updates, "
+                f"rank {hi} {counts[hi]}; every rank must call RunLogger.step() the same number of times"
+            )
+        cut = int(min(r[_BAD] for r in rows))
+        if cut < n:
+            culprit = min(range(len(rows)), key=lambda k: (rows[k][_BAD], k))
+            value = rows[culprit][_BAD_VALUE]
+            # The fatal path alone gathers twice: every rank now knows the cut, and the updates
+            # before it form the last window, as in a single process.
+            prefix = self._group.gather(  # type: ignore[union-attr]
+                _window_row(cut, losses, grads, clipped, skips, [q for q in qk if q[0] < cut], self._train_seconds, cut)
+            ) if cut > 0 else None
+            self._keep(cut, losses, grads, clipped, skips)
+            self._emit_rows(prefix, cut, allow_empty=True)
+            self._fail_nonfinite(
+                f"non-finite loss {value} on rank {culprit} at the attempted update after step {self._step}"
+            )
+        self._keep(n, losses, grads, clipped, skips)
+        self._emit_rows(rows, n, allow_empty=False)
+
+    def _qk_rows(self) -> list[tuple[int, float, float, float]]:
         flat = _as_float_list([v for _, o, c, m in self._qk for v in (o or 0, c or 0, m if m is not None else math.nan)])
-        observed = int(sum(flat[0::3]))
-        clipped = int(sum(flat[1::3]))
-        logits = [m for m in flat[2::3] if math.isfinite(m)]
+        return [(q[0], flat[3 * i], flat[3 * i + 1], flat[3 * i + 2]) for i, q in enumerate(self._qk)]
+
+    def _emit_rows(self, rows: list[list[float]] | None, attempted: int, allow_empty: bool) -> None:
+        """Write the train window of gathered rows: loss the mean over ranks, skips and non-finite
+        norms the max over ranks, train_seconds the slowest rank's."""
+        skipped = int(max(attempted - r[_UPDATES] for r in rows)) if rows else attempted
+        updates = attempted - skipped
+        if updates <= 0 or rows is None:
+            if allow_empty:
+                self._reset_window()
+            return
+        local_updates = math.fsum(r[_UPDATES] for r in rows)
+        finite = math.fsum(r[_FINITE] for r in rows)
+        fields: dict[str, Any] = {
+            "updates": updates,
+            "skipped": skipped,
+            "attempted": attempted,
+            "tokens": self._tokens_per_attempt * attempted,
+            "train_seconds": max(max(r[_SECONDS] for r in rows), 1e-9),
+            "loss": math.fsum(r[_LOSS_SUM] for r in rows) / local_updates,
+            "lr": self._lr_value(),
+            "grad_norm": {
+                "mean": math.fsum(r[_GRAD_SUM] for r in rows) / finite if finite else 0.0,
+                "max": max((r[_GRAD_MAX] for r in rows if r[_FINITE] > 0), default=0.0),
+            },
+            "nonfinite_grad_norms": int(max(attempted - r[_FINITE] for r in rows)),
+            "grad_clipped_fraction": min(1.0, math.fsum(r[_CLIPPED] for r in rows) / local_updates),
+        }
+        if any(r[_QK_ROWS] > 0 for r in rows):
+            observed = int(sum(r[_QK_OBSERVED] for r in rows))
+            logits = [r[_QK_MAX] for r in rows if math.isfinite(r[_QK_MAX])]
+            fields["qk_clip"] = {
+                "threshold": self._qk_threshold,
+                "observed_head_updates": observed,
+                "clipped_head_updates": min(int(sum(r[_QK_CLIPPED] for r in rows)), observed),
+                "max_logit": max(logits) if logits else None,
+            }
+        self._commit_window(fields)
+
+    def _progress(self) -> tuple[int, float]:
+        """(attempted updates of the session so far, perf_counter of the latest step()); read by
+        the heartbeat thread, so no cost in step()."""
+        return self._attempted_done + len(self._losses), self._mark
+
+    def _qk_fields(self) -> dict:
+        # (index, observed, clipped, max_logit), already floats (converted with the window)
+        observed = int(sum(q[1] for q in self._qk))
+        clipped = int(sum(q[2] for q in self._qk))
+        logits = [q[3] for q in self._qk if math.isfinite(q[3])]
         return {
             "threshold": self._qk_threshold,
             "observed_head_updates": observed,
@@ -457,12 +741,13 @@ class RunLogger:
         }
 
     def _lr_value(self) -> float:
-        (lr,) = _as_float_list([self._lr if self._lr is not None else 0.0])
+        lr = self._lr  # a float: converted with the window
         if not math.isfinite(lr) or lr < 0:
             raise ValueError(f"RunLogger.step: lr must be a finite number >= 0, got {lr}")
         return lr
 
     def _reset_window(self) -> None:
+        self._attempted_done += len(self._losses)
         self._losses, self._grads, self._clipped, self._skips, self._qk = [], [], [], [], []
         self._train_seconds = 0.0
 
@@ -490,7 +775,7 @@ class RunLogger:
     def _memory(self) -> dict:
         memory: dict[str, int] = {}
         torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_available():  # cheap test first
             memory["cuda_allocated_peak_bytes"] = int(torch.cuda.max_memory_allocated())
             memory["cuda_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
         rss = _host_rss_peak_bytes()
@@ -508,7 +793,100 @@ class RunLogger:
         self._release()
         raise NonFiniteLossError(f"runwatch: {message}; session ended (reason nonfinite_loss)")
 
-    # --- files ------------------------------------------------------------------------------
+    def _write(self, rec: dict, sync: bool = False) -> None:
+        self._journal.append(rec, sync)
+
+    def _release(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._journal.close()
+        self._beat.end()
+        self._restore_sigterm()
+        atexit.unregister(self._at_exit)
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise RunwatchError(self._closed_message())
+
+    def _closed_message(self) -> str:
+        return f"RunLogger of {self.run_dir} is closed (session {self.session_id})"
+
+    # --- signals and exit -------------------------------------------------------------------
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            current = signal.getsignal(signal.SIGTERM)
+        except (ValueError, AttributeError):  # pragma: no cover
+            return
+        if current is not signal.SIG_DFL:
+            return  # the program handles SIGTERM itself; leave it be
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if os.getpid() != self._pid:  # a forked child: behave as if we were not here
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            self._terminated = True
+            raise _Terminated("SIGTERM")
+
+        self._previous_sigterm = current
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _restore_sigterm(self) -> None:
+        if self._previous_sigterm is None or threading.current_thread() is not threading.main_thread():
+            return
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        self._previous_sigterm = None
+
+    def _at_exit(self) -> None:
+        if self._closed or os.getpid() != self._pid:
+            return
+        with contextlib.suppress(Exception):
+            if self._terminated:
+                self.close("interrupted", "SIGTERM")
+            else:
+                self.close("error", "the process exited without RunLogger.close()")
+
+
+class _Journal:
+    """The files of a run directory, as the writing process (single process, or global rank 0)
+    keeps them: `metrics.jsonl` open for append under an advisory lock, and `run.json`."""
+
+    def __init__(self, run_dir: str, fsync: bool) -> None:
+        self.run_dir = run_dir
+        self._fsync = fsync
+        self._metrics_path = os.path.join(run_dir, "metrics.jsonl")
+        self._manifest_path = os.path.join(run_dir, "run.json")
+        self._fd = self._open_locked()
+        try:
+            self._set_torn_tail_aside()
+            self._size = os.fstat(self._fd).st_size
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._failed: str | None = None
+
+    @property
+    def failed(self) -> str | None:
+        """Why writing failed (the session cannot write more), or None."""
+        return self._failed
+
+    def load_or_create_manifest(self, resume_from: dict | None) -> dict:
+        return self._load_or_create_manifest(resume_from)
+
+    def write_manifest(self, manifest: dict) -> None:
+        self._write_manifest(manifest)
+
+    def append(self, rec: dict, sync: bool = False) -> None:
+        self._write(rec, sync)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
 
     def _open_locked(self) -> int:
         import fcntl
@@ -612,57 +990,18 @@ class RunLogger:
             raise LogWriteError(exc.errno, self._failed) from None
         self._size += len(data)
 
-    def _release(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-        self._restore_sigterm()
-        atexit.unregister(self._at_exit)
 
-    def _ensure_open(self) -> None:
-        if self._closed:
-            raise RunwatchError(self._closed_message())
+class _NullJournal:
+    """The files as every rank but global rank 0 keeps them: none. Such a rank still closes its
+    windows (it takes part in their collective) and writes its heartbeat; it writes nothing else."""
 
-    def _closed_message(self) -> str:
-        return f"RunLogger of {self.run_dir} is closed (session {self.session_id})"
+    failed: str | None = None
 
-    # --- signals and exit -------------------------------------------------------------------
+    def write_manifest(self, manifest: dict) -> None:
+        """Rank 0 writes run.json."""
 
-    def _install_sigterm(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            current = signal.getsignal(signal.SIGTERM)
-        except (ValueError, AttributeError):  # pragma: no cover
-            return
-        if current is not signal.SIG_DFL:
-            return  # the program handles SIGTERM itself; leave it be
+    def append(self, rec: dict, sync: bool = False) -> None:
+        """Rank 0 writes metrics.jsonl."""
 
-        def on_sigterm(signum: int, frame: Any) -> None:
-            if os.getpid() != self._pid:  # a forked child: behave as if we were not here
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-            self._terminated = True
-            raise _Terminated("SIGTERM")
-
-        self._previous_sigterm = current
-        signal.signal(signal.SIGTERM, on_sigterm)
-
-    def _restore_sigterm(self) -> None:
-        if self._previous_sigterm is None or threading.current_thread() is not threading.main_thread():
-            return
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-        self._previous_sigterm = None
-
-    def _at_exit(self) -> None:
-        if self._closed or os.getpid() != self._pid:
-            return
-        with contextlib.suppress(Exception):
-            if self._terminated:
-                self.close("interrupted", "SIGTERM")
-            else:
-                self.close("error", "the process exited without RunLogger.close()")
+    def close(self) -> None:
+        """Nothing is open."""

@@ -29,7 +29,7 @@ import re
 from typing import Any, Iterator
 
 from .errors import InsufficientRunError, InvalidRunError, UsageError
-from .schema import SessionValidator, iter_lines, loads, read_manifest
+from .schema import read_manifest
 
 __all__ = [
     "PlanOptions",
@@ -160,32 +160,34 @@ def project(samples_per_second: float, samples: int, epochs: float, eval_fractio
 def session_records(run_dir: str) -> tuple[dict, dict, Iterator[dict]]:
     """(manifest, latest session, its records validated one at a time), streaming the log.
 
-    The one place the preflight commands read a log; `runwatch.records` replaces it when it lands.
+    The one place the preflight commands read a log: through `runwatch.records`, the shared record
+    parser, so what counts as a valid record is decided in one place. Yields each record's fields
+    as written; an invalid record of the latest session, or a torn last line, raises InvalidRunError
+    (records of earlier sessions are the acceptance summary's to judge).
     """
+    from . import records
+
     if not os.path.isdir(run_dir):
         raise InvalidRunError(f"{run_dir}: not a directory")
     manifest = read_manifest(run_dir)
     session = manifest["sessions"][-1]
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.lexists(path):
-        raise InvalidRunError(f"metrics.jsonl: missing ({path})")
+    target = records.resolve_target(run_dir)
+    if not target.schema_v1():
+        raise InvalidRunError(f"metrics.jsonl: missing ({os.path.join(run_dir, 'metrics.jsonl')})")
+    sid = session["session_id"]
 
-    def records() -> Iterator[dict]:
-        validator = SessionValidator(manifest["run_id"], session)
-        for lineno, raw in iter_lines(path):
-            where = f"metrics.jsonl:{lineno}"
-            rec = loads(raw, where)
-            if type(rec) is not dict:
-                raise InvalidRunError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
-            sid = rec.get("session_id")
-            if type(sid) is not str:
-                raise InvalidRunError(f"{where}: session_id must be a string, got {json.dumps(sid)}")
-            if sid != validator.session_id:
+    def torn(lineno: int) -> None:
+        raise InvalidRunError(f"Uncommitted metrics tail at line {lineno}")
+
+    def latest() -> Iterator[dict]:
+        for rec in records.iter_records(target, on_torn=torn):
+            if rec.session != sid:
                 continue
-            validator.check(rec, where)
-            yield rec
+            if rec.kind == "invalid":
+                raise InvalidRunError(rec.error)
+            yield rec.raw
 
-    return manifest, session, records()
+    return manifest, session, latest()
 
 
 def _scan(run_dir: str, warmup_windows: int) -> dict:

@@ -29,6 +29,7 @@ __all__ = [
     "read_manifest",
     "validate_manifest",
     "iter_lines",
+    "iter_line_blocks",
     "SessionValidator",
     "window_tokens",
 ]
@@ -67,10 +68,17 @@ def loads(text: str | bytes, where: str) -> Any:
         raise InvalidRunError(f"{where}: malformed JSON: {exc}") from None
 
 
+# Built once: json.dumps with non-default options builds a new encoder per call (~7 us a record).
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(obj: Any) -> str:
     """One compact JSON line (without the newline); NaN/Infinity raise ValueError."""
-    return json.dumps(obj, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(obj)
 
+
+# Floats at or beyond 2**63 in magnitude are left to the precise checks (see SessionValidator.accept).
+_BIG = 2.0**63
 
 # --- value checks ---------------------------------------------------------------------------------
 # Each returns the value or raises InvalidRunError("<where>: <field> must be ..., got ...").
@@ -198,12 +206,17 @@ def window_tokens(recipe: dict, attempted: int) -> int:
 # --- reading lines --------------------------------------------------------------------------------
 
 
-def iter_lines(path: str, name: str = "metrics.jsonl") -> Iterator[tuple[int, bytes]]:
-    """Yield (line number, raw line with its newline) from `path`, one line in memory at a time.
+# Lines are read this many bytes at a time (and split in C); capped at MAX_LINE_BYTES + 1 so that a
+# line that lies inside one block can never be too long.
+READ_BLOCK_BYTES = 1 << 20
 
-    A final line without a newline raises `Uncommitted metrics tail at line N`; a line longer than
-    MAX_LINE_BYTES raises before it is read whole. Only regular files are read (a FIFO or a device
-    would block or never end).
+
+def iter_line_blocks(path: str, name: str = "metrics.jsonl") -> Iterator[tuple[int, list[bytes]]]:
+    """Yield (number of the first line, the complete lines without their newline) a block at a time.
+
+    Memory holds one block (READ_BLOCK_BYTES) and one line at most. A final line without a newline
+    raises `Uncommitted metrics tail at line N`; a line longer than MAX_LINE_BYTES raises before it
+    is read whole. Only regular files are read (a FIFO or a device would block or never end).
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -216,27 +229,43 @@ def iter_lines(path: str, name: str = "metrics.jsonl") -> Iterator[tuple[int, by
         if not stat.S_ISREG(mode):
             what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
             raise InvalidRunError(f"{name}: {what}")
-        f = os.fdopen(fd, "rb", buffering=1 << 20)
+        f = os.fdopen(fd, "rb", buffering=0)
     except BaseException:
         os.close(fd)
         raise
     with f:
-        lineno = 0
-        readline = f.readline
-        limit = MAX_LINE_BYTES + 1
+        limit = MAX_LINE_BYTES
+        block_size = min(READ_BLOCK_BYTES, limit + 1)
+        done = 0  # complete lines so far
+        tail = b""  # the start of a line whose newline is still to come
         while True:
             try:
-                raw = readline(limit)
+                block = f.read(block_size)
             except OSError as exc:
-                raise InvalidRunError(f"{name}:{lineno + 1}: cannot read: {exc.strerror or exc}") from None
-            if not raw:
-                return
-            lineno += 1
-            if raw[-1:] != b"\n":
-                if len(raw) >= limit:
-                    raise InvalidRunError(f"{name}:{lineno}: line longer than {MAX_LINE_BYTES} bytes")
-                raise InvalidRunError(f"Uncommitted metrics tail at line {lineno}")
-            yield lineno, raw
+                raise InvalidRunError(f"{name}:{done + 1}: cannot read: {exc.strerror or exc}") from None
+            if not block:
+                break
+            lines = block.split(b"\n")
+            if tail:
+                lines[0] = tail + lines[0]
+            tail = lines.pop()
+            if lines:
+                # only the first line can be too long: the others lie inside this block
+                if len(lines[0]) > limit:
+                    raise InvalidRunError(f"{name}:{done + 1}: line longer than {limit} bytes")
+                yield done + 1, lines
+                done += len(lines)
+            if len(tail) > limit:
+                raise InvalidRunError(f"{name}:{done + 1}: line longer than {limit} bytes")
+        if tail:
+            raise InvalidRunError(f"Uncommitted metrics tail at line {done + 1}")
+
+
+def iter_lines(path: str, name: str = "metrics.jsonl") -> Iterator[tuple[int, bytes]]:
+    """Yield (line number, raw line with its newline) from `path`, as `iter_line_blocks` reads it."""
+    for first, lines in iter_line_blocks(path, name):
+        for lineno, line in enumerate(lines, first):
+            yield lineno, line + b"\n"
 
 
 # --- records --------------------------------------------------------------------------------------
@@ -259,8 +288,99 @@ class SessionValidator:
         self.step = self.start_step
         self.ended = False
 
+    def accept(self, rec: dict) -> bool:
+        """Take `rec` if it is a valid train record that `check` would take; else return False.
+
+        The common record of a log, checked by the same rules as `check` written inline, about
+        2.5 times faster (the summary spends most of its time here). It never takes a record that
+        `check` refuses; it may leave a valid one to `check` (any event but train, a float of
+        2**63 or more), and it names no problem: call `check(rec, where)` when it returns False.
+        """
+        if self.ended:
+            return False
+        try:
+            if rec["event"] != "train" or rec["run_id"] != self.run_id:
+                return False
+            step, updates, skipped, attempted = rec["step"], rec["updates"], rec["skipped"], rec["attempted"]
+            tokens, nonfinite = rec["tokens"], rec["nonfinite_grad_norms"]
+            if not (type(step) is int and type(updates) is int and type(skipped) is int and type(attempted) is int
+                    and type(tokens) is int and type(nonfinite) is int
+                    and updates > 0 and skipped >= 0 and nonfinite >= 0 and attempted == updates + skipped
+                    and step == self.step + updates and tokens == self.tokens_per_attempt * attempted):
+                return False
+            # A number is an int, or a float strictly between -2**63 and 2**63 (so finite; orjson
+            # reads larger integers as floats, and those are left to check()).
+            session = rec["session"]
+            if type(session) is not dict:
+                return False
+            v = rec["time"]
+            if not (type(v) is int or type(v) is float and -_BIG < v < _BIG):
+                return False
+            v = session["elapsed_seconds"]
+            if not ((type(v) is int or type(v) is float and v < _BIG) and v >= 0):
+                return False
+            v = session["tokens"]
+            if not (type(v) is int and v >= 0):
+                return False
+            v = session["tokens_per_second"]
+            if not (v is None or (type(v) is int or type(v) is float and v < _BIG) and v >= 0):
+                return False
+            v = session["profiling_seconds"]
+            if not ((type(v) is int or type(v) is float and v < _BIG) and v >= 0):
+                return False
+            memory = rec.get("memory")
+            if memory is not None:
+                if type(memory) is not dict:
+                    return False
+                for v in memory.values():
+                    if type(v) is not int or v < 0:
+                        return False
+            v = rec["train_seconds"]
+            if not ((type(v) is int or type(v) is float and v < _BIG) and v > 0):
+                return False
+            v = rec["loss"]
+            if not (type(v) is int or type(v) is float and -_BIG < v < _BIG):
+                return False
+            v = rec["lr"]
+            if not ((type(v) is int or type(v) is float and v < _BIG) and v >= 0):
+                return False
+            grad = rec["grad_norm"]
+            if type(grad) is not dict:
+                return False
+            v = grad["mean"]
+            if not ((type(v) is int or type(v) is float and v < _BIG) and v >= 0):
+                return False
+            v = grad["max"]
+            if not ((type(v) is int or type(v) is float and v < _BIG) and v >= 0):
+                return False
+            v = rec["grad_clipped_fraction"]
+            if not ((type(v) is int or type(v) is float) and 0 <= v <= 1):
+                return False
+            qk = rec.get("qk_clip")
+            if qk is not None:
+                if type(qk) is not dict:
+                    return False
+                v = qk["threshold"]
+                observed, clipped = qk["observed_head_updates"], qk["clipped_head_updates"]
+                if not ((type(v) is int or type(v) is float and -_BIG < v < _BIG) and self.threshold is not None
+                        and v == self.threshold and type(observed) is int and type(clipped) is int
+                        and 0 <= clipped <= observed):
+                    return False
+                v = qk["max_logit"]
+                if not (v is None or type(v) is int or type(v) is float and -_BIG < v < _BIG):
+                    return False
+        except (KeyError, TypeError):  # a missing key; an array or a string where an object belongs
+            return False
+        self.step = step
+        return True
+
     def check(self, rec: dict, where: str) -> None:
         """Validate `rec` (already known to be of this session) against the session so far."""
+        if not self.accept(rec):
+            self._check_fields(rec, where)
+
+    def _check_fields(self, rec: dict, where: str) -> None:
+        """`check` field by field: names the first problem."""
         if self.ended:
             raise InvalidRunError(f"{where}: record after session_end")
         run_id = _get(rec, "run_id", where, "run_id")

@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Sequence
 
+from .auroc import auroc
+
 VOCAB = 16
 INJECTIONS = ("nan", "stall", "crash", "slowdown", "explode")
 
@@ -60,25 +62,6 @@ def make_batch(torch, step: int, batch_size: int, seq_len: int, labels: str = "n
     elif labels == "random":
         y = torch.randint(0, 2, (batch_size,), generator=g).float()
     return x, y
-
-
-def auroc(scores: Sequence[float], labels: Sequence[float]) -> float | None:
-    """Area under the ROC curve by ranks (ties get their mean rank); None with a single class."""
-    pairs = sorted(zip(scores, labels))
-    n_pos = sum(1 for _, y in pairs if y > 0.5)
-    n_neg = len(pairs) - n_pos
-    if n_pos == 0 or n_neg == 0:
-        return None
-    rank_sum = 0.0
-    i = 0
-    while i < len(pairs):
-        j = i
-        while j + 1 < len(pairs) and pairs[j + 1][0] == pairs[i][0]:
-            j += 1
-        mean_rank = (i + j) / 2 + 1
-        rank_sum += mean_rank * sum(1 for k in range(i, j + 1) if pairs[k][1] > 0.5)
-        i = j + 1
-    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 
 
 def build_model(torch):

@@ -1,0 +1,290 @@
+"""Host cost of one `RunLogger.step()` against the usual ways of logging the same five values.
+
+    .venv/bin/python benchmarks/bench_logger.py [--repeats 15] [--scale 1.0]
+
+Peers, measured side by side in one run (repeats interleaved, so a busy machine slows them alike):
+- `RunLogger.step()` with Python floats, and with 0-dim CPU tensors (loss, lr, grad_norm,
+  clipped, skipped), default window of 10 (one JSON line per 10 steps, amortised into the figure);
+- TensorBoard: five `SummaryWriter.add_scalar` calls a step (torch.utils.tensorboard), floats and
+  0-dim tensors;
+- W&B: `wandb.log` of the five values, offline (WANDB_MODE=offline, a temporary directory);
+- a naive per-step writer: `json.dumps` + `write` + `flush` of one line a step (fed tensors, it
+  calls float() on each value: a host-device sync each on a GPU).
+
+Reports the median host microseconds per step over the repeats and the ratio to TensorBoard, then
+counts the host-device conversions (`.item()`, `.tolist()`, `__float__`, `__bool__`, `__int__` on
+torch.Tensor) that `step()` makes with tensors: per step between windows, and per window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+VALUE_NAMES = ("loss", "lr", "grad_norm", "clipped", "skipped")
+RECIPE = {"batch_size": 32, "seq_len": 512, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
+
+
+def float_values(n: int) -> list[tuple]:
+    """`n` steps of (loss, lr, grad_norm, clipped, skipped) as Python values."""
+    return [(2.0 - i * 1e-5, 3e-4, 1.0 + (i % 7) * 0.01, i % 5 == 0, False) for i in range(n)]
+
+
+def tensor_values(n: int) -> list[tuple]:
+    """The same values as 0-dim CPU tensors, made before the clock starts."""
+    import torch
+
+    return [
+        (torch.tensor(a), torch.tensor(b), torch.tensor(c), torch.tensor(d), torch.tensor(e))
+        for a, b, c, d, e in float_values(n)
+    ]
+
+
+# --- peers: each returns (run(values) -> None, close() -> None) ------------------------------------
+
+
+def peer_runlogger(tmp: str):
+    from runwatch import RunLogger
+
+    log = RunLogger(os.path.join(tmp, "runwatch"), recipe=RECIPE, optimizers=[{"name": "all", "algorithm": "adamw"}],
+                    hardware={"device": "cpu"})
+    step = log.step
+
+    def run(values):
+        for loss, lr, grad_norm, clipped, skipped in values:
+            step(loss=loss, lr=lr, grad_norm=grad_norm, clipped=clipped, skipped=skipped)
+
+    return run, log.close
+
+
+def peer_tensorboard(tmp: str):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(os.path.join(tmp, "tb"))
+    add = writer.add_scalar
+    counter = [0]
+
+    def run(values):
+        i = counter[0]
+        for loss, lr, grad_norm, clipped, skipped in values:
+            add("train/loss", loss, i)
+            add("train/lr", lr, i)
+            add("train/grad_norm", grad_norm, i)
+            add("train/clipped", clipped, i)
+            add("train/skipped", skipped, i)
+            i += 1
+        counter[0] = i
+
+    return run, writer.close
+
+
+def peer_wandb(tmp: str):
+    os.environ["WANDB_MODE"] = "offline"
+    os.environ["WANDB_SILENT"] = "true"
+    os.environ["WANDB_DIR"] = tmp
+    os.environ["WANDB_CACHE_DIR"] = os.path.join(tmp, "wandb-cache")
+    os.environ["WANDB_CONFIG_DIR"] = os.path.join(tmp, "wandb-config")
+    os.environ["WANDB_DATA_DIR"] = os.path.join(tmp, "wandb-data")
+    import wandb
+
+    run_ = wandb.init(project="runwatch-bench", mode="offline", dir=tmp,
+                      settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
+    log = run_.log
+    counter = [0]
+
+    def run(values):
+        i = counter[0]
+        for loss, lr, grad_norm, clipped, skipped in values:
+            log({"loss": loss, "lr": lr, "grad_norm": grad_norm, "clipped": clipped, "skipped": skipped}, step=i)
+            i += 1
+        counter[0] = i
+
+    return run, run_.finish
+
+
+def peer_naive(tmp: str):
+    f = open(os.path.join(tmp, "naive.jsonl"), "w", encoding="utf-8")
+    dumps = json.dumps
+    counter = [0]
+
+    def run(values):
+        i = counter[0]
+        for loss, lr, grad_norm, clipped, skipped in values:
+            f.write(dumps({"step": i, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                           "clipped": clipped, "skipped": skipped}) + "\n")
+            f.flush()
+            i += 1
+        counter[0] = i
+
+    return run, f.close
+
+
+def peer_naive_tensors(tmp: str):
+    """The naive writer fed tensors: float() of each value every step (on a GPU, a sync each)."""
+    f = open(os.path.join(tmp, "naive.jsonl"), "w", encoding="utf-8")
+    dumps = json.dumps
+    counter = [0]
+
+    def run(values):
+        i = counter[0]
+        for loss, lr, grad_norm, clipped, skipped in values:
+            f.write(dumps({"step": i, "loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm),
+                           "clipped": bool(clipped), "skipped": bool(skipped)}) + "\n")
+            f.flush()
+            i += 1
+        counter[0] = i
+
+    return run, f.close
+
+
+def peer_empty(tmp: str):
+    def run(values):
+        for loss, lr, grad_norm, clipped, skipped in values:
+            pass
+
+    return run, lambda: None
+
+
+# name, factory, values kind, steps a slice (at --scale 1): ~10-60 ms a slice, so that the slices of
+# all peers, taken in turn, see the same load on a shared machine
+PEERS = [
+    ("empty loop (floor)", peer_empty, "float", 20_000),
+    ("RunLogger.step, floats", peer_runlogger, "float", 5_000),
+    ("RunLogger.step, 0-dim tensors", peer_runlogger, "tensor", 2_000),
+    ("naive json.dumps+write+flush, floats", peer_naive, "float", 2_000),
+    ("naive json.dumps+write+flush, tensors", peer_naive_tensors, "tensor", 2_000),
+    ("TensorBoard add_scalar x5, floats", peer_tensorboard, "float", 100),
+    ("TensorBoard add_scalar x5, tensors", peer_tensorboard, "tensor", 100),
+    ("W&B wandb.log offline, floats", peer_wandb, "float", 100),
+]
+BASELINE = "TensorBoard add_scalar x5, floats"
+
+
+def measure(repeats: int, scale: float, skip_wandb: bool) -> dict[str, list[float]]:
+    tmp = tempfile.mkdtemp(prefix="runwatch-bench-logger-")
+    results: dict[str, list[float]] = {}
+    try:
+        peers = []
+        for name, factory, kind, steps in PEERS:
+            if skip_wandb and factory is peer_wandb:
+                continue
+            steps = max(10, int(steps * scale) // 10 * 10)  # whole windows of 10
+            values = float_values(steps) if kind == "float" else tensor_values(steps)
+            sub = os.path.join(tmp, f"p{len(peers)}")
+            os.makedirs(sub)
+            run, close = factory(sub)
+            run(values[: min(200, steps)])  # warm up: first-call imports, file creation
+            peers.append((name, run, close, values))
+            results[name] = []
+        for _ in range(repeats):
+            for name, run, _close, values in peers:
+                t0 = time.perf_counter()
+                run(values)
+                results[name].append((time.perf_counter() - t0) / len(values) * 1e6)
+        for _name, _run, close, _values in peers:
+            close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return results
+
+
+def count_conversions(steps: int = 100, window: int = 10) -> dict[str, int]:
+    """Conversions `step()` makes with five 0-dim tensors: between window closes and at them."""
+    import torch
+
+    from runwatch import RunLogger
+
+    names = ("item", "tolist", "__float__", "__bool__", "__int__")
+    calls: list[str] = []
+    saved = {n: getattr(torch.Tensor, n) for n in names}
+
+    def wrap(n, f):
+        def counted(self, *a, **k):
+            calls.append(n)
+            return f(self, *a, **k)
+        return counted
+
+    tmp = tempfile.mkdtemp(prefix="runwatch-bench-sync-")
+    values = tensor_values(steps)
+    per_step: list[int] = []
+    try:
+        log = RunLogger(tmp, recipe=RECIPE, window=window, hardware={"device": "cpu"})
+        for n in names:
+            setattr(torch.Tensor, n, wrap(n, saved[n]))
+        try:
+            for i, (loss, lr, g, c, s) in enumerate(values):
+                before = len(calls)
+                log.step(loss=loss, lr=lr, grad_norm=g, clipped=c, skipped=s)
+                per_step.append(len(calls) - before)
+        finally:
+            for n in names:
+                setattr(torch.Tensor, n, saved[n])
+        log.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    closing = [c for i, c in enumerate(per_step) if (i + 1) % window == 0]
+    other = [c for i, c in enumerate(per_step) if (i + 1) % window != 0]
+    kinds = {n: calls.count(n) for n in names if calls.count(n)}
+    return {"steps": steps, "windows": len(closing), "max_per_plain_step": max(other),
+            "max_per_window_close": max(closing), "total": len(calls), "by_kind": kinds}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15, help="slices per peer, taken in turn (median reported)")
+    parser.add_argument("--scale", type=float, default=1.0, help="scale the steps per repeat")
+    parser.add_argument("--no-wandb", action="store_true", help="leave W&B out (it starts a service process)")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")  # TensorBoard and W&B deprecation chatter
+
+    import platform
+
+    import torch
+
+    print(f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} cores, "
+          f"repeats {args.repeats}")
+    results = measure(args.repeats, args.scale, args.no_wandb)
+    base = statistics.median(results[BASELINE])
+    print()
+    print(f"{'peer':<40} {'median us/step':>15} {'min':>8} {'max':>8} {'x TensorBoard':>14}")
+    for name, samples in results.items():
+        med = statistics.median(samples)
+        print(f"{name:<40} {med:>15.2f} {min(samples):>8.2f} {max(samples):>8.2f} {med / base:>14.4f}")
+
+    conv = count_conversions()
+    print()
+    print(f"host-device conversions with 0-dim tensors, window 10, {conv['steps']} steps:"
+          f" {conv['max_per_plain_step']} per step between windows (max),"
+          f" {conv['max_per_window_close']} at a window close (max), {conv['total']} in all"
+          f" {conv['by_kind']}")
+
+    med = {name: statistics.median(s) for name, s in results.items()}
+    floats, tensors = med["RunLogger.step, floats"], med["RunLogger.step, 0-dim tensors"]
+    checks = [
+        ("step() with floats <= 1/20 of TensorBoard", floats <= base / 20),
+        ("step() with tensors <= 1/20 of TensorBoard", tensors <= base / 20),
+        ("step() with floats cheaper than the naive writer (floats)", floats < med["naive json.dumps+write+flush, floats"]),
+        ("step() with tensors cheaper than the naive writer (floats)", tensors < med["naive json.dumps+write+flush, floats"]),
+        ("step() with tensors cheaper than the naive writer (tensors)", tensors < med["naive json.dumps+write+flush, tensors"]),
+        ("zero conversions per step with tensors", conv["max_per_plain_step"] == 0),
+        ("one .tolist() per window with tensors", conv["by_kind"] == {"tolist": conv["windows"]}),
+    ]
+    print()
+    for what, ok in checks:
+        print(f"{'PASS' if ok else 'FAIL'}  {what}")
+    return 0 if all(ok for _, ok in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

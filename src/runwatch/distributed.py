@@ -1,0 +1,217 @@
+"""The multi-rank side of the logger: the process group it finds, and each rank's heartbeat.
+
+`RunLogger` calls `process_group()` once. Under an initialised `torch.distributed` process group
+(world size > 1) it gets a `RankGroup`: rank 0 writes the log; at every window close each rank
+writes its heartbeat and then takes part in ONE `all_gather` of a short float64 row (the window's
+sums and maxima) — the only synchronisation runwatch adds to a training loop. `HeartbeatWriter`
+keeps `RUN_DIR/heartbeats/rank-<k>.json` fresh from a daemon thread that also samples where the
+main thread is (inside a collective or backward, or not), which is what tells a hung rank from
+the ranks waiting for it, and a straggler from the ranks idling at its pace.
+
+torch is never imported here: it is taken from `sys.modules` when the program already has it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from .heartbeats import HEARTBEAT_DIR, HISTORY_WINDOWS, HeartbeatConfig, heartbeat_path
+from .schema import dumps
+
+__all__ = ["RankGroup", "process_group", "HeartbeatWriter", "is_waiting_frame"]
+
+# Python source directories whose frames mean "blocked on other ranks" (or, for autograd, inside a
+# backward pass: DDP overlaps its gradient all-reduce with backward, and a rank waiting for a slow
+# peer waits there; from Python the two cannot be told apart, so backward counts as waiting).
+_WAITING_DIRS = tuple(
+    os.sep + os.path.join("torch", d) + os.sep
+    for d in ("distributed", os.path.join("nn", "parallel"), "autograd")
+)
+_THIS_FILE = os.path.abspath(__file__)
+_MAX_STACK = 64  # frames looked at a sample; deeper stacks are judged by their innermost 64
+
+
+def process_group() -> "RankGroup | None":
+    """The initialised default process group with more than one rank, or None.
+
+    Never imports torch: a program that has not imported it has no process group.
+    """
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    if dist.get_world_size() < 2:
+        return None
+    return RankGroup(dist)
+
+
+class RankGroup:
+    """The default process group, as the logger uses it: once at start, once per window."""
+
+    def __init__(self, dist: Any) -> None:
+        import torch
+
+        self._dist = dist
+        self._torch = torch
+        self.rank: int = dist.get_rank()
+        self.world_size: int = dist.get_world_size()
+        self.host = socket.gethostname()
+        backend = str(dist.get_backend()).lower()
+        # The row goes where the backend can reduce it: NCCL needs the current CUDA device.
+        if "nccl" in backend and torch.cuda.is_available():
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            self.device = torch.device("cpu")
+        gather = getattr(dist, "all_gather_single", None)  # torch >= 2.13 name
+        self._gather = gather if gather is not None else dist.all_gather_into_tensor
+
+    def exchange(self, obj: Any) -> list:
+        """Every rank's `obj`, in rank order (all_gather_object: once per session, at start)."""
+        out: list[Any] = [None] * self.world_size
+        self._dist.all_gather_object(out, obj)
+        return out
+
+    def gather(self, row: list[float]) -> list[list[float]]:
+        """Every rank's `row` (same length on every rank), in rank order: one all_gather."""
+        torch = self._torch
+        mine = torch.tensor(row, dtype=torch.float64, device=self.device)
+        out = torch.empty(self.world_size * len(row), dtype=torch.float64, device=self.device)
+        # note: the one sync point runwatch adds: every rank waits here for the slowest, once a window
+        self._gather(out, mine)
+        return out.view(self.world_size, len(row)).tolist()
+
+
+def is_waiting_frame(frame: Any) -> bool:
+    """Whether a stack (innermost frame first) is inside torch.distributed, DDP, autograd, or the
+    logger's own window collective."""
+    depth = 0
+    while frame is not None and depth < _MAX_STACK:
+        name = frame.f_code.co_filename
+        if any(d in name for d in _WAITING_DIRS) or name == _THIS_FILE:
+            return True
+        frame = frame.f_back
+        depth += 1
+    return False
+
+
+def _where(frame: Any) -> str | None:
+    if frame is None:
+        return None
+    code = frame.f_code
+    return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
+
+
+class HeartbeatWriter:
+    """Keeps one rank's heartbeat file: at each window (from the training thread) and every
+    `config.every_seconds` (from a daemon thread that samples the training thread's stack every
+    `config.sample_seconds`).
+
+    Writes are atomic (temp file + `os.replace`) and not fsynced: a heartbeat is liveness for a
+    watchdog reading the same page cache or shared-file-system client; after a host crash a stale
+    heartbeat is the right signal, and an fsync per window would cost milliseconds on a shared file
+    system for nothing the durable log (metrics.jsonl) does not already keep.
+    """
+
+    def __init__(
+        self,
+        run_dir: str,
+        rank: int,
+        world_size: int,
+        session_id: str,
+        progress: Callable[[], tuple[int, float]],
+        config: HeartbeatConfig,
+    ) -> None:
+        self.path = heartbeat_path(run_dir, rank)
+        self._tmp = f"{self.path}.tmp-{os.getpid()}"
+        os.makedirs(os.path.join(run_dir, HEARTBEAT_DIR), exist_ok=True)
+        self._progress = progress  # () -> (attempted updates so far, perf_counter of the last step())
+        self._config = config
+        self._lock = threading.Lock()
+        self._fields: dict[str, Any] = {
+            "rank": rank, "world_size": world_size, "host": socket.gethostname(), "pid": os.getpid(),
+            "session_id": session_id, "state": "running", "time": 0.0, "step": 0, "window": 0,
+            "attempted": 0, "progress_time": 0.0, "train_seconds": None,
+            "window_seconds": [], "busy_seconds": [], "where": None, "waiting": None,
+        }
+        self._busy = 0  # samples outside collectives since the last window
+        self._wait = 0
+        self._main = threading.get_ident()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="runwatch-heartbeat", daemon=True)
+
+    def start(self, step: int) -> None:
+        """Write the first heartbeat (window 0 at `step`) and start the background thread."""
+        with self._lock:
+            self._fields["step"] = step
+            self._write_locked()
+        self._thread.start()
+
+    def window(self, step: int, train_seconds: float) -> None:
+        """A window closes at `step` (as this rank sees it): record its times and write, now."""
+        with self._lock:
+            total = self._busy + self._wait
+            busy = train_seconds * (self._busy / total) if total else train_seconds
+            self._busy = self._wait = 0
+            f = self._fields
+            f["step"] = step
+            f["window"] += 1
+            f["train_seconds"] = train_seconds
+            f["window_seconds"] = (f["window_seconds"] + [train_seconds])[-HISTORY_WINDOWS:]
+            f["busy_seconds"] = (f["busy_seconds"] + [busy])[-HISTORY_WINDOWS:]
+            self._write_locked()
+
+    def end(self) -> None:
+        """The session ended on this rank: a last heartbeat with state `ended`; stop the thread."""
+        self._stop.set()
+        with self._lock:
+            self._fields["state"] = "ended"
+            self._write_locked()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)
+
+    def _write_locked(self) -> None:
+        attempted, mark = self._progress()
+        now = time.time()
+        f = self._fields
+        f["attempted"] = attempted
+        f["progress_time"] = now - max(0.0, time.perf_counter() - mark)
+        f["time"] = now
+        try:
+            with open(self._tmp, "w", encoding="utf-8") as out:
+                out.write(dumps(f) + "\n")
+            os.replace(self._tmp, self.path)
+        except OSError:
+            # A heartbeat that cannot be written shows as a stale one; training goes on.
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+
+    def _sample(self) -> None:
+        frame = sys._current_frames().get(self._main)
+        waiting = is_waiting_frame(frame)
+        with self._lock:
+            if waiting:
+                self._wait += 1
+            else:
+                self._busy += 1
+            self._fields["where"] = _where(frame)
+            self._fields["waiting"] = waiting
+
+    def _run(self) -> None:
+        every = self._config.every_seconds
+        next_write = time.monotonic() + every
+        while not self._stop.wait(self._config.sample_seconds):
+            try:
+                self._sample()
+                if time.monotonic() >= next_write:
+                    next_write = time.monotonic() + every
+                    with self._lock:
+                        if not self._stop.is_set():
+                            self._write_locked()
+            except Exception:  # pragma: no cover - never let the heartbeat kill the process
+                continue

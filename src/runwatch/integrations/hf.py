@@ -1,0 +1,418 @@
+"""runwatch for the Hugging Face `transformers` Trainer (v5): `RunwatchCallback`, `auroc_metrics`.
+
+    from runwatch.integrations.hf import RunwatchCallback, auroc_metrics
+    trainer = Trainer(model=model, args=args, ..., compute_metrics=auroc_metrics,
+                      callbacks=[RunwatchCallback()])
+
+What maps to what (docs/INTEGRATIONS.md has the whole story):
+- a train window per Trainer logging interval (`logging_steps`): its updates and skipped updates,
+  tokens, mean loss, the learning rate and the pre-clip gradient norm that the Trainer logs;
+- a val event per evaluation (`eval_*` metrics → `metrics`), from `on_evaluate` only (the same
+  metrics also reach `on_log`);
+- a checkpoint event per save, with the logger's state written into the checkpoint folder
+  (`checkpoint-N/runwatch_state.json`), from which a resumed run starts its new session;
+- `session_end` at the end of training.
+
+The loss: with `logging_nan_inf_filter` on (the default) the Trainer replaces a NaN/Inf step loss by
+the running mean of the interval before it reaches any log (a diverged run logs `loss: 0.0`), so the
+callback reads each update's loss where the model returns it, through a forward hook on the model:
+a device tensor, kept as it is until the window closes (no sync per step). A non-finite loss ends the
+session (`nonfinite_loss`), stops the training before its next evaluation or save, and makes
+`Trainer.train()` raise `NonFiniteLossError` once the Trainer has finished its own end of training.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+try:
+    import torch
+    from transformers import TrainerCallback
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(f"runwatch.integrations.hf needs transformers and torch: pip install 'runwatch[hf]' ({exc})") from None
+
+from ..auroc import auroc
+from ..errors import NonFiniteLossError
+from ..metrics import RunLogger
+from .session import CallbackOptions, feed, folder_bytes, read_state, resume_state, write_state
+
+__all__ = ["RunwatchCallback", "auroc_metrics"]
+
+_log = logging.getLogger("runwatch")
+
+# RunLogger closes no window by itself: each window ends at a Trainer log (see `feed`).
+_NEVER = 1 << 62
+# Keys of the Trainer's evaluation metrics that describe the evaluation, not the model.
+_EVAL_BOOKKEEPING = ("runtime", "samples_per_second", "steps_per_second", "model_preparation_time", "jit_compilation_time")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+class _Session:
+    """One `Trainer.train()` on the main process: the logger, the pending updates, the loss hook."""
+
+    def __init__(self, options: CallbackOptions, args: Any, state: Any, model: Any, optimizer: Any) -> None:
+        self.options = options
+        self.args = args
+        self.run_dir = options.resolve_run_dir(args.output_dir)
+        self.world_size = max(1, int(getattr(args, "world_size", 1) or 1))
+        per_device = int(getattr(state, "train_batch_size", None) or args.per_device_train_batch_size)
+        self.batch_size = per_device * self.world_size
+        self.accumulation = int(args.gradient_accumulation_steps)
+        self.counts_tokens = getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False, None)
+        self.nonfinite: NonFiniteLossError | None = None
+        self.pending: list = []          # (loss tensor or None, skipped) per update since the last window
+        self.micro: list = []            # losses of the current update's micro-batches
+        self.micro_scale: float | None = None
+        self.last_grad = 0.0
+        self.last_lr = 0.0
+        self.last_loss: float | None = None
+        self.mark = time.perf_counter()  # end of the last hook before a save, to time the save
+        self.tokens_warned = False
+        self.eval_warned = False
+
+        step = self.start_step = int(state.global_step)
+        self.resume, self.resume_note = self._find_resume(state, step)
+        self.seq_len = options.seq_len or (self.resume or {}).get("seq_len")
+        self.tokens_source = (self.resume or {}).get("tokens_source") or ("seq_len" if self.seq_len else "samples")
+        self.tokens_seen_mark = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        self.log: RunLogger | None = None
+        self.optimizer_name = type(getattr(optimizer, "optimizer", optimizer)).__name__.lower() if optimizer is not None else str(args.optim)
+        self.max_steps = int(state.max_steps)
+        if self.seq_len is not None or not self.counts_tokens:
+            self._open(self.seq_len or 1)
+        # else the first update's token count gives seq_len, and the session opens then (on_step_end)
+        self.hook = model.register_forward_hook(self._capture_loss, with_kwargs=True) if model is not None else None
+
+    # --- setup ------------------------------------------------------------------------------
+
+    def _find_resume(self, state: Any, step: int) -> tuple[dict | None, str | None]:
+        if step == 0:
+            return None, None
+        folders = []
+        if isinstance(getattr(self.args, "resume_from_checkpoint", None), str):
+            folders.append(self.args.resume_from_checkpoint)
+        folders.append(os.path.join(self.args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"))
+        for folder in folders:
+            found = resume_state(read_state(folder), step, os.path.join(folder, "runwatch_state.json"))
+            if found is not None:
+                return found, None
+        return None, folders[-1]
+
+    def _open(self, seq_len: int) -> None:
+        recipe = {
+            "batch_size": self.batch_size,
+            "seq_len": seq_len,
+            "gradient_accumulation_steps": self.accumulation,
+            "qk_clip_threshold": None,
+            "max_steps": self.max_steps,
+            "learning_rate": float(self.args.learning_rate),
+            "tokens": self.tokens_source,
+            "framework": "transformers",
+        }
+        per_update = self.batch_size * seq_len * self.accumulation
+        resume = self.resume
+        if resume is None and self.resume_note is not None:
+            step = self.start_step
+            tokens = self.tokens_seen_mark if self.counts_tokens else step * per_update
+            warnings.warn(f"runwatch: no runwatch state in {self.resume_note}; the new session starts at step {step} "
+                          f"with {tokens} tokens and 0 skipped updates (estimated)", RuntimeWarning, stacklevel=3)
+            resume = {"step": step, "tokens": tokens, "skipped": 0}
+        self.per_update_tokens = per_update
+        self.log = RunLogger(self.run_dir, recipe=recipe,
+                             optimizers=[{"name": "all", "algorithm": self.optimizer_name, "optim": str(getattr(self.args.optim, "value", self.args.optim))}],
+                             hardware=None, window=_NEVER, resume_from=resume, fsync=self.options.fsync)
+        self.mark = time.perf_counter()
+
+    def _capture_loss(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        """Forward hook: keep the loss the model returned in training (a device tensor, no sync)."""
+        if not module.training or not torch.is_grad_enabled():
+            return
+        loss = output.get("loss") if isinstance(output, Mapping) else None
+        if not isinstance(loss, torch.Tensor):
+            return
+        loss = loss.detach()
+        if loss.dim():
+            loss = loss.mean()  # DataParallel returns one loss per device
+        # The Trainer treats a loss computed with `num_items_in_batch` as already averaged over the
+        # whole accumulated batch (it sums the micro-batches) and otherwise averages the micro-batches.
+        if kwargs.get("num_items_in_batch") is not None:
+            self.micro_scale = float(self.world_size) if getattr(self.args, "average_tokens_across_devices", False) else 1.0
+        else:
+            self.micro_scale = None
+        self.micro.append(loss)
+
+    # --- hooks --------------------------------------------------------------------------------
+
+    def on_step_end(self, args: Any, state: Any, control: Any, optimizer: Any) -> None:
+        micro, self.micro = self.micro, []
+        if not micro:
+            loss = None
+        elif self.micro_scale is not None:
+            loss = sum(micro[1:], micro[0]) * self.micro_scale if self.micro_scale != 1.0 else sum(micro[1:], micro[0])
+        else:
+            loss = sum(micro[1:], micro[0]) / len(micro) if len(micro) > 1 else micro[0]
+        skipped = bool(getattr(optimizer, "step_was_skipped", False))  # a Python bool accelerate keeps
+        self.pending.append((loss, skipped))
+        if self.log is None:
+            self._open(self._seq_len_from_tokens(state))
+        # Each window ends at a Trainer log (it carries the pre-clip gradient norm), so ask for one
+        # wherever the Trainer is about to evaluate, save or stop: a NaN is then seen before either.
+        if control.should_save or control.should_evaluate or control.should_training_stop:
+            control.should_log = True
+        elif self.options.window is not None and len(self.pending) >= self.options.window:
+            control.should_log = True
+        self.mark = time.perf_counter()
+
+    def _seq_len_from_tokens(self, state: Any) -> int:
+        seen = int(state.num_input_tokens_seen) - self.tokens_seen_mark
+        per_sequence, rest = divmod(seen, self.batch_size * self.accumulation)
+        if rest or per_sequence < 1:
+            warnings.warn(f"runwatch: the Trainer counted {seen} tokens in the first update, not a multiple of "
+                          f"batch size {self.batch_size} x accumulation {self.accumulation}; tokens count samples "
+                          "(pass seq_len=... to RunwatchCallback)", RuntimeWarning, stacklevel=3)
+            self.tokens_source = "samples"
+            return 1
+        self.seq_len = per_sequence
+        self.tokens_source = "num_input_tokens_seen"
+        return per_sequence
+
+    def on_epoch_end(self, control: Any) -> None:
+        if self.nonfinite is not None:
+            control.should_save = control.should_evaluate = control.should_log = False
+        elif self.pending and (control.should_save or control.should_evaluate):
+            control.should_log = True
+
+    def on_log(self, state: Any, control: Any, logs: dict) -> None:
+        if "loss" not in logs or any(k.startswith("eval_") for k in logs):
+            return  # evaluation metrics (counted in on_evaluate) and the final summary (`train_loss`)
+        loss = _number(logs.get("loss"))
+        grad = _number(logs.get("grad_norm"))
+        lr = _number(logs.get("learning_rate"))
+        if grad is not None:
+            self.last_grad = grad
+        if lr is not None:
+            self.last_lr = lr
+        self._flush(state, control, logged_loss=loss)
+
+    def _flush(self, state: Any, control: Any, logged_loss: float | None = None) -> None:
+        """Write the pending updates as one train window."""
+        if not self.pending or self.log is None or self.nonfinite is not None:
+            return
+        updates = self.pending
+        if any(loss is None for loss, _ in updates):
+            # The model returned no loss (a `compute_loss_func`, label smoothing): use the Trainer's
+            # logged mean, and read its NaN filter's signature (loss exactly 0 with a non-finite
+            # gradient norm) as the non-finite loss that it is.
+            value = logged_loss if logged_loss is not None else self.last_loss
+            if value is None:
+                return  # no loss known yet: the updates wait for the Trainer's next log
+            if value == 0.0 and not math.isfinite(self.last_grad):
+                value = math.nan
+            updates[:] = [(value, skipped) for _, skipped in updates]
+        self.last_loss = logged_loss if logged_loss is not None else self.last_loss
+        max_norm = float(getattr(self.args, "max_grad_norm", 0.0) or 0.0)
+        clipped = max_norm > 0 and math.isfinite(self.last_grad) and self.last_grad > max_norm
+        self._check_tokens(state, len(updates))
+        try:
+            feed(self.log, updates, lr=self.last_lr, grad_norm=self.last_grad, clipped=clipped)
+        except NonFiniteLossError as exc:
+            self._stop(control, exc)
+
+    def _check_tokens(self, state: Any, attempted: int) -> None:
+        if not self.counts_tokens:
+            return
+        seen = int(state.num_input_tokens_seen)
+        counted, self.tokens_seen_mark = seen - self.tokens_seen_mark, seen
+        expected = self.per_update_tokens * attempted
+        if counted != expected and not self.tokens_warned:
+            self.tokens_warned = True
+            warnings.warn(f"runwatch: the Trainer counted {counted} tokens in the {attempted} updates before step "
+                          f"{state.global_step}, the recipe gives {expected}; schema v1 needs a fixed count per "
+                          "update, so the log follows the recipe", RuntimeWarning, stacklevel=4)
+
+    def _stop(self, control: Any, exc: NonFiniteLossError) -> None:
+        self.nonfinite = exc
+        self.pending.clear()
+        control.should_training_stop = True
+        control.should_save = control.should_evaluate = False
+        _log.error("%s; training stopped before its next evaluation or save", exc)
+
+    def on_evaluate(self, state: Any, control: Any, metrics: dict) -> None:
+        if self.log is None or self.nonfinite is not None:
+            return
+        self._flush(state, control)
+        if self.nonfinite is not None:
+            return
+        loss_key = next((k for k in metrics if k.startswith("eval") and k.endswith("_loss")), None)
+        if loss_key is None:
+            if not self.eval_warned:
+                self.eval_warned = True
+                warnings.warn("runwatch: an evaluation without a loss (eval_loss) is not logged", RuntimeWarning, stacklevel=4)
+            return
+        prefix = loss_key[: -len("loss")]
+        values = {}
+        for key, value in metrics.items():
+            number = _number(value)
+            if key == loss_key or not key.startswith(prefix) or number is None:
+                continue
+            name = key[len(prefix):]
+            if name not in _EVAL_BOOKKEEPING:
+                values[name] = number
+        loss = _number(metrics[loss_key])
+        try:
+            self.log.val(loss=math.nan if loss is None else loss, metrics=values)
+        except NonFiniteLossError as exc:
+            self._stop(control, exc)
+        self.mark = time.perf_counter()
+
+    def on_save(self, args: Any, state: Any, control: Any) -> None:
+        if self.log is None or self.nonfinite is not None:
+            return
+        self._flush(state, control)
+        if self.nonfinite is not None:
+            return
+        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        saved = self.log.state_dict()
+        saved["seq_len"] = self.seq_len
+        saved["tokens_source"] = self.tokens_source
+        if os.path.isdir(folder):
+            write_state(folder, saved)
+        else:
+            _log.warning("runwatch: checkpoint folder %s not found; its runwatch state was not written", folder)
+        seconds = time.perf_counter() - self.mark
+        self.log.checkpoint(folder, seconds=seconds, bytes=folder_bytes(folder) if os.path.isdir(folder) else None)
+        self.mark = time.perf_counter()
+
+    def on_train_end(self, state: Any, control: Any) -> None:
+        try:
+            if self.log is not None and self.nonfinite is None:
+                self._flush(state, control)
+                if self.nonfinite is None:
+                    self.log.close("normal")
+        finally:
+            self.close_hook()
+        if self.nonfinite is not None:
+            raise self.nonfinite
+
+    def close_hook(self) -> None:
+        if self.hook is not None:
+            self.hook.remove()
+            self.hook = None
+
+    def abandon(self) -> None:
+        """A previous `train()` ended without `on_train_end` (it raised): end its session as an error."""
+        self.close_hook()
+        if self.log is not None:
+            self.log.close("error", "Trainer.train() ended without on_train_end (an exception)")
+
+
+class _NoSession:
+    """Other ranks, and the time outside `train()`: every hook does nothing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return _nothing
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+_NO_SESSION: Any = _NoSession()
+
+
+class RunwatchCallback(TrainerCallback):
+    """Writes a schema-v1 run directory from a `transformers.Trainer` (only on the main process).
+
+    Args:
+        run_dir: the run directory; None reads `RUNWATCH_RUN_DIR`, else `<output_dir>/runwatch`.
+        window: updates per train window; None (default) follows the Trainer's `logging_steps`.
+            A smaller window asks the Trainer for a log line every `window` updates as well.
+        seq_len: tokens per sequence for the recipe; None infers it from the Trainer's token count
+            when `include_num_input_tokens_seen` is on, else 1 (tokens count samples).
+        fsync: fsync the log after every record.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike | None = None, window: int | None = None,
+                 seq_len: int | None = None, *, fsync: bool = False) -> None:
+        self.options = CallbackOptions(run_dir=None if run_dir is None else os.fspath(run_dir),
+                                       window=window, seq_len=seq_len, fsync=fsync)
+        self._session: Any = _NO_SESSION
+        self.run_dir: str | None = None  # the run directory, once a training has begun
+
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        """Start a session (a new one, or one resumed from the checkpoint's runwatch state)."""
+        if self._session is not _NO_SESSION:
+            self._session.abandon()
+            self._session = _NO_SESSION
+        if state.is_world_process_zero:
+            self._session = _Session(self.options, args, state, model, optimizer)
+            self.run_dir = self._session.run_dir
+
+    def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+        """One optimizer update (or a skipped one) happened."""
+        self._session.on_step_end(args, state, control, optimizer)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        """Ask for a log before an end-of-epoch evaluation or save; none after a non-finite loss."""
+        self._session.on_epoch_end(control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """A training log closes the window of the updates since the previous one."""
+        self._session.on_log(state, control, logs or {})
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        """An evaluation becomes a val event."""
+        self._session.on_evaluate(state, control, metrics or {})
+
+    def on_save(self, args, state, control, **kwargs):
+        """A saved checkpoint: store the logger's state in it, then log a checkpoint event."""
+        self._session.on_save(args, state, control)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """End the session; raise NonFiniteLossError if the loss went non-finite."""
+        session, self._session = self._session, _NO_SESSION
+        session.on_train_end(state, control)
+
+
+def auroc_metrics(eval_pred: Any) -> dict[str, float]:
+    """`compute_metrics` for binary classification: `auroc` and `accuracy` from the logits.
+
+    Takes one logit per example, or two (the score is logit[1] - logit[0]); labels 0/1. AUROC is left
+    out when the labels hold a single class or a score is not finite.
+    """
+    predictions = getattr(eval_pred, "predictions", None)
+    labels = getattr(eval_pred, "label_ids", None)
+    if predictions is None and isinstance(eval_pred, tuple):
+        predictions, labels = eval_pred
+    if isinstance(predictions, tuple):
+        predictions = predictions[0]
+    import numpy as np
+
+    logits = np.asarray(predictions, dtype=np.float64)
+    y = np.asarray(labels).reshape(-1)
+    if logits.ndim == 2 and logits.shape[1] == 2:
+        scores = logits[:, 1] - logits[:, 0]
+    elif logits.ndim == 1 or (logits.ndim == 2 and logits.shape[1] == 1):
+        scores = logits.reshape(-1)
+    else:
+        raise ValueError(f"auroc_metrics: expected logits of shape (N,), (N, 1) or (N, 2), got {logits.shape}")
+    if scores.shape[0] != y.shape[0]:
+        raise ValueError(f"auroc_metrics: {scores.shape[0]} predictions but {y.shape[0]} labels")
+    out = {"accuracy": float(((scores > 0) == (y > 0.5)).mean()) if y.size else 0.0}
+    if np.isfinite(scores).all():
+        area = auroc(scores.tolist(), y.tolist())
+        if area is not None:
+            out["auroc"] = area
+    return out

@@ -1,0 +1,512 @@
+"""One record parser for every reader: schema v1, minimal telemetry, trainer_state.json, --map.
+
+Whatever a run wrote, readers (the watchdog, `check`, `status`, plots) see the same `Record`:
+
+    for session in records.load_sessions("runs/a"):          # a run dir, a JSONL file, or
+        for rec in session.records:                          # a Hugging Face trainer_state.json
+            if rec.kind == "train":
+                print(rec.step, rec.loss, rec.throughput)
+
+- Schema v1 (a run directory with `run.json`): each record goes through `schema.SessionValidator`;
+  one that fails it, or holds NaN, becomes a record of kind `invalid` carrying the message.
+- Minimal telemetry (SPEC §4): `step`, `t`, `loss`, `lr`/`learning_rate`, `grad_norm`, `sps`,
+  `eval_loss`, `eval_<metric>`, `FATAL`. A train record whose step does not exceed the previous
+  train record's starts a new session (a relaunch). Sessions are keyed `session-1`, `session-2`, ...
+- `trainer_state.json`: its `log_history` entries are minimal telemetry.
+- `--map CANONICAL=SOURCE`: a mapped key is read only from SOURCE; every map reads the original record.
+
+Standard library only (orjson is used for schema v1 when importable; same results).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from .errors import InvalidRunError, UsageError
+from .schema import SessionValidator, loads, read_manifest
+
+__all__ = [
+    "Record",
+    "Session",
+    "Target",
+    "RecordParser",
+    "resolve_target",
+    "parse_maps",
+    "iter_records",
+    "load_sessions",
+    "parser_for",
+    "read_trainer_state",
+    "MINIMAL_KEYS",
+]
+
+try:  # optional fast path for schema v1 (orjson rejects NaN like the strict parser does)
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+# The canonical keys of minimal telemetry (SPEC §4-5); `eval_<metric>` is any key starting eval_.
+MINIMAL_KEYS = ("step", "t", "loss", "lr", "learning_rate", "grad_norm", "sps", "eval_loss", "FATAL")
+# trainer_state.json is rewritten whole at each checkpoint; a few MB for a long run. Bound it anyway.
+MAX_STATE_BYTES = 512 * 1024 * 1024
+
+
+# A target that does not exist yet is a run directory unless its name ends like a log file.
+FILE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".log", ".txt")
+
+
+@dataclass(slots=True)
+class Record:
+    """One normalized record.
+
+    kind: `train`, `eval`, `checkpoint`, `end`, `fatal`, `invalid` or `other`. A minimal train
+    record may also carry eval values (`eval_loss`, `metrics`): rules look at both parts.
+    Losses of minimal telemetry may be NaN/inf (null is read as NaN); schema v1 ones never are.
+    """
+
+    kind: str
+    session: str
+    step: int | float
+    where: str = ""
+    time: float | None = None
+    loss: float | None = None
+    lr: float | None = None
+    grad_mean: float | None = None  # None: no finite norm in the record
+    grad_max: float | None = None
+    nonfinite_grads: int = 0
+    throughput: float | None = None  # tokens (or samples) per second of training time
+    tokens: int | None = None
+    eval_loss: float | None = None
+    metrics: dict | None = None
+    reason: str | None = None  # session_end reason
+    error: str | None = None  # session_end error, FATAL text, or the invalid_log message
+    raw: dict | None = field(default=None, repr=False)
+
+    @property
+    def has_eval(self) -> bool:
+        """The record carries eval values (a val record, or minimal eval keys)."""
+        return self.eval_loss is not None or bool(self.metrics) or self.kind == "eval"
+
+
+@dataclass(slots=True)
+class Session:
+    """The records of one session, in log order."""
+
+    key: str
+    start_step: int
+    records: list[Record] = field(default_factory=list)
+    manifest_entry: dict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a command was pointed at: the run directory, the log, and how to read it."""
+
+    run_dir: str
+    log_path: str
+    format: str  # "jsonl" (schema v1 when run.json exists beside it, else minimal) or "trainer_state"
+
+    @property
+    def manifest_path(self) -> str:
+        return os.path.join(self.run_dir, "run.json")
+
+    def schema_v1(self) -> bool:
+        """The log is schema v1: a `metrics.jsonl` beside a `run.json`."""
+        return (self.format == "jsonl" and os.path.basename(self.log_path) == "metrics.jsonl"
+                and os.path.exists(self.manifest_path))
+
+
+def resolve_target(target: str) -> Target:
+    """A run directory, a JSONL file or a trainer_state.json → Target (the path may not exist yet).
+
+    A directory without `metrics.jsonl` but with `trainer_state.json` is read through the latter
+    (also one level down, in its latest `checkpoint-N/`).
+    """
+    target = os.fspath(target)
+    if not os.path.exists(target) and not target.endswith(FILE_SUFFIXES):
+        target_is_dir = True  # not there yet: a run directory, unless it is named like a log file
+    else:
+        target_is_dir = os.path.isdir(target)
+    if target_is_dir:
+        log = os.path.join(target, "metrics.jsonl")
+        if not os.path.exists(log):
+            state = _find_trainer_state(target)
+            if state is not None:
+                return Target(target, state, "trainer_state")
+        return Target(target, log, "jsonl")
+    run_dir = os.path.dirname(os.path.abspath(target))
+    if target.endswith(".json") and not target.endswith(".jsonl"):
+        return Target(run_dir, target, "trainer_state")
+    return Target(run_dir, target, "jsonl")
+
+
+def _find_trainer_state(run_dir: str) -> str | None:
+    direct = os.path.join(run_dir, "trainer_state.json")
+    if os.path.isfile(direct):
+        return direct
+    best = None
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return None
+    for name in names:
+        if name.startswith("checkpoint-") and name[11:].isdigit():
+            path = os.path.join(run_dir, name, "trainer_state.json")
+            if os.path.isfile(path) and (best is None or int(name[11:]) > best[0]):
+                best = (int(name[11:]), path)
+    return best[1] if best else None
+
+
+def parse_maps(items: list[str] | tuple[str, ...] | None) -> dict[str, str]:
+    """`["step=iter", "loss=train/loss"]` → {"step": "iter", "loss": "train/loss"}; UsageError if bad."""
+    maps: dict[str, str] = {}
+    for item in items or ():
+        if not isinstance(item, str) or "=" not in item:
+            raise UsageError(f"watch.map must be CANONICAL=SOURCE, got {item!r}")
+        canon, source = item.split("=", 1)
+        if not (canon in MINIMAL_KEYS or (canon.startswith("eval_") and len(canon) > 5)):
+            raise UsageError(
+                f"watch.map: {canon!r} is not a minimal telemetry key "
+                f"(expected one of {', '.join(MINIMAL_KEYS)} or eval_<metric>)"
+            )
+        if not source:
+            raise UsageError(f"watch.map: empty SOURCE in {item!r}")
+        if canon in maps:
+            raise UsageError(f"watch.map: {canon!r} mapped twice")
+        maps[canon] = source
+    return maps
+
+
+def _is_number(v: Any) -> bool:
+    t = type(v)
+    return t is float or t is int
+
+
+def _fmt(v: Any) -> str:
+    text = json.dumps(v, default=repr) if not isinstance(v, str) else repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _lenient(raw: bytes | str) -> Any:
+    # Minimal telemetry and trainer_state.json may hold NaN/Infinity tokens (Python's json writes
+    # them): they are findings (`nonfinite_loss`), not parse errors.
+    return json.loads(raw)
+
+
+class RecordParser:
+    """Turns raw lines (or trainer_state entries) into Records, keeping the per-session state.
+
+    mode "v1" needs the manifest (`manifest=` or `refresh=`, a callable returning the current one
+    when a record names a session it does not know); mode "minimal" reads minimal telemetry.
+    """
+
+    def __init__(self, mode: str, *, manifest: dict | None = None, maps: dict[str, str] | None = None,
+                 refresh: Callable[[], dict | None] | None = None, name: str = "metrics.jsonl") -> None:
+        if mode not in ("v1", "minimal"):
+            raise ValueError(f"RecordParser.mode must be 'v1' or 'minimal', got {mode!r}")
+        if mode == "v1" and maps:
+            raise UsageError("watch.map applies to minimal telemetry and trainer_state.json, not to a schema-v1 run")
+        self.mode = mode
+        self.name = name
+        self.maps = maps or {}
+        self.refresh = refresh
+        self.manifest = manifest
+        self._validators: dict[str, SessionValidator] = {}
+        self._entries: dict[str, dict] = {}
+        self.session: str | None = None  # the session of the last record (invalid lines join it)
+        self._last_train_step: float | None = None
+        self._relaunches = 0
+        self.last_step: int | float = 0  # step of the last parsed record (invalid lines take it)
+        if manifest is not None:
+            self.set_manifest(manifest)
+
+    # --- sessions -----------------------------------------------------------------------------
+
+    def set_manifest(self, manifest: dict) -> None:
+        """Take a (re-read) manifest: sessions it adds become known."""
+        self.manifest = manifest
+        for entry in manifest["sessions"]:
+            sid = entry["session_id"]
+            if sid not in self._entries:
+                self._entries[sid] = entry
+                self._validators[sid] = SessionValidator(manifest["run_id"], entry)
+
+    def latest_session(self) -> str | None:
+        """The latest session: run.json's last entry (v1), or the last relaunch seen (minimal)."""
+        if self.mode == "v1":
+            return self.manifest["sessions"][-1]["session_id"] if self.manifest else None
+        return self.session or "session-1"
+
+    def start_step(self, key: str | None) -> int | None:
+        """The step a session resumed from: run.json's `start.step` (v1); None when unknown
+        (minimal telemetry: rules then take the step of the session's first train record)."""
+        entry = self._entries.get(key) if key else None
+        return entry["start"]["step"] if entry else None
+
+    def entry(self, key: str) -> dict | None:
+        return self._entries.get(key)
+
+    # --- parsing ------------------------------------------------------------------------------
+
+    def invalid(self, where: str, message: str, step: int | float | None = None) -> Record:
+        """A record of kind `invalid` in the current session."""
+        session = self.session or self.latest_session() or "session-1"
+        if step is None:
+            step = self.last_step
+        return Record("invalid", session, step, where, error=message)
+
+    def parse_line(self, lineno: int, raw: bytes) -> Record | None:
+        """One complete line (without its newline) → a Record, or None for a blank line."""
+        where = f"{self.name}:{lineno}"
+        if self.mode == "v1":
+            return self._v1(raw, where)
+        if not raw.strip():
+            return None
+        try:
+            obj = _lenient(raw)
+        except UnicodeDecodeError as exc:
+            return self.invalid(where, f"{where}: invalid UTF-8 at byte {exc.start}")
+        except RecursionError:
+            return self.invalid(where, f"{where}: JSON nested too deeply")
+        except ValueError as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            col = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+            return self.invalid(where, f"{where}: malformed JSON: {msg}{col}")
+        return self.parse_object(obj, where)
+
+    def _v1(self, raw: bytes, where: str) -> Record:
+        try:
+            if _orjson is not None:
+                try:
+                    rec = _orjson.loads(raw)
+                except ValueError:
+                    rec = loads(raw, where)  # the standard library names the error
+            else:
+                rec = loads(raw, where)
+        except InvalidRunError as exc:
+            return self.invalid(where, str(exc))
+        if type(rec) is not dict:
+            return self.invalid(where, f"{where}: a record must be a JSON object, got {_json_type(rec)}")
+        sid = rec.get("session_id")
+        if type(sid) is not str:
+            return self.invalid(where, f"{where}: session_id must be a string, got {_fmt(sid)}")
+        validator = self._validators.get(sid)
+        if validator is None and self.refresh is not None:
+            manifest = self.refresh()
+            if manifest is not None:
+                self.set_manifest(manifest)
+            validator = self._validators.get(sid)
+        if validator is None:
+            return self.invalid(where, f"{where}: session_id {sid!r} is not in run.json")
+        self.session = sid
+        try:
+            validator.check(rec, where)
+        except InvalidRunError as exc:
+            step = rec.get("step")
+            return self.invalid(where, str(exc), step if type(step) is int else None)
+        return self._from_v1(rec, sid, where)
+
+    def parse_unchecked(self, raw: bytes, where: str = "") -> Record | None:
+        """A schema-v1 line without the session's continuity checks (reading a log's tail, where
+        the records before are unknown); None when it is not a readable record."""
+        try:
+            rec = loads(raw, where)
+            if type(rec) is not dict or type(rec.get("session_id")) is not str:
+                return None
+            return self._from_v1(rec, rec["session_id"], where)
+        except (InvalidRunError, KeyError, TypeError, ZeroDivisionError):
+            return None
+
+    def _from_v1(self, rec: dict, sid: str, where: str) -> Record:
+        event = rec["event"]
+        step = rec["step"]
+        self.last_step = step
+        if event == "train":
+            grad = rec["grad_norm"]
+            nonfinite = rec["nonfinite_grad_norms"]
+            no_norm = nonfinite >= rec["attempted"]  # every norm non-finite: mean/max are placeholders
+            return Record(
+                "train", sid, step, where, rec["time"], rec["loss"], rec["lr"],
+                None if no_norm else grad["mean"], None if no_norm else grad["max"], nonfinite,
+                rec["tokens"] / rec["train_seconds"], rec["tokens"], raw=rec,
+            )
+        if event == "val":
+            return Record("eval", sid, step, where, rec["time"], eval_loss=rec["loss"],
+                          metrics=rec.get("metrics") or {}, raw=rec)
+        if event == "checkpoint":
+            return Record("checkpoint", sid, step, where, rec["time"], raw=rec)
+        return Record("end", sid, step, where, rec["time"], reason=rec["reason"], error=rec["error"], raw=rec)
+
+    def parse_object(self, obj: Any, where: str) -> Record | None:
+        """One minimal-telemetry object (a JSONL line's or a log_history entry) → a Record."""
+        if type(obj) is not dict:
+            return self.invalid(where, f"{where}: a record must be a JSON object, got {_json_type(obj)}")
+        if self.maps:
+            view = dict(obj)
+            for canon in self.maps:
+                view.pop(canon, None)
+            for canon, source in self.maps.items():
+                if source in obj:
+                    view[canon] = obj[source]
+            obj = view
+        step = obj.get("step")
+        if step is None or not _is_number(step) or not math.isfinite(step) or step < 0:
+            what = "missing step" if "step" not in obj else f"step must be a number >= 0, got {_fmt(step)}"
+            return self.invalid(where, f"{where}: {what}")
+        if type(step) is float and step.is_integer():
+            step = int(step)
+        loss = obj.get("loss", _MISSING)
+        if loss is not _MISSING:
+            if loss is None:
+                loss = math.nan
+            elif not _is_number(loss):
+                return self.invalid(where, f"{where}: loss must be a number, got {_fmt(loss)}", step)
+        eval_loss = obj.get("eval_loss", _MISSING)
+        if eval_loss is not _MISSING:
+            if eval_loss is None:
+                eval_loss = math.nan
+            elif not _is_number(eval_loss):
+                return self.invalid(where, f"{where}: eval_loss must be a number, got {_fmt(eval_loss)}", step)
+        else:
+            eval_loss = None
+        metrics = None
+        for key, value in obj.items():
+            if key.startswith("eval_") and key != "eval_loss" and _is_number(value):
+                if metrics is None:
+                    metrics = {}
+                metrics[key[5:]] = value
+        t = obj.get("t")
+        t = t if _is_number(t) else None
+        if "FATAL" in obj:
+            self.last_step = step
+            return Record("fatal", self._minimal_session(None), step, where, t, error=str(obj["FATAL"]), raw=obj)
+        if loss is _MISSING:
+            self.last_step = step
+            kind = "eval" if eval_loss is not None or metrics else "other"
+            return Record(kind, self._minimal_session(None), step, where, t, eval_loss=eval_loss,
+                          metrics=metrics, raw=obj)
+        lr = obj.get("lr", obj.get("learning_rate"))
+        grad = obj.get("grad_norm")
+        grad_mean = nonfinite = None
+        if _is_number(grad):
+            if math.isfinite(grad):
+                grad_mean = grad
+            else:
+                nonfinite = 1
+        sps = obj.get("sps")
+        self.last_step = step
+        return Record(
+            "train", self._minimal_session(step), step, where, t, loss, lr if _is_number(lr) else None,
+            grad_mean, grad_mean, nonfinite or 0, sps if _is_number(sps) else None,
+            eval_loss=eval_loss, metrics=metrics, raw=obj,
+        )
+
+    def _minimal_session(self, train_step: int | float | None) -> str:
+        if self.session is None:
+            self._relaunches = 1
+            self.session = "session-1"
+        if train_step is not None:
+            if self._last_train_step is not None and train_step <= self._last_train_step:
+                self._relaunches += 1
+                self.session = f"session-{self._relaunches}"
+            self._last_train_step = train_step
+        return self.session
+
+
+_MISSING = object()
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "bool", int: "number", float: "number", str: "string", list: "array"}.get(type(value), type(value).__name__)
+
+
+# --- whole-target reading -------------------------------------------------------------------------
+
+
+def read_trainer_state(path: str) -> list:
+    """The `log_history` list of a Hugging Face trainer_state.json (NaN tokens allowed)."""
+    name = os.path.basename(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_STATE_BYTES + 1)
+    except OSError as exc:
+        raise InvalidRunError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_STATE_BYTES:
+        raise InvalidRunError(f"{name}: larger than {MAX_STATE_BYTES} bytes")
+    try:
+        state = _lenient(data)
+    except ValueError as exc:
+        raise InvalidRunError(f"{name}: malformed JSON: {exc}") from None
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise InvalidRunError(f"{name}: log_history must be a list, got {_json_type(history)}")
+    return history
+
+
+def parser_for(target: Target, maps: dict[str, str] | None = None) -> RecordParser:
+    """The RecordParser for `target` as it stands (reads run.json for a schema-v1 run)."""
+    if target.format == "jsonl" and target.schema_v1():
+        return RecordParser("v1", manifest=read_manifest(target.run_dir), maps=maps)
+    name = os.path.basename(target.log_path)
+    return RecordParser("minimal", maps=maps, name=name)
+
+
+def iter_records(target: str | Target, *, maps: dict[str, str] | None = None,
+                 on_torn: Callable[[int], None] | None = None, parser: RecordParser | None = None) -> Iterator[Record]:
+    """Every record of `target` in log order (invalid lines as kind `invalid`).
+
+    A torn final line (no newline yet) is left out; `on_torn(lineno)` is told about it. `parser`
+    (from `parser_for`) lets the caller see the sessions' start steps.
+    """
+    t = target if isinstance(target, Target) else resolve_target(target)
+    if parser is None:
+        parser = parser_for(t, maps)
+    if t.format == "trainer_state":
+        name = os.path.basename(t.log_path)
+        for i, entry in enumerate(read_trainer_state(t.log_path)):
+            rec = parser.parse_object(entry, f"{name}:log_history[{i}]")
+            if rec is not None:
+                yield rec
+        return
+    from .follow import LogFollower
+
+    name = os.path.basename(t.log_path)
+    if not os.path.exists(t.log_path):
+        raise InvalidRunError(f"{name}: missing ({t.log_path})")
+    with LogFollower(t.log_path) as follower:
+        while True:
+            batch = follower.poll()
+            if batch.too_long is not None:
+                where = f"{name}:{batch.too_long}"
+                yield parser.invalid(where, f"{where}: line longer than {follower.max_line_bytes} bytes")
+            for lineno, raw in batch.lines:
+                rec = parser.parse_line(lineno, raw)
+                if rec is not None:
+                    yield rec
+            if not batch.more:
+                break
+        if follower.pending_bytes() and on_torn is not None:
+            on_torn(follower.lineno + 1)
+
+
+def load_sessions(target: str | Target, *, maps: dict[str, str] | None = None) -> list[Session]:
+    """The records of `target` grouped by session, sessions in order of first appearance."""
+    t = target if isinstance(target, Target) else resolve_target(target)
+    sessions: dict[str, Session] = {}
+    manifest = read_manifest(t.run_dir) if t.format == "jsonl" and t.schema_v1() else None
+    for rec in iter_records(t, maps=maps):
+        s = sessions.get(rec.session)
+        if s is None:
+            entry = None
+            if manifest is not None:
+                entry = next((e for e in manifest["sessions"] if e["session_id"] == rec.session), None)
+            start = entry["start"]["step"] if entry else (rec.step if rec.kind == "train" else 0)
+            s = sessions[rec.session] = Session(rec.session, start, manifest_entry=entry)
+        s.records.append(rec)
+    return list(sessions.values())
+

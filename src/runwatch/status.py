@@ -1,0 +1,260 @@
+"""`runwatch status RUN_DIR`: one short check-in on a run, whatever the size of its log.
+
+Reads only the end of the log (`follow.tail_lines`), `run.json`, `pid`, `launch.json` and
+`watchdog.json`; asks NVML (pynvml, if importable) or `nvidia-smi` (if on PATH) about GPUs.
+At most ~20 short lines; `--json` prints the same facts as JSON. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import time
+from typing import Any
+
+from .errors import UsageError
+from .follow import tail_lines
+from .heartbeats import rank_status_lines
+from .process import alive, read_pid_file
+from .records import Record, RecordParser, read_trainer_state, resolve_target
+from .rules import fmt_step
+from .schema import read_manifest
+
+__all__ = ["status", "format_status", "gpu_info", "add_arguments", "run"]
+
+# Records read back from the end: enough for a rate over the last windows and the last eval.
+TAIL_RECORDS = 200
+# nvidia-smi can hang on a wedged driver; a check-in must not.
+NVIDIA_SMI_TIMEOUT_SECONDS = 3.0
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+
+
+def status(run_dir: str, *, gpus: bool = True, now: float | None = None) -> dict:
+    """The facts of one check-in as a dict (what `runwatch status --json` prints)."""
+    if not os.path.exists(run_dir):
+        raise UsageError(f"status: {run_dir}: no such run directory or log")
+    now = time.time() if now is None else now
+    t = resolve_target(run_dir)
+    out: dict[str, Any] = {"run_dir": t.run_dir, "log": t.log_path, "run_id": None, "session_id": None,
+                           "sessions": None, "max_steps": None}
+    recs: list[Record] = []
+    torn = False
+    mtime = None
+    if t.format == "trainer_state" and os.path.exists(t.log_path):
+        history = read_trainer_state(t.log_path)
+        parser = RecordParser("minimal", name=os.path.basename(t.log_path))
+        recs = [r for r in (parser.parse_object(e, "") for e in history[-TAIL_RECORDS:]) if r is not None]
+        state = _read_json(t.log_path)
+        if isinstance(state, dict) and isinstance(state.get("max_steps"), int) and state["max_steps"] > 0:
+            out["max_steps"] = state["max_steps"]
+        mtime = os.stat(t.log_path).st_mtime
+    elif os.path.exists(t.log_path):
+        lines, torn = tail_lines(t.log_path, TAIL_RECORDS)
+        mtime = os.stat(t.log_path).st_mtime
+        if t.schema_v1():
+            manifest = read_manifest(t.run_dir)
+            session = manifest["sessions"][-1]
+            out.update(run_id=manifest["run_id"], session_id=session["session_id"], sessions=len(manifest["sessions"]))
+            max_steps = session["recipe"].get("max_steps")
+            if type(max_steps) is int and max_steps > 0:
+                out["max_steps"] = max_steps
+            parser = RecordParser("v1", manifest=manifest)
+            recs = [r for r in (parser.parse_unchecked(raw) for raw in lines) if r is not None and r.session == session["session_id"]]
+        else:
+            parser = RecordParser("minimal", name=os.path.basename(t.log_path))
+            parsed = [r for r in (parser.parse_line(0, raw) for raw in lines) if r is not None and r.kind != "invalid"]
+            last_session = parsed[-1].session if parsed else None
+            recs = [r for r in parsed if r.session == last_session]
+    out["torn_tail"] = torn
+    trains = [r for r in recs if r.kind == "train"]
+    evals = [r for r in recs if r.has_eval]
+    last = recs[-1] if recs else None
+    lt = trains[-1] if trains else None
+    out["step"] = last.step if last else None
+    when = last.time if last is not None and t.schema_v1() else mtime
+    out["age_seconds"] = round(now - when, 1) if last is not None and when is not None else None
+    out["loss"] = _num(lt.loss) if lt else None
+    out["lr"] = _num(lt.lr) if lt else None
+    out["grad_norm"] = {"mean": _num(lt.grad_mean), "max": _num(lt.grad_max)} if lt and lt.grad_mean is not None else None
+    tps = None
+    if last is not None and last.raw and isinstance(last.raw.get("session"), dict):
+        tps = last.raw["session"].get("tokens_per_second")
+    if tps is None and lt is not None:
+        tps = lt.throughput
+    out["tokens_per_second"] = _num(tps)
+    out["steps_per_second"] = _rate(trains)
+    eta = None
+    if out["max_steps"] and out["steps_per_second"] and out["step"] is not None:
+        eta = max(0.0, (out["max_steps"] - out["step"]) / out["steps_per_second"])
+    out["eta_seconds"] = round(eta) if eta is not None else None
+    ended = next((r for r in reversed(recs) if r.kind == "end"), None)
+    out["ended"] = {"reason": ended.reason, "error": ended.error} if ended else None
+    ev = evals[-1] if evals else None
+    out["last_eval"] = ({"step": ev.step, "loss": _num(ev.eval_loss), "metrics": {k: _num(v) for k, v in (ev.metrics or {}).items()}}
+                        if ev else None)
+    pid = read_pid_file(os.path.join(t.run_dir, "pid"))
+    out["process"] = {"pid": pid, "alive": alive(pid)} if pid is not None else None
+    verdict = _read_json(os.path.join(t.run_dir, "watchdog.json"))
+    launch = _read_json(os.path.join(t.run_dir, "launch.json"))
+    if isinstance(verdict, dict):
+        stale = (isinstance(launch, dict) and isinstance(launch.get("time"), (int, float))
+                 and isinstance(verdict.get("time"), (int, float)) and verdict["time"] < launch["time"])
+        verdict = {**verdict, "before_current_launch": bool(stale)}
+    out["watchdog"] = verdict if isinstance(verdict, dict) else None
+    out["gpus"] = gpu_info() if gpus else None
+    out["ranks"] = rank_status_lines(t.run_dir, now)  # multi-rank runs: at most 4 lines; else []
+    return out
+
+
+def _num(v: Any) -> Any:
+    if type(v) in (int, float) and not math.isfinite(v):
+        return str(v)  # strict JSON has no NaN: show it as text
+    return v
+
+
+def _rate(trains: list[Record]) -> float | None:
+    """Steps per second over the train records of the tail that carry a time."""
+    timed = [r for r in trains if r.time is not None]
+    if len(timed) < 2:
+        return None
+    a, b = timed[0], timed[-1]
+    dt = b.time - a.time
+    return (b.step - a.step) / dt if dt > 0 and b.step > a.step else None
+
+
+def gpu_info() -> list[dict] | str:
+    """Per device utilisation and memory through NVML, else nvidia-smi, else "no GPU"."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        pynvml = None
+    if pynvml is not None:
+        try:
+            pynvml.nvmlInit()
+            try:
+                out = []
+                for i in range(pynvml.nvmlDeviceGetCount()):
+                    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                    util = pynvml.nvmlDeviceGetUtilizationRates(h)
+                    mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+                    name = pynvml.nvmlDeviceGetName(h)
+                    out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
+                                "utilization_percent": util.gpu, "memory_used_bytes": mem.used, "memory_total_bytes": mem.total})
+                return out or "no GPU"
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - NVML errors are many; fall back to nvidia-smi
+            pass
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            res = subprocess.run(
+                [smi, "--query-gpu=index,name,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_SECONDS, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return "no GPU (nvidia-smi did not answer)"
+        out = []
+        for line in res.stdout.splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) == 5 and parts[0].isdigit():
+                try:
+                    out.append({"index": int(parts[0]), "name": parts[1], "utilization_percent": int(parts[2]),
+                                "memory_used_bytes": int(parts[3]) * 2**20, "memory_total_bytes": int(parts[4]) * 2**20})
+                except ValueError:
+                    continue
+        return out or "no GPU"
+    return "no GPU"
+
+
+def _dur(s: float) -> str:
+    s = int(s)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _v(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def format_status(st: dict) -> list[str]:
+    """The check-in as at most ~20 short lines."""
+    lines = []
+    if st["run_id"]:
+        lines.append(f"run      {st['run_id']}  session {st['session_id']} ({st['sessions']} in run.json)")
+    else:
+        lines.append(f"log      {st['log']}")
+    if st["step"] is None:
+        lines.append("step     no records yet")
+    else:
+        total = f"/{st['max_steps']}" if st["max_steps"] else ""
+        age = f", {_dur(st['age_seconds'])} ago" if st["age_seconds"] is not None else ""
+        lines.append(f"step     {fmt_step(st['step'])}{total}{age}")
+    if st["loss"] is not None:
+        lines.append(f"loss     {_v(st['loss'])}   lr {_v(st['lr'])}")
+    if st["grad_norm"]:
+        lines.append(f"grad     mean {_v(st['grad_norm']['mean'])}  max {_v(st['grad_norm']['max'])}")
+    if st["tokens_per_second"] is not None:
+        lines.append(f"rate     {_v(st['tokens_per_second'])} tokens/s")
+    if st["eta_seconds"] is not None:
+        lines.append(f"eta      {_dur(st['eta_seconds'])} ({_v(st['steps_per_second'])} steps/s)")
+    if st["ended"]:
+        err = f": {st['ended']['error']}" if st["ended"]["error"] else ""
+        lines.append(f"ended    {st['ended']['reason']}{err}"[:120])
+    if st["last_eval"]:
+        ev = st["last_eval"]
+        metrics = "  ".join(f"{k} {_v(v)}" for k, v in list(ev["metrics"].items())[:4])
+        loss = f" loss {_v(ev['loss'])}" if ev["loss"] is not None else ""
+        lines.append(f"eval     step {fmt_step(ev['step'])}{loss}  {metrics}".rstrip())
+    p = st["process"]
+    lines.append(f"process  {'alive' if p['alive'] else 'gone'} (pid {p['pid']})" if p else "process  unknown (no pid file)")
+    w = st["watchdog"]
+    if w:
+        what = "OK done" if w.get("verdict") == "done" else f"ANOMALY {w.get('kind')}"
+        old = " (before the current launch)" if w.get("before_current_launch") else ""
+        lines.append(f"watchdog {what} step={w.get('step')}: {w.get('message')}{old}"[:160])
+    else:
+        lines.append("watchdog no verdict")
+    g = st["gpus"]
+    if isinstance(g, list):
+        for d in g[:8]:
+            lines.append(f"gpu{d['index']}     {d['utilization_percent']}%  {d['memory_used_bytes'] / 2**30:.1f}/"
+                         f"{d['memory_total_bytes'] / 2**30:.1f} GiB  {d['name']}")
+        if len(g) > 8:
+            lines.append(f"         ... and {len(g) - 8} more GPUs")
+    elif g is not None:
+        lines.append(f"gpu      {g}")
+    for i, line in enumerate(st.get("ranks") or []):
+        lines.append(("ranks    " if i == 0 else "         ") + line.removeprefix("ranks: "))
+    if st["torn_tail"]:
+        lines.append("note     the log ends in a line still being written")
+    return lines
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (or a JSONL log / trainer_state.json)")
+    p.add_argument("--json", action="store_true", help="print the check-in as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    st = status(args.run_dir)
+    if args.json:
+        print(json.dumps(st, indent=2, allow_nan=False))
+    else:
+        print("\n".join(format_status(st)))
+    return 0
+
+

@@ -1,0 +1,123 @@
+"""A tiny, real Hugging Face `Trainer.train()` on the CPU with runwatch's callback: the demo's
+`--framework hf` run.
+
+    python -m runwatch.tinyhf RUN_DIR [--steps 300] [--inject nan|stall|crash|slowdown|explode]
+
+A 2-layer BERT with random weights built from a config (nothing is downloaded) learns the same
+generated task as `runwatch.tinytrain`. The Trainer's checkpoints go to RUN_DIR/hf/; runwatch's
+log to RUN_DIR (or RUNWATCH_RUN_DIR). A second start on the same RUN_DIR resumes from the latest
+checkpoint, which the callback turns into a new session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from typing import Sequence
+
+from .tinytrain import INJECTIONS, VOCAB
+
+SEQ_LEN = 16
+BATCH = 16
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m runwatch.tinyhf", description=__doc__.splitlines()[0])
+    p.add_argument("run_dir")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds a step")
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--inject", choices=INJECTIONS, default=None)
+    p.add_argument("--inject-at", type=int, default=150)
+    p.add_argument("--crash-at", type=int, default=None, help="SIGKILL this process at this step (once)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
+
+    from .errors import NonFiniteLossError
+    from .integrations.hf import RunwatchCallback, auroc_metrics
+    from .tinytrain import make_batch
+
+    class Sequences(torch.utils.data.Dataset):
+        def __init__(self, n: int, seed: int) -> None:
+            self.x, y = make_batch(torch, 0, n, SEQ_LEN, "normal", seed=seed)
+            self.y = y.long()
+
+        def __len__(self) -> int:
+            return len(self.x)
+
+        def __getitem__(self, i: int) -> dict:
+            return {"input_ids": self.x[i], "labels": self.y[i]}
+
+    class Faulty(BertForSequenceClassification):
+        """Injects the requested fault into the training forward pass from `inject_at` on."""
+
+        def forward(self, input_ids=None, labels=None, **kwargs):
+            out = super().forward(input_ids=input_ids, labels=labels, **kwargs)
+            if self.training and args.inject == "nan" and self.global_step >= args.inject_at:
+                out.loss = out.loss * float("nan")
+            return out
+
+    class Pace(TrainerCallback):
+        """Slows, stalls, kills the run or blows its gradients up on request."""
+
+        exploding = False
+
+        def on_step_begin(self, targs, state, control, **kwargs):
+            if args.inject == "explode" and state.global_step >= args.inject_at and not self.exploding:
+                self.exploding = True  # gradients 1e4x too large from here on; clipping keeps the weights sane
+                for p in model.parameters():
+                    p.register_hook(lambda g: g * 1e4)
+
+        def on_step_end(self, targs, state, control, **kwargs):
+            model.global_step = state.global_step
+            fault = args.inject if args.inject and state.global_step >= args.inject_at else None
+            marker = os.path.join(args.run_dir, ".crashed-once")
+            if fault == "crash" or (args.crash_at == state.global_step and not os.path.exists(marker)):
+                open(marker, "w").close()
+                print(f"step {state.global_step}: crashing (SIGKILL)", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            if fault == "stall":
+                print(f"step {state.global_step}: stalling (injected)", flush=True)
+                time.sleep(3600)
+            if args.step_sleep or fault == "slowdown":
+                time.sleep(args.step_sleep * (6 if fault == "slowdown" else 1) + (0.05 if fault == "slowdown" else 0))
+
+    torch.manual_seed(0)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=SEQ_LEN, num_labels=2)
+    model = Faulty(config)
+    model.global_step = 0
+    out_dir = os.path.join(args.run_dir, "hf")
+    targs = TrainingArguments(
+        output_dir=out_dir, max_steps=args.steps, per_device_train_batch_size=BATCH, logging_steps=10,
+        eval_strategy="steps", eval_steps=args.eval_every, save_steps=args.eval_every, learning_rate=3e-3,
+        use_cpu=True, disable_tqdm=True, report_to="none", seed=0, dataloader_num_workers=0,
+    )
+    trainer = Trainer(model=model, args=targs, train_dataset=Sequences(8000, 0), eval_dataset=Sequences(256, 1),
+                      compute_metrics=auroc_metrics,
+                      callbacks=[RunwatchCallback(args.run_dir, seq_len=SEQ_LEN), Pace()])
+    resume = os.path.isdir(out_dir) and any(n.startswith("checkpoint-") for n in os.listdir(out_dir))
+    try:
+        trainer.train(resume_from_checkpoint=True if resume else None)
+    except NonFiniteLossError as exc:
+        print(str(exc), file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; session ended (reason interrupted)", file=sys.stderr, flush=True)
+        return 130
+    print(f"done: {args.steps} steps, run directory {args.run_dir}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
