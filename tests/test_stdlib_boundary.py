@@ -34,6 +34,7 @@ def test_public_api():
     import runwatch
 
     assert sorted(runwatch.__all__) == sorted([
-        "RunLogger", "summarize", "RunwatchError", "InvalidRunError", "NonFiniteLossError", "RunLockedError",
+        "RunLogger", "summarize", "verify_checkpoint", "RunwatchError", "InvalidRunError", "NonFiniteLossError",
+        "RunLockedError",
         "__version__",
     ])

@@ -414,6 +414,13 @@ class Watcher:
         except InvalidRunError as exc:  # run.json broken, log not a regular file, ...
             return self._anomaly("invalid_log", self.last_step, str(exc))
         if v is not None:
+            if v.verdict == "done":
+                # What the poll checks see (per-rank heartbeats) was written before the session's
+                # end record: judge it before the run is called done.
+                for check_fn in self.poll_checks:
+                    f = check_fn(self)
+                    if f is not None:
+                        return self._anomaly(f.kind, f.step, f.message)
             return v
         if self.catching_up and self.parser is not None:
             self.catching_up = False
