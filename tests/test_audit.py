@@ -13,7 +13,6 @@ import pytest
 
 from runwatch.audit import AuditOptions, audit
 from runwatch.cli import main
-from runwatch.errors import DataError, UsageError
 
 N = 100
 BROKEN = [i for i in range(N) if i % 7 == 3]  # 14 rows that do not parse

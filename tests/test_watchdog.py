@@ -16,7 +16,7 @@ import pytest
 
 from runwatch import RunLogger
 from runwatch.cli import main
-from runwatch.watchdog import Options, Watcher, check, load_options
+from runwatch.watchdog import Options, Watcher, load_options
 
 RECIPE = {"batch_size": 2, "seq_len": 4, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
 

@@ -15,7 +15,6 @@ everywhere); `--crash-at STEP` kills the process (SIGKILL) once, to show a crash
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import sys
