@@ -27,7 +27,20 @@ from runwatch import NonFiniteLossError, RunLogger, RunwatchError
 from runwatch.heartbeats import HeartbeatConfig
 
 
+def _die_with_the_launcher() -> None:
+    """torchrun starts each rank in a session of its own, so killing torchrun's process group does
+    not reach a rank that hangs: ask the kernel to SIGKILL this rank when its parent (the agent) dies."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() == 1:  # the agent died before prctl took effect
+            os._exit(1)
+
+
 def main() -> int:
+    _die_with_the_launcher()
     p = argparse.ArgumentParser()
     p.add_argument("run_dir")
     p.add_argument("--steps", type=int, default=40)
