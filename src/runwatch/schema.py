@@ -77,8 +77,9 @@ def dumps(obj: Any) -> str:
     return _ENCODER.encode(obj)
 
 
-# Floats at or beyond 2**63 in magnitude are left to the precise checks (see SessionValidator.accept).
+# Floats at or beyond 2**63 in magnitude are left to the precise checks (see SessionValidator.take_window).
 _BIG = 2.0**63
+_MINUS_BIG = -_BIG  # a constant, not a negation (and a new float) at each use
 
 # --- value checks ---------------------------------------------------------------------------------
 # Each returns the value or raises InvalidRunError("<where>: <field> must be ..., got ...").
@@ -325,7 +326,7 @@ class SessionValidator:
             if type(session) is not dict or type(grad) is not dict:
                 return None
             v = rec["time"]
-            if not ((type(v) is float or type(v) is int) and -_BIG < v < _BIG):
+            if not ((type(v) is float or type(v) is int) and _MINUS_BIG < v < _BIG):
                 return None
             v = session["elapsed_seconds"]
             if not ((type(v) is float or type(v) is int) and 0 <= v < _BIG):
@@ -343,7 +344,7 @@ class SessionValidator:
             if not ((type(seconds) is float or type(seconds) is int) and 0 < seconds < _BIG):
                 return None
             loss = rec["loss"]
-            if not ((type(loss) is float or type(loss) is int) and -_BIG < loss < _BIG):
+            if not ((type(loss) is float or type(loss) is int) and _MINUS_BIG < loss < _BIG):
                 return None
             v = rec["lr"]
             if not ((type(v) is float or type(v) is int) and 0 <= v < _BIG):
@@ -370,12 +371,12 @@ class SessionValidator:
                     return None
                 v = qk["threshold"]
                 observed, clipped = qk["observed_head_updates"], qk["clipped_head_updates"]
-                if not ((type(v) is float or type(v) is int) and -_BIG < v < _BIG and self.threshold is not None
+                if not ((type(v) is float or type(v) is int) and _MINUS_BIG < v < _BIG and self.threshold is not None
                         and v == self.threshold and type(observed) is int and type(clipped) is int
                         and 0 <= clipped <= observed):
                     return None
                 v = qk["max_logit"]
-                if not (v is None or (type(v) is float or type(v) is int) and -_BIG < v < _BIG):
+                if not (v is None or (type(v) is float or type(v) is int) and _MINUS_BIG < v < _BIG):
                     return None
         except (KeyError, TypeError):  # a missing key; no object where one belongs (`rec` included)
             return None
