@@ -277,6 +277,23 @@ def test_take_window_declines_each_value_out_of_bounds(tmp_path, field, value):
     assert SessionValidator(run_id, session).take_window(rec) is None
 
 
+@pytest.mark.parametrize("threshold, value, taken", [
+    (1.0, True, False),          # a bool equals 1.0, but is no number
+    (1.0, 1, True),
+    (1e19, 1e19, False),         # 2**63 or more: left to check(), which takes it
+    (1e19, 10**19, False),
+    (100.0, 100, True),
+])
+def test_take_window_qk_threshold(tmp_path, threshold, value, taken):
+    run_id, session, recs = _logger_records(tmp_path)
+    session = dict(session, recipe=dict(session["recipe"], qk_clip_threshold=threshold))
+    rec = next(r for r in recs if r["event"] == "train")
+    rec = dict(rec, qk_clip=dict(rec["qk_clip"], threshold=value))
+    assert (SessionValidator(run_id, session).take_window(rec) is not None) is taken
+    if type(value) is not bool:
+        SessionValidator(run_id, session).check(rec, "x")  # valid all the same
+
+
 # --- the summary's fast loop sums what the field-by-field path sums -------------------------------
 
 

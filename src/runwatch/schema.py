@@ -284,6 +284,9 @@ class SessionValidator:
         self.session_id = session["session_id"]
         self.recipe = session["recipe"]
         self.threshold = self.recipe.get("qk_clip_threshold")
+        # take_window compares a window's qk_clip.threshold with this: a number equal to it is then
+        # within (-2**63, 2**63) too. None (equal to no number) leaves any threshold to check().
+        self._fast_threshold = self.threshold if self.threshold is not None and -_BIG < self.threshold < _BIG else None
         self.tokens_per_attempt = window_tokens(self.recipe, 1)
         self.start_step = session["start"]["step"]
         self.step = self.start_step
@@ -372,9 +375,8 @@ class SessionValidator:
                     return None
                 v = qk["threshold"]
                 observed, clipped = qk["observed_head_updates"], qk["clipped_head_updates"]
-                if not ((type(v) is float or type(v) is int) and _MINUS_BIG < v < _BIG and self.threshold is not None
-                        and v == self.threshold and type(observed) is int and type(clipped) is int
-                        and 0 <= clipped <= observed):
+                if not ((type(v) is float or type(v) is int) and v == self._fast_threshold
+                        and type(observed) is int and type(clipped) is int and 0 <= clipped <= observed):
                     return None
                 v = qk["max_logit"]
                 if not (v is None or (type(v) is float or type(v) is int) and _MINUS_BIG < v < _BIG):

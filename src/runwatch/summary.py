@@ -4,8 +4,9 @@ Streams `metrics.jsonl` a block of lines at a time through the one record valida
 so memory stays flat whatever the log's size. Standard library only; runs under `python -S`. When
 `orjson` is importable (not under `-S`) the summary runs about twice as fast with identical
 results: its reading is used only for records the validator's fast path takes
-(`SessionValidator.accept`); any other line is parsed again by the standard library, which gives
-the same values and the same error messages as without orjson.
+(`SessionValidator.take_window`, which also hands back the values to sum); any other line is
+parsed again by the standard library, which gives the same values and the same error messages as
+without orjson. benchmarks/README.md has the figures.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
     session_id = session["session_id"]
     validator = SessionValidator(manifest["run_id"], session)
     orjson_loads = _orjson.loads if fast and _orjson is not None else None
-    decode = _DECODER.decode  # what schema.loads does, without its wrapping, for the common line
+    parse = orjson_loads or _parse
     take = validator.take_window
     window_values = validator.window_values
 
@@ -80,7 +81,7 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
     for first, lines in iter_line_blocks(path):
         for lineno, raw in enumerate(lines, first):
             try:
-                rec = orjson_loads(raw) if orjson_loads is not None else decode(raw.decode("utf-8"))
+                rec = parse(raw)
             except (ValueError, RecursionError):  # malformed, invalid UTF-8, NaN, huge numbers: _read_line
                 rec = None
             values = take(rec)
@@ -193,6 +194,11 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
         "profiling": last["session"]["profiling_seconds"] > 0,
         "last_val": last_val,
     }
+
+
+def _parse(raw: bytes) -> Any:
+    """What schema.loads does, without its wrapping, for the common line."""
+    return _DECODER.decode(raw.decode("utf-8"))
 
 
 def _read_line(validator: SessionValidator, lineno: int, raw: bytes, rec: Any, fast: bool) -> dict | None:
