@@ -23,6 +23,13 @@ demo: $(VENV)/.installed-$(EXTRAS)
 test: $(VENV)/.installed-$(EXTRAS)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
+# The long version of the fault and fuzz tests (docs/RELIABILITY.md): 200 SIGKILLs, 5000 examples a
+# property, a 2 GiB torn tail, the watchdog following a 10k-records/s writer for a minute.
+FUZZ_ENV := RUNWATCH_FUZZ_KILLS=100 RUNWATCH_FUZZ_SIGNALS=50 RUNWATCH_FUZZ_EXAMPLES=5000 \
+	RUNWATCH_FUZZ_TORN_MIB=2048 RUNWATCH_FUZZ_LOAD_SECONDS=60
+fuzz: $(VENV)/.installed-$(EXTRAS)
+	OMP_NUM_THREADS=1 $(FUZZ_ENV) $(PY) -m pytest -q $(wildcard tests/test_*_fuzz.py tests/test_*_faults.py tests/test_*_load.py)
+
 bench: $(VENV)/.installed-bench
 	@echo "see benchmarks/README.md for each benchmark's command"
 

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-# The modules the auditor and the watchdog need. Ones not written yet are skipped.
-CORE = ["runwatch", "runwatch.errors", "runwatch.schema", "runwatch.metrics", "runwatch.summary", "runwatch.cli",
-        "runwatch.follow", "runwatch.records", "runwatch.rules", "runwatch.watchdog", "runwatch.status",
-        "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch"]
+# The modules the logger, the auditor and the watchdog need.
+CORE = ["runwatch", "runwatch.errors", "runwatch.schema", "runwatch.metrics", "runwatch.journal", "runwatch.summary",
+        "runwatch.cli", "runwatch.follow", "runwatch.records", "runwatch.rules", "runwatch.watchdog",
+        "runwatch.status", "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch", "runwatch.process"]
 
 
 def test_core_imports_only_the_standard_library():
-    present = [m for m in CORE if importlib.util.find_spec(m) is not None]
+    present = CORE
     code = (
         "import sys\n"
         f"sys.path.insert(0, {SRC!r})\n"
@@ -34,6 +33,7 @@ def test_public_api():
     import runwatch
 
     assert sorted(runwatch.__all__) == sorted([
-        "RunLogger", "summarize", "RunwatchError", "InvalidRunError", "NonFiniteLossError", "RunLockedError",
+        "RunLogger", "summarize", "verify_checkpoint", "RunwatchError", "InvalidRunError", "NonFiniteLossError",
+        "RunLockedError",
         "__version__",
     ])

@@ -16,7 +16,7 @@ import pytest
 
 from runwatch import RunLogger
 from runwatch.cli import main
-from runwatch.watchdog import Options, Watcher, check, load_options
+from runwatch.watchdog import Options, Watcher, load_options
 
 RECIPE = {"batch_size": 2, "seq_len": 4, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
 
@@ -419,3 +419,19 @@ def test_truncated_log_is_read_again_once(tmp_path):
     v = w.poll_once()
     assert notes[-1].endswith("m.jsonl was replaced; reading it again from the start") or notes[-1].endswith("was truncated; reading it again from the start")
     assert v.line() == "ANOMALY grad_explosion step=1: gradient norm 99 > 50 for 1 consecutive train records"
+
+
+def test_poll_checks_judge_before_the_end_is_called_done(tmp_path):
+    """A finding of a poll check (heartbeats, written before the end record) wins over the normal
+    session_end read in the same poll."""
+    from runwatch.rules import Finding
+
+    make_run(tmp_path, end="normal")
+
+    def straggler(w):
+        return Finding("straggler", w.last_step, "rank 2 (host h) took 3.0x the median window time")
+
+    v = Watcher(str(tmp_path), Options(poll=0.05), poll_checks=[straggler], log=lambda m: None).run()
+    assert v.line() == "ANOMALY straggler step=6: rank 2 (host h) took 3.0x the median window time"
+    v = Watcher(str(tmp_path), Options(poll=0.05), poll_checks=[lambda w: None], log=lambda m: None).run()
+    assert v.line() == "OK done step=6"

@@ -109,6 +109,19 @@ def _add_tensorboard(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: tensorboard.run(args))
 
 
+def _add_preflight(sub: argparse._SubParsersAction) -> None:
+    from . import audit, plan, smoke
+
+    for name, module, help_text in (
+        ("plan", plan, "project a long run's time from a short run's steady throughput; exit 1 if it does not fit"),
+        ("audit-data", audit, "check every row of a corpus in parallel; keep raw and normalized variants aligned"),
+        ("smoke", smoke, "the verdict on a smoke run: SMOKE PASS (exit 0) or SMOKE FAIL: <checks> (exit 1)"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
+
+
 _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_summarize,
     _add_demo,
@@ -118,6 +131,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_launch,
     _add_plot,
     _add_tensorboard,
+    _add_preflight,
 ]
 
 

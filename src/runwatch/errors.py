@@ -6,7 +6,10 @@
     ├── RunLockedError                  a second logger on a run directory in use
     ├── LogWriteError (OSError)         the logger could not write a record (disk full, EFBIG)
     ├── NonFiniteLossError              the training loss went NaN/Inf; the session was ended
-    └── RanksOutOfStepError             torch.distributed ranks called RunLogger.step() unequally
+    ├── RanksOutOfStepError             torch.distributed ranks called RunLogger.step() unequally
+    ├── InsufficientRunError            a run too short to judge (`plan`: too few steady windows)
+    ├── DataError                       a data set `audit-data` cannot read as a whole (not one bad row)
+    └── CheckpointError                 a checkpoint that cannot be read back (`verify_checkpoint`)
 
 The command line maps these to exit codes in one place (`runwatch.cli.main`).
 """
@@ -21,6 +24,9 @@ __all__ = [
     "LogWriteError",
     "NonFiniteLossError",
     "RanksOutOfStepError",
+    "InsufficientRunError",
+    "DataError",
+    "CheckpointError",
 ]
 
 
@@ -51,3 +57,15 @@ class NonFiniteLossError(RunwatchError, FloatingPointError):
 class RanksOutOfStepError(RunwatchError):
     """Ranks of a torch.distributed run reached a window close with different attempted-update
     counts (each must call RunLogger.step() as often); raised on every rank."""
+
+
+class InsufficientRunError(RunwatchError):
+    """A valid run that is too short to judge: the message says how many more steps are needed."""
+
+
+class DataError(RunwatchError):
+    """An input data set that cannot be read as a whole (a missing file or column, a mixed directory)."""
+
+
+class CheckpointError(RunwatchError):
+    """A checkpoint file that cannot be read back, or holds no tensors."""

@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import datetime as _dt
-import logging
 import math
 import os
-import secrets
 import signal
 import socket
 import sys
@@ -30,31 +27,18 @@ import time
 import warnings
 from typing import Any, Iterator
 
-from .errors import InvalidRunError, LogWriteError, NonFiniteLossError, RanksOutOfStepError, RunLockedError, RunwatchError
+from .errors import NonFiniteLossError, RanksOutOfStepError, RunwatchError
 from .distributed import HeartbeatWriter, process_group
 from .heartbeats import HeartbeatConfig
-from .schema import SCHEMA_VERSION, END_REASONS, dumps, read_manifest, validate_manifest, window_tokens
+from .journal import Journal, NullJournal, new_session_id, utc_now
+from .schema import SCHEMA_VERSION, END_REASONS, validate_manifest, window_tokens
 
 __all__ = ["RunLogger", "detect_hardware"]
 
-_log = logging.getLogger("runwatch")
 
 # Attempted updates per train window: one line per 10 steps keeps the log ~50 bytes a step and the
 # per-step cost at a list append, while a stall still shows within one window of steps.
 DEFAULT_WINDOW = 10
-_BACKSCAN_CHUNK = 64 * 1024
-
-
-def _utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _new_run_id() -> str:
-    return f"r-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d}-{secrets.token_hex(3)}"
-
-
-def _new_session_id() -> str:
-    return f"s-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
 
 
 def detect_hardware() -> dict:
@@ -313,19 +297,19 @@ class RunLogger:
         writer = self._group is None or self._group.rank == 0
         failure: BaseException | None = None
         manifest: dict | None = None
-        self._journal: _Journal | _NullJournal = _NullJournal()
+        self._journal: Journal | NullJournal = NullJournal()
         if writer:
             try:
-                self._journal = _Journal(self.run_dir, self._fsync)
+                self._journal = Journal(self.run_dir, self._fsync)
                 manifest = self._journal.load_or_create_manifest(resume_from)
             except BaseException as exc:
                 self._journal.close()
                 if self._group is None:
                     raise
                 failure = exc  # told to the other ranks first, so that none waits for rank 0
-        self.session_id: str = _new_session_id()
+        self.session_id: str = new_session_id()
         while manifest is not None and any(s["session_id"] == self.session_id for s in manifest["sessions"]):
-            self.session_id = _new_session_id()
+            self.session_id = new_session_id()
         self.run_id: str = manifest["run_id"] if manifest is not None else ""
         if self._group is not None:
             peers = self._group.exchange({  # once per session: who is where, and rank 0's run
@@ -350,7 +334,7 @@ class RunLogger:
                     hw = _rank_hardware(hw, peers, detected=hardware is None)
                 manifest["sessions"].append({
                     "session_id": self.session_id,
-                    "started_at": _utc_now(),
+                    "started_at": utc_now(),
                     "start": start,
                     "recipe": self.recipe,
                     "optimizers": optimizers,
@@ -388,8 +372,11 @@ class RunLogger:
             self._beat.start(self._step)
         self._terminated = False
         self._pid = os.getpid()  # a forked child (a data-loader worker) must not end the session
-        self._previous_sigterm: Any = None
-        self._install_sigterm()
+        # SIGTERM/SIGINT arriving while a record is being committed wait until it is (see _on_signal)
+        self._busy = 0
+        self._pending_signal: int | None = None
+        self._previous_handlers: dict[int, tuple[Any, Any]] = {}  # signal -> (previous, ours)
+        self._install_signal_handlers()
         atexit.register(self._at_exit)
 
     # --- the calls of a training loop -------------------------------------------------------
@@ -430,10 +417,14 @@ class RunLogger:
             raise ValueError("RunLogger.step: grad_norm is required (the pre-clip gradient norm)")
         if getattr(grad_norm, "requires_grad", False):
             grad_norm = grad_norm.detach()
-        self._losses.append(loss)
-        self._grads.append(grad_norm)
-        self._clipped.append(clipped)
-        self._skips.append(skipped)
+        self._busy += 1  # the four lists stay the same length, even if a signal comes in between
+        try:
+            self._losses.append(loss)
+            self._grads.append(grad_norm)
+            self._clipped.append(clipped)
+            self._skips.append(skipped)
+        finally:
+            self._busy -= 1
         self._lr = lr
         if qk_observed is not None or qk_clipped is not None:
             if self._qk_threshold is None:
@@ -441,6 +432,8 @@ class RunLogger:
             self._qk.append((len(self._losses) - 1, qk_observed, qk_clipped, qk_max_logit))
         if len(self._losses) >= self.window:
             self._close_window()
+        if self._pending_signal is not None:
+            self._deliver_pending_signal()
 
     def val(self, loss: Any, metrics: dict | None = None) -> None:
         """Record an evaluation at the current step: its loss and named metrics (e.g. `auroc`)."""
@@ -632,12 +625,19 @@ class RunLogger:
         self._commit_window(fields)
 
     def _commit_window(self, fields: dict) -> None:
-        self._step += fields["updates"]
-        self._tokens_total += fields["tokens"]
-        self._skipped_total += fields["skipped"]
-        self._session_tokens += fields["tokens"]
-        self._reset_window()
-        self._write(self._record("train", **fields))
+        # The counters and the record are committed together: a SIGTERM in between would leave a
+        # session_end whose totals count a window the log does not hold.
+        self._busy += 1
+        try:
+            self._step += fields["updates"]
+            self._tokens_total += fields["tokens"]
+            self._skipped_total += fields["skipped"]
+            self._session_tokens += fields["tokens"]
+            self._reset_window()
+            self._write(self._record("train", **fields))
+        finally:
+            self._busy -= 1
+        self._deliver_pending_signal()
 
     # --- multi-rank windows -----------------------------------------------------------------
 
@@ -794,7 +794,12 @@ class RunLogger:
         raise NonFiniteLossError(f"runwatch: {message}; session ended (reason nonfinite_loss)")
 
     def _write(self, rec: dict, sync: bool = False) -> None:
-        self._journal.append(rec, sync)
+        self._busy += 1  # a signal waits until the record is written (or cut back)
+        try:
+            self._journal.append(rec, sync)
+        finally:
+            self._busy -= 1
+        self._deliver_pending_signal()
 
     def _release(self) -> None:
         if self._closed:
@@ -802,8 +807,9 @@ class RunLogger:
         self._closed = True
         self._journal.close()
         self._beat.end()
-        self._restore_sigterm()
+        self._restore_signal_handlers()
         atexit.unregister(self._at_exit)
+        self._deliver_pending_signal()  # one that came while a failing write was in progress
 
     def _ensure_open(self) -> None:
         if self._closed:
@@ -814,33 +820,61 @@ class RunLogger:
 
     # --- signals and exit -------------------------------------------------------------------
 
-    def _install_sigterm(self) -> None:
+    def _install_signal_handlers(self) -> None:
+        """Handle SIGTERM (when the program has not) and SIGINT (when Python's default raises
+        KeyboardInterrupt) so that a signal never lands between a window's counters and its record.
+
+        SIGTERM raises `_Terminated`, SIGINT `KeyboardInterrupt`, as before; only while a record is
+        being committed (`_busy`) is the exception held back until the commit is done.
+        """
         if threading.current_thread() is not threading.main_thread():
             return
-        try:
-            current = signal.getsignal(signal.SIGTERM)
-        except (ValueError, AttributeError):  # pragma: no cover
-            return
-        if current is not signal.SIG_DFL:
-            return  # the program handles SIGTERM itself; leave it be
+        wanted = [(signal.SIGTERM, signal.SIG_DFL, self._on_signal),
+                  (signal.SIGINT, signal.default_int_handler, self._on_signal)]
+        if hasattr(signal, "SIGXFSZ"):
+            # Past RLIMIT_FSIZE the kernel sends SIGXFSZ, whose default action kills the process
+            # with half a record on disk and no message. CPython ignores it at startup; an embedding
+            # program may not. Ignored, write() fails with EFBIG and _write cuts the record back
+            # and raises LogWriteError naming the file.
+            wanted.append((signal.SIGXFSZ, signal.SIG_DFL, signal.SIG_IGN))
+        for signum, default, handler in wanted:
+            try:
+                current = signal.getsignal(signum)
+            except (ValueError, AttributeError):  # pragma: no cover
+                continue
+            if current is not default:
+                continue  # the program handles it itself; leave it be
+            signal.signal(signum, handler)
+            self._previous_handlers[signum] = (current, handler)
 
-        def on_sigterm(signum: int, frame: Any) -> None:
-            if os.getpid() != self._pid:  # a forked child: behave as if we were not here
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                os.kill(os.getpid(), signal.SIGTERM)
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self._pid:  # a forked child: behave as if we were not here
+            previous = self._previous_handlers[signum][0]
+            signal.signal(signum, previous)
+            if previous is signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
                 return
+            raise KeyboardInterrupt()  # SIGINT's default_int_handler
+        if signum == signal.SIGTERM:
             self._terminated = True
-            raise _Terminated("SIGTERM")
-
-        self._previous_sigterm = current
-        signal.signal(signal.SIGTERM, on_sigterm)
-
-    def _restore_sigterm(self) -> None:
-        if self._previous_sigterm is None or threading.current_thread() is not threading.main_thread():
+        if self._busy:
+            self._pending_signal = signum
             return
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-        self._previous_sigterm = None
+        raise _Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    def _deliver_pending_signal(self) -> None:
+        signum, self._pending_signal = self._pending_signal, None
+        if signum is not None:
+            raise _Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    def _restore_signal_handlers(self) -> None:
+        if not self._previous_handlers or threading.current_thread() is not threading.main_thread():
+            return
+        for signum, (previous, ours) in self._previous_handlers.items():
+            with contextlib.suppress(ValueError):
+                if signal.getsignal(signum) == ours:  # not one installed after ours
+                    signal.signal(signum, previous)
+        self._previous_handlers = {}
 
     def _at_exit(self) -> None:
         if self._closed or os.getpid() != self._pid:
@@ -850,158 +884,3 @@ class RunLogger:
                 self.close("interrupted", "SIGTERM")
             else:
                 self.close("error", "the process exited without RunLogger.close()")
-
-
-class _Journal:
-    """The files of a run directory, as the writing process (single process, or global rank 0)
-    keeps them: `metrics.jsonl` open for append under an advisory lock, and `run.json`."""
-
-    def __init__(self, run_dir: str, fsync: bool) -> None:
-        self.run_dir = run_dir
-        self._fsync = fsync
-        self._metrics_path = os.path.join(run_dir, "metrics.jsonl")
-        self._manifest_path = os.path.join(run_dir, "run.json")
-        self._fd = self._open_locked()
-        try:
-            self._set_torn_tail_aside()
-            self._size = os.fstat(self._fd).st_size
-        except BaseException:
-            os.close(self._fd)
-            raise
-        self._failed: str | None = None
-
-    @property
-    def failed(self) -> str | None:
-        """Why writing failed (the session cannot write more), or None."""
-        return self._failed
-
-    def load_or_create_manifest(self, resume_from: dict | None) -> dict:
-        return self._load_or_create_manifest(resume_from)
-
-    def write_manifest(self, manifest: dict) -> None:
-        self._write_manifest(manifest)
-
-    def append(self, rec: dict, sync: bool = False) -> None:
-        self._write(rec, sync)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
-
-    def _open_locked(self) -> int:
-        import fcntl
-
-        fd = os.open(self._metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RunLockedError(
-                f"{self.run_dir}: in use by another RunLogger (metrics.jsonl is locked); "
-                "one writer per run directory"
-            ) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    def _set_torn_tail_aside(self) -> None:
-        """Move an uncommitted final line (a crash mid-write) to `metrics.jsonl.torn-<ms>`."""
-        with open(self._metrics_path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            if size == 0:
-                return
-            f.seek(size - 1)
-            if f.read(1) == b"\n":
-                return
-            cut = 0
-            pos = size
-            while pos > 0:
-                chunk_start = max(0, pos - _BACKSCAN_CHUNK)
-                f.seek(chunk_start)
-                chunk = f.read(pos - chunk_start)
-                nl = chunk.rfind(b"\n")
-                if nl >= 0:
-                    cut = chunk_start + nl + 1
-                    break
-                pos = chunk_start
-            aside = f"{self._metrics_path}.torn-{int(time.time() * 1000)}"
-            with open(aside, "xb") as out:
-                f.seek(cut)
-                while True:
-                    block = f.read(1 << 20)
-                    if not block:
-                        break
-                    out.write(block)
-                out.flush()
-                os.fsync(out.fileno())
-        os.truncate(self._metrics_path, cut)
-        _log.warning("runwatch: moved a torn final line (%d bytes) of %s to %s", size - cut, self._metrics_path, aside)
-
-    def _load_or_create_manifest(self, resume_from: dict | None) -> dict:
-        if os.path.exists(self._manifest_path):
-            manifest = read_manifest(self.run_dir)
-            if resume_from is not None and resume_from.get("run_id") not in (None, manifest["run_id"]):
-                raise InvalidRunError(
-                    f"{self.run_dir}: resume_from is of run {resume_from['run_id']!r}, "
-                    f"but run.json is of run {manifest['run_id']!r}"
-                )
-            return manifest
-        run_id = resume_from.get("run_id") if resume_from is not None else None
-        if not isinstance(run_id, str) or not run_id:
-            run_id = _new_run_id()
-        return {"schema_version": SCHEMA_VERSION, "run_id": run_id, "created_at": _utc_now(), "sessions": []}
-
-    def _write_manifest(self, manifest: dict) -> None:
-        tmp = f"{self._manifest_path}.tmp-{os.getpid()}"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(dumps(manifest) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._manifest_path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        with contextlib.suppress(OSError):  # make the rename durable
-            dfd = os.open(self.run_dir, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-
-    def _write(self, rec: dict, sync: bool = False) -> None:
-        if self._failed is not None:
-            raise LogWriteError(self._failed)
-        data = (dumps(rec) + "\n").encode("utf-8")
-        view = memoryview(data)
-        try:
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
-            if sync or self._fsync:
-                os.fsync(self._fd)
-        except OSError as exc:
-            # Leave no half record behind: cut the file back to the last whole line.
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, self._size)
-            self._failed = f"{self._metrics_path}: cannot write a record: {exc.strerror or exc}"
-            raise LogWriteError(exc.errno, self._failed) from None
-        self._size += len(data)
-
-
-class _NullJournal:
-    """The files as every rank but global rank 0 keeps them: none. Such a rank still closes its
-    windows (it takes part in their collective) and writes its heartbeat; it writes nothing else."""
-
-    failed: str | None = None
-
-    def write_manifest(self, manifest: dict) -> None:
-        """Rank 0 writes run.json."""
-
-    def append(self, rec: dict, sync: bool = False) -> None:
-        """Rank 0 writes metrics.jsonl."""
-
-    def close(self) -> None:
-        """Nothing is open."""

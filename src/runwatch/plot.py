@@ -241,7 +241,7 @@ def _header(view: RunView) -> tuple[str, list[tuple[str, str]]]:
     else:
         lines.append((f"check: OK clean step={fmt_step(latest.last_step)}", _C["ok"]))
     if n > 1:
-        lines.append((f"earlier sessions in a lighter shade", _C["guide"]))
+        lines.append(("earlier sessions in a lighter shade", _C["guide"]))
     wrapped: list[tuple[str, str]] = []
     for i, (text, colour) in enumerate(lines):
         more = textwrap.wrap(text, 104, subsequent_indent="    ", max_lines=2, placeholder=" ...")

@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat as _stat
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .errors import InvalidRunError, UsageError
-from .schema import SessionValidator, loads, read_manifest
+from .schema import SessionValidator, loads, orjson_misread, read_manifest
 
 __all__ = [
     "Record",
@@ -116,7 +117,7 @@ class Target:
     def schema_v1(self) -> bool:
         """The log is schema v1: a `metrics.jsonl` beside a `run.json`."""
         return (self.format == "jsonl" and os.path.basename(self.log_path) == "metrics.jsonl"
-                and os.path.exists(self.manifest_path))
+                and os.path.lexists(self.manifest_path))  # a broken run.json is still one: say so
 
 
 def resolve_target(target: str) -> Target:
@@ -284,6 +285,9 @@ class RecordParser:
                     rec = _orjson.loads(raw)
                 except ValueError:
                     rec = loads(raw, where)  # the standard library names the error
+                else:
+                    if orjson_misread(raw, rec):
+                        rec = loads(raw, where)
             else:
                 rec = loads(raw, where)
         except InvalidRunError as exc:
@@ -432,14 +436,27 @@ def read_trainer_state(path: str) -> list:
     """The `log_history` list of a Hugging Face trainer_state.json (NaN tokens allowed)."""
     name = os.path.basename(path)
     try:
-        with open(path, "rb") as f:
+        # O_NONBLOCK and fstat: open() of a FIFO would wait for a writer for ever, /dev/zero never ends
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise InvalidRunError(f"{name}: cannot open: {exc.strerror or exc}") from None
+    try:
+        if not _stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidRunError(f"{name}: not a regular file")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
             data = f.read(MAX_STATE_BYTES + 1)
     except OSError as exc:
         raise InvalidRunError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > MAX_STATE_BYTES:
         raise InvalidRunError(f"{name}: larger than {MAX_STATE_BYTES} bytes")
     try:
         state = _lenient(data)
+    except RecursionError:
+        raise InvalidRunError(f"{name}: JSON nested too deeply") from None
     except ValueError as exc:
         raise InvalidRunError(f"{name}: malformed JSON: {exc}") from None
     history = state.get("log_history") if isinstance(state, dict) else None

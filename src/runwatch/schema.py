@@ -32,6 +32,7 @@ __all__ = [
     "iter_line_blocks",
     "SessionValidator",
     "window_tokens",
+    "orjson_misread",
 ]
 
 SCHEMA_VERSION = 1
@@ -66,6 +67,34 @@ def loads(text: str | bytes, where: str) -> Any:
         raise InvalidRunError(f"{where}: malformed JSON: {exc.msg} at column {exc.colno}") from None
     except ValueError as exc:  # NaN/Infinity tokens, integers with more than 4300 digits
         raise InvalidRunError(f"{where}: malformed JSON: {exc}") from None
+
+
+# orjson (the optional fast parser of the watchdog's records) reads an integer token outside
+# [-2**63, 2**64) as a float (-9223372036854775809 -> -9.223372036854776e+18): a memory value that
+# is a valid int would fail as a float, a loss would print differently. Such a token has 19 digits
+# or more in a row; finding a run that long costs a C-level translate and search, a fraction of the
+# parse, and only lines that have one are walked.
+_WIDE = float(2 ** 63)
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * 19
+
+
+def orjson_misread(raw: bytes, value: Any) -> bool:
+    """True when orjson's `value` of `raw` may differ from the standard library's: parse it again."""
+    if _LONG_RUN not in raw.translate(_DIGITS_TO_ZERO):
+        return False
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is float:
+            if not -_WIDE < v < _WIDE:
+                return True
+        elif t is dict:
+            stack.extend(v.values())
+        elif t is list:
+            stack.extend(v)
+    return False
 
 
 # Built once: json.dumps with non-default options builds a new encoder per call (~7 us a record).
@@ -142,13 +171,27 @@ def read_manifest(run_dir: str) -> dict:
     path = os.path.join(run_dir, "run.json")
     where = "run.json"
     try:
-        if not os.path.isfile(path):
-            what = "a directory" if os.path.isdir(path) else "missing" if not os.path.exists(path) else "not a regular file"
+        # O_NONBLOCK and fstat, not isfile() then open(): a FIFO put there in between would block
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise InvalidRunError(f"{where}: missing ({path})") from None
+    except OSError as exc:
+        raise InvalidRunError(f"{where}: cannot open: {exc.strerror or exc} ({path})") from None
+    try:
+        import stat
+
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
             raise InvalidRunError(f"{where}: {what} ({path})")
-        with open(path, "rb") as f:
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
             data = f.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise InvalidRunError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > MAX_MANIFEST_BYTES:
         raise InvalidRunError(f"{where}: larger than {MAX_MANIFEST_BYTES} bytes")
     manifest = loads(data, where)

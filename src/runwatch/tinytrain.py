@@ -8,14 +8,13 @@ hundred steps. Checkpoints go to RUN_DIR/ckpt/ with the logger's state inside; a
 same RUN_DIR resumes from the latest one as a new session. Nothing is downloaded.
 
 Faults for demos and tests: `--inject KIND --inject-at STEP`; `--labels inverted|random` gives a
-run whose metric is inverted or that never learns; `--crash-at STEP` kills the process (SIGKILL)
-once, to show a crash and a resume.
+run whose metric is inverted (the held-out labels stay true) or that never learns (labels are noise
+everywhere); `--crash-at STEP` kills the process (SIGKILL) once, to show a crash and a resume.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import sys
@@ -123,7 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "labels": args.labels,
     }
     crash_marker = os.path.join(args.run_dir, ".crashed-once")
-    x_val, y_val = make_batch(torch, -1, 512, args.seq_len, args.labels, seed=args.seed + 7)
+    # Inverted labels are a bug in the training data only: the held-out labels stay true, so the run
+    # shows an inverted metric. Random labels are noise everywhere (nothing to learn, metric at chance).
+    val_labels = "random" if args.labels == "random" else "normal"
+    x_val, y_val = make_batch(torch, -1, 512, args.seq_len, val_labels, seed=args.seed + 7)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     log = RunLogger(args.run_dir, recipe=recipe, optimizers=[{"name": "all", "algorithm": "adamw", "lr": args.lr}],
                     window=args.window, resume_from=resume_from)

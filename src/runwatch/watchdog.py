@@ -414,6 +414,13 @@ class Watcher:
         except InvalidRunError as exc:  # run.json broken, log not a regular file, ...
             return self._anomaly("invalid_log", self.last_step, str(exc))
         if v is not None:
+            if v.verdict == "done":
+                # What the poll checks see (per-rank heartbeats) was written before the session's
+                # end record: judge it before the run is called done.
+                for check_fn in self.poll_checks:
+                    f = check_fn(self)
+                    if f is not None:
+                        return self._anomaly(f.kind, f.step, f.message)
             return v
         if self.catching_up and self.parser is not None:
             self.catching_up = False
@@ -542,15 +549,18 @@ def check(target: str, options: Options | None = None) -> CheckResult:
     torn: list[int] = []
     engines: dict[str, Rules] = {}
     last_step: int | float = parser.start_step(parser.latest_session()) or 0 if parser.mode == "v1" else 0
-    for rec in iter_records(t, parser=parser, on_torn=torn.append):
-        eng = engines.get(rec.session)
-        if eng is None:
-            eng = engines[rec.session] = Rules(opts, parser.start_step(rec.session))
-        if rec.kind != "invalid":
-            last_step = rec.step
-        f = eng.observe(rec)
-        if f is not None:
-            findings.append(f)
+    try:
+        for rec in iter_records(t, parser=parser, on_torn=torn.append):
+            eng = engines.get(rec.session)
+            if eng is None:
+                eng = engines[rec.session] = Rules(opts, parser.start_step(rec.session))
+            if rec.kind != "invalid":
+                last_step = rec.step
+            f = eng.observe(rec)
+            if f is not None:
+                findings.append(f)
+    except InvalidRunError as exc:  # the log is not a regular file, trainer_state.json is broken, ...
+        findings.append(Finding("invalid_log", last_step, str(exc)))
     return CheckResult(findings, last_step, torn[0] if torn else None)
 
 

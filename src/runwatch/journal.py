@@ -1,0 +1,227 @@
+"""The files of a run directory as its writer keeps them (SPEC §1): `metrics.jsonl` appended under
+an advisory lock, `run.json` replaced atomically, a torn tail set aside on resume.
+
+`RunLogger` (metrics.py) decides what to write; a `Journal` decides how it reaches the disk. Non-zero
+ranks get a `NullJournal`, which writes nothing. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import errno
+import logging
+import os
+import secrets
+import stat
+import time
+
+from .errors import InvalidRunError, LogWriteError, RunLockedError
+from .schema import SCHEMA_VERSION, dumps, read_manifest
+
+__all__ = ["Journal", "NullJournal", "utc_now", "new_run_id", "new_session_id"]
+
+_log = logging.getLogger("runwatch")
+# How far back a resume reads at a time while looking for the last newline of a torn log.
+_BACKSCAN_CHUNK = 64 * 1024
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_run_id() -> str:
+    return f"r-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d}-{secrets.token_hex(3)}"
+
+
+def new_session_id() -> str:
+    return f"s-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
+
+
+
+class Journal:
+    """The files of a run directory, as the writing process (single process, or global rank 0)
+    keeps them: `metrics.jsonl` open for append under an advisory lock, and `run.json`."""
+
+    def __init__(self, run_dir: str, fsync: bool) -> None:
+        self.run_dir = run_dir
+        self._fsync = fsync
+        self._metrics_path = os.path.join(run_dir, "metrics.jsonl")
+        self._manifest_path = os.path.join(run_dir, "run.json")
+        self._fd = self._open_locked()
+        try:
+            self._remove_stale_manifest_temps()
+            self._set_torn_tail_aside()
+            self._size = os.fstat(self._fd).st_size
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._failed: str | None = None
+
+    @property
+    def failed(self) -> str | None:
+        """Why writing failed (the session cannot write more), or None."""
+        return self._failed
+
+    def load_or_create_manifest(self, resume_from: dict | None) -> dict:
+        return self._load_or_create_manifest(resume_from)
+
+    def write_manifest(self, manifest: dict) -> None:
+        self._write_manifest(manifest)
+
+    def append(self, rec: dict, sync: bool = False) -> None:
+        self._write(rec, sync)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+    def _open_locked(self) -> int:
+        import fcntl
+
+        # O_NONBLOCK: opening a FIFO for writing would wait for a reader for ever.
+        try:
+            fd = os.open(self._metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        except OSError as exc:
+            problem = "not a regular file (a FIFO)" if exc.errno == errno.ENXIO else f"cannot open for writing: {exc.strerror or exc}"
+            raise LogWriteError(exc.errno, f"{self._metrics_path}: {problem}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a device (/dev/null) would swallow every record
+                raise LogWriteError(errno.EINVAL, f"{self._metrics_path}: not a regular file")
+            os.set_blocking(fd, True)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunLockedError(
+                f"{self.run_dir}: in use by another RunLogger (metrics.jsonl is locked); "
+                "one writer per run directory"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _remove_stale_manifest_temps(self) -> None:
+        """Delete `run.json.tmp-<pid>` left by a logger killed while it rewrote run.json.
+
+        Only a logger holding the lock writes run.json, and this one holds it now, so every such
+        file is a dead one's: an unfinished copy, never the manifest (os.replace had not run).
+        """
+        prefix = "run.json.tmp-"
+        with os.scandir(self.run_dir) as entries:
+            stale = [e.path for e in entries if e.name.startswith(prefix)]
+        for path in stale:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            _log.warning("runwatch: removed %s, an unfinished run.json of a logger that was killed", path)
+
+
+    def _set_torn_tail_aside(self) -> None:
+        """Move an uncommitted final line (a crash mid-write) to `metrics.jsonl.torn-<ms>`."""
+        with open(self._metrics_path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
+            cut = 0
+            pos = size
+            while pos > 0:
+                chunk_start = max(0, pos - _BACKSCAN_CHUNK)
+                f.seek(chunk_start)
+                chunk = f.read(pos - chunk_start)
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    cut = chunk_start + nl + 1
+                    break
+                pos = chunk_start
+            aside = f"{self._metrics_path}.torn-{int(time.time() * 1000)}"
+            try:
+                with open(aside, "xb") as out:
+                    f.seek(cut)
+                    while True:
+                        block = f.read(1 << 20)
+                        if not block:
+                            break
+                        out.write(block)
+                    out.flush()
+                    os.fsync(out.fileno())
+            except OSError as exc:  # disk full: keep the log as it is, leave no partial copy
+                with contextlib.suppress(OSError):
+                    os.unlink(aside)
+                raise LogWriteError(
+                    exc.errno, f"{aside}: cannot set aside the torn final line of metrics.jsonl: {exc.strerror or exc}"
+                ) from None
+        os.truncate(self._metrics_path, cut)
+        _log.warning("runwatch: moved a torn final line (%d bytes) of %s to %s", size - cut, self._metrics_path, aside)
+
+    def _load_or_create_manifest(self, resume_from: dict | None) -> dict:
+        if os.path.exists(self._manifest_path):
+            manifest = read_manifest(self.run_dir)
+            if resume_from is not None and resume_from.get("run_id") not in (None, manifest["run_id"]):
+                raise InvalidRunError(
+                    f"{self.run_dir}: resume_from is of run {resume_from['run_id']!r}, "
+                    f"but run.json is of run {manifest['run_id']!r}"
+                )
+            return manifest
+        run_id = resume_from.get("run_id") if resume_from is not None else None
+        if not isinstance(run_id, str) or not run_id:
+            run_id = new_run_id()
+        return {"schema_version": SCHEMA_VERSION, "run_id": run_id, "created_at": utc_now(), "sessions": []}
+
+    def _write_manifest(self, manifest: dict) -> None:
+        tmp = f"{self._manifest_path}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(dumps(manifest) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._manifest_path)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):  # disk full, file-size limit: run.json is left as it was
+                raise LogWriteError(exc.errno, f"{self._manifest_path}: cannot write: {exc.strerror or exc}") from None
+            raise
+        with contextlib.suppress(OSError):  # make the rename durable
+            dfd = os.open(self.run_dir, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+
+    def _write(self, rec: dict, sync: bool = False) -> None:
+        if self._failed is not None:
+            raise LogWriteError(self._failed)
+        data = (dumps(rec) + "\n").encode("utf-8")
+        view = memoryview(data)
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            if sync or self._fsync:
+                os.fsync(self._fd)
+        except OSError as exc:
+            # Leave no half record behind: cut the file back to the last whole line.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+            self._failed = f"{self._metrics_path}: cannot write a record: {exc.strerror or exc}"
+            raise LogWriteError(exc.errno, self._failed) from None
+        self._size += len(data)
+
+
+class NullJournal:
+    """The files as every rank but global rank 0 keeps them: none. Such a rank still closes its
+    windows (it takes part in their collective) and writes its heartbeat; it writes nothing else."""
+
+    failed: str | None = None
+
+    def write_manifest(self, manifest: dict) -> None:
+        """Rank 0 writes run.json."""
+
+    def append(self, rec: dict, sync: bool = False) -> None:
+        """Rank 0 writes metrics.jsonl."""
+
+    def close(self) -> None:
+        """Nothing is open."""
