@@ -1,5 +1,6 @@
 """The summary's fast paths give what the plain reading gives: block reading, the validator's
-inline check (`SessionValidator.accept`) and orjson, against `check` and the standard library."""
+inline check (`SessionValidator.take_window`, `accept`) and orjson, against `check` and the
+standard library."""
 
 from __future__ import annotations
 
@@ -184,7 +185,7 @@ _json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
     max_leaves=4,
 )
-_FIELDS = ["run_id", "event", "step", "time", "updates", "skipped", "attempted", "tokens", "train_seconds",
+_FIELDS = ["run_id", "session_id", "event", "step", "time", "updates", "skipped", "attempted", "tokens", "train_seconds",
            "loss", "lr", "grad_norm", "grad_norm.mean", "grad_norm.max", "nonfinite_grad_norms",
            "grad_clipped_fraction", "qk_clip", "qk_clip.threshold", "qk_clip.observed_head_updates",
            "qk_clip.clipped_head_updates", "qk_clip.max_logit", "session", "session.elapsed_seconds",
@@ -226,7 +227,140 @@ def test_accept_never_takes_what_check_refuses(tmp_path_factory, edits, index):
         return v
 
     fast = validator()
-    if fast.accept(rec):
+    values = fast.take_window(rec)
+    assert validator().accept(rec) is (values is not None)  # accept() decides as take_window() does
+    if values is not None:
         precise = validator()
-        precise._check_fields(rec, "x")  # raises if accept() took a record the field checks refuse
+        precise._check_fields(rec, "x")  # raises if take_window() took a record the field checks refuse
         assert precise.step == fast.step
+        assert values == SessionValidator.window_values(rec)  # what the summary sums: the record's own
+
+
+@pytest.mark.parametrize("rec", [None, [], "train", 3, [{"event": "train"}]])
+def test_take_window_declines_what_is_not_an_object(tmp_path, rec):
+    run_id, session, _ = _logger_records(tmp_path)
+    assert SessionValidator(run_id, session).take_window(rec) is None
+
+
+@pytest.mark.parametrize("field, value", [
+    ("loss", 0), ("lr", 0), ("train_seconds", 3), ("time", 1800000000), ("grad_clipped_fraction", 1),
+    ("grad_clipped_fraction", 0), ("grad_norm", {"mean": 0, "max": 2}),
+    ("qk_clip", {"threshold": 100, "observed_head_updates": 4, "clipped_head_updates": 4, "max_logit": -5}),
+    ("qk_clip", {"threshold": 100.0, "observed_head_updates": 0, "clipped_head_updates": 0, "max_logit": None}),
+    ("memory", {}), ("memory", None), ("qk_clip", None),
+])
+def test_ints_and_nulls_where_allowed_still_take_the_fast_path(tmp_path, field, value):
+    """The fast check compares floats with float constants; ints and nulls must pass it all the same."""
+    run_id, session, recs = _logger_records(tmp_path)
+    rec = dict(next(r for r in recs if r["event"] == "train"), **{field: value})
+    assert SessionValidator(run_id, session).take_window(rec) == SessionValidator.window_values(rec)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("updates", 0), ("skipped", -1), ("nonfinite_grad_norms", -1), ("step", 0), ("tokens", 1), ("attempted", 99),
+    ("time", 2.0**63), ("time", -2.0**63), ("loss", float("inf")), ("loss", float("nan")), ("loss", True),
+    ("train_seconds", 0.0), ("train_seconds", 0), ("lr", -1e-300), ("grad_clipped_fraction", 1.0000000000000002),
+    ("grad_clipped_fraction", -0.1), ("grad_norm", {"mean": -0.5, "max": 1.0}), ("grad_norm", {"mean": 1.0, "max": 2.0**63}),
+    ("session", {"elapsed_seconds": -1.0, "tokens": 0, "tokens_per_second": None, "profiling_seconds": 0.0}),
+    ("session", {"elapsed_seconds": 1.0, "tokens": 0, "tokens_per_second": -1.0, "profiling_seconds": 0.0}),
+    ("session", {"elapsed_seconds": 1.0, "tokens": 0, "tokens_per_second": None, "profiling_seconds": -0.5}),
+    ("session", {"elapsed_seconds": 1.0, "tokens": 0.0, "tokens_per_second": None, "profiling_seconds": 0.0}),
+    ("memory", {"host_rss_peak_bytes": -1}), ("memory", {"host_rss_peak_bytes": 1.0}), ("memory", [1]),
+    ("qk_clip", {"threshold": 99.0, "observed_head_updates": 4, "clipped_head_updates": 0, "max_logit": None}),
+    ("qk_clip", {"threshold": 100.0, "observed_head_updates": 4, "clipped_head_updates": 5, "max_logit": None}),
+    ("qk_clip", {"threshold": 100.0, "observed_head_updates": 4, "clipped_head_updates": 0, "max_logit": 2.0**63}),
+    ("qk_clip", {"threshold": True, "observed_head_updates": 4, "clipped_head_updates": 0, "max_logit": None}),
+])
+def test_take_window_declines_each_value_out_of_bounds(tmp_path, field, value):
+    run_id, session, recs = _logger_records(tmp_path)
+    rec = dict(next(r for r in recs if r["event"] == "train"), **{field: value})
+    assert SessionValidator(run_id, session).take_window(rec) is None
+
+
+@pytest.mark.parametrize("threshold, value, taken", [
+    (1.0, True, False),          # a bool equals 1.0, but is no number
+    (1.0, 1, True),
+    (1e19, 1e19, False),         # 2**63 or more: left to check(), which takes it
+    (1e19, 10**19, False),
+    (100.0, 100, True),
+])
+def test_take_window_qk_threshold(tmp_path, threshold, value, taken):
+    run_id, session, recs = _logger_records(tmp_path)
+    session = dict(session, recipe=dict(session["recipe"], qk_clip_threshold=threshold))
+    rec = next(r for r in recs if r["event"] == "train")
+    rec = dict(rec, qk_clip=dict(rec["qk_clip"], threshold=value))
+    assert (SessionValidator(run_id, session).take_window(rec) is not None) is taken
+    if type(value) is not bool:
+        SessionValidator(run_id, session).check(rec, "x")  # valid all the same
+
+
+# --- the summary's fast loop sums what the field-by-field path sums -------------------------------
+
+
+def _logger_run(tmp_path) -> str:
+    """A one-session run: train windows with and without QK-Clip, skips, vals, a checkpoint."""
+    d = tmp_path / "run"
+    with RunLogger(d, recipe=RECIPE, window=3, hardware={}) as log:
+        for i in range(20):
+            qk = {} if i // 3 in (2, 3) else {"qk_observed": 4, "qk_clipped": i % 3, "qk_max_logit": 90.0 + i % 7}
+            log.step(loss=2.0 / (i + 1), lr=0.1, grad_norm=1.5 + i % 4, clipped=i % 2 == 0, skipped=i % 7 == 3, **qk)
+            if i % 6 == 5:
+                log.val(loss=1.0 / (i + 1), metrics={"auroc": 0.6})
+            if i == 10:
+                log.checkpoint("ckpt", seconds=0.5, bytes=10, verified=True)
+    return str(d)
+
+
+def _three_ways(monkeypatch, run_dir: str, after_step: int = 0) -> list:
+    """The outcome with orjson, without, and with every line taken through `check` on its own."""
+    pytest.importorskip("orjson")
+
+    def outcome(fast: bool):
+        try:
+            return json.dumps(summarize(run_dir, after_step, fast=fast))
+        except InvalidRunError as exc:
+            return f"error: {exc}"
+
+    outcomes = [outcome(True), outcome(False)]
+    with monkeypatch.context() as m:
+        m.setattr(SessionValidator, "take_window", lambda self, rec: None)
+        outcomes.append(outcome(True))
+    return outcomes
+
+
+@pytest.mark.parametrize("after_step", [0, 7, 10_000])
+def test_the_fast_loop_sums_what_the_slow_path_sums(monkeypatch, tmp_path, after_step):
+    fast, plain, slow = _three_ways(monkeypatch, _logger_run(tmp_path), after_step)
+    assert fast == plain == slow
+    summary = json.loads(fast)
+    assert summary["qk_clip"] is not None and summary["last_val"] is not None and summary["completed"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.sampled_from(_FIELDS), st.one_of(_BOUNDARIES, _json_values)),
+                      min_size=1, max_size=2),
+       line=st.integers(0, 20), after_step=st.sampled_from([0, 5]))
+def test_any_edit_gives_the_same_outcome_whichever_path(monkeypatch, tmp_path_factory, edits, line, after_step):
+    if not hasattr(test_any_edit_gives_the_same_outcome_whichever_path, "cache"):
+        test_any_edit_gives_the_same_outcome_whichever_path.cache = _logger_run(tmp_path_factory.mktemp("r"))
+    source = test_any_edit_gives_the_same_outcome_whichever_path.cache
+    d = tmp_path_factory.mktemp("e")
+    shutil.copy(os.path.join(source, "run.json"), d)
+    with open(os.path.join(source, "metrics.jsonl")) as f:
+        recs = [json.loads(text) for text in f]
+    rec = recs[line % len(recs)]
+    for path, value in edits:
+        obj = rec
+        *parents, last = path.split(".")
+        for key in parents:
+            obj = obj.get(key) if isinstance(obj, dict) else None
+        if not isinstance(obj, dict):
+            continue
+        if value is KeyError:
+            obj.pop(last, None)
+        else:
+            obj[last] = value
+    with open(d / "metrics.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in recs)  # NaN and Infinity as the tokens
+    fast, plain, slow = _three_ways(monkeypatch, str(d), after_step)
+    assert fast == plain == slow

@@ -106,8 +106,9 @@ def dumps(obj: Any) -> str:
     return _ENCODER.encode(obj)
 
 
-# Floats at or beyond 2**63 in magnitude are left to the precise checks (see SessionValidator.accept).
+# Floats at or beyond 2**63 in magnitude are left to the precise checks (see SessionValidator.take_window).
 _BIG = 2.0**63
+_MINUS_BIG = -_BIG  # a constant, not a negation (and a new float) at each use
 
 # --- value checks ---------------------------------------------------------------------------------
 # Each returns the value or raises InvalidRunError("<where>: <field> must be ..., got ...").
@@ -326,6 +327,9 @@ class SessionValidator:
         self.session_id = session["session_id"]
         self.recipe = session["recipe"]
         self.threshold = self.recipe.get("qk_clip_threshold")
+        # take_window compares a window's qk_clip.threshold with this: a number equal to it is then
+        # within (-2**63, 2**63) too. None (equal to no number) leaves any threshold to check().
+        self._fast_threshold = self.threshold if self.threshold is not None and -_BIG < self.threshold < _BIG else None
         self.tokens_per_attempt = window_tokens(self.recipe, 1)
         self.start_step = session["start"]["step"]
         self.step = self.start_step
@@ -334,88 +338,103 @@ class SessionValidator:
     def accept(self, rec: dict) -> bool:
         """Take `rec` if it is a valid train record that `check` would take; else return False.
 
-        The common record of a log, checked by the same rules as `check` written inline, about
-        2.5 times faster (the summary spends most of its time here). It never takes a record that
-        `check` refuses; it may leave a valid one to `check` (any event but train, a float of
-        2**63 or more), and it names no problem: call `check(rec, where)` when it returns False.
+        See `take_window`; call `check(rec, where)` when it returns False.
+        """
+        return self.take_window(rec) is not None
+
+    def take_window(self, rec: Any) -> tuple | None:
+        """Take `rec` if it is a train record of this session that `check` would take; else None.
+
+        The common record of a log, checked by the same rules as `check` written inline, several
+        times faster (the summary spends most of its time here). Returns what the summary sums,
+        so that it need not look the fields up again: `(step, updates, skipped, tokens,
+        nonfinite_grad_norms, train_seconds, loss, grad_norm.max, grad_clipped_fraction, qk_clip,
+        memory)`, the last two None when absent. It never takes a record that `check` refuses; it
+        may leave a valid one to `check` (another session's record, any event but train, a float
+        of 2**63 or more), and it names no problem: call `check(rec, where)` when it returns None.
         """
         if self.ended:
-            return False
+            return None
         try:
-            if rec["event"] != "train" or rec["run_id"] != self.run_id:
-                return False
+            if rec["event"] != "train" or rec["session_id"] != self.session_id or rec["run_id"] != self.run_id:
+                return None
             step, updates, skipped, attempted = rec["step"], rec["updates"], rec["skipped"], rec["attempted"]
             tokens, nonfinite = rec["tokens"], rec["nonfinite_grad_norms"]
             if not (type(step) is int and type(updates) is int and type(skipped) is int and type(attempted) is int
                     and type(tokens) is int and type(nonfinite) is int
                     and updates > 0 and skipped >= 0 and nonfinite >= 0 and attempted == updates + skipped
                     and step == self.step + updates and tokens == self.tokens_per_attempt * attempted):
-                return False
-            # A number is an int, or a float strictly between -2**63 and 2**63 (so finite; orjson
-            # reads larger integers as floats, and those are left to check()).
-            session = rec["session"]
-            if type(session) is not dict:
-                return False
+                return None
+            # A number is a float strictly between -2**63 and 2**63 (so finite; orjson reads larger
+            # integers as floats, and those are left to check()), or an int. Floats come first: most
+            # fields are floats, and are compared with float constants (0.0, not 0), which Python
+            # compares about twice as fast as a float with an int; ints compare the same either way.
+            session, grad = rec["session"], rec["grad_norm"]
+            if type(session) is not dict or type(grad) is not dict:
+                return None
             v = rec["time"]
-            if not (type(v) is int or type(v) is float and -_BIG < v < _BIG):
-                return False
+            if not ((type(v) is float or type(v) is int) and _MINUS_BIG < v < _BIG):
+                return None
             v = session["elapsed_seconds"]
-            if not ((type(v) is int or type(v) is float and v < _BIG) and v >= 0):
-                return False
+            if not ((type(v) is float or type(v) is int) and 0.0 <= v < _BIG):
+                return None
             v = session["tokens"]
             if not (type(v) is int and v >= 0):
-                return False
+                return None
             v = session["tokens_per_second"]
-            if not (v is None or (type(v) is int or type(v) is float and v < _BIG) and v >= 0):
-                return False
+            if not (v is None or (type(v) is float or type(v) is int) and 0.0 <= v < _BIG):
+                return None
             v = session["profiling_seconds"]
-            if not ((type(v) is int or type(v) is float and v < _BIG) and v >= 0):
-                return False
+            if not ((type(v) is float or type(v) is int) and 0.0 <= v < _BIG):
+                return None
+            seconds = rec["train_seconds"]
+            if not ((type(seconds) is float or type(seconds) is int) and 0.0 < seconds < _BIG):
+                return None
+            loss = rec["loss"]
+            if not ((type(loss) is float or type(loss) is int) and _MINUS_BIG < loss < _BIG):
+                return None
+            v = rec["lr"]
+            if not ((type(v) is float or type(v) is int) and 0.0 <= v < _BIG):
+                return None
+            v = grad["mean"]
+            if not ((type(v) is float or type(v) is int) and 0.0 <= v < _BIG):
+                return None
+            grad_max = grad["max"]
+            if not ((type(grad_max) is float or type(grad_max) is int) and 0.0 <= grad_max < _BIG):
+                return None
+            fraction = rec["grad_clipped_fraction"]
+            if not ((type(fraction) is float or type(fraction) is int) and 0.0 <= fraction <= 1.0):
+                return None
             memory = rec.get("memory")
             if memory is not None:
                 if type(memory) is not dict:
-                    return False
+                    return None
                 for v in memory.values():
                     if type(v) is not int or v < 0:
-                        return False
-            v = rec["train_seconds"]
-            if not ((type(v) is int or type(v) is float and v < _BIG) and v > 0):
-                return False
-            v = rec["loss"]
-            if not (type(v) is int or type(v) is float and -_BIG < v < _BIG):
-                return False
-            v = rec["lr"]
-            if not ((type(v) is int or type(v) is float and v < _BIG) and v >= 0):
-                return False
-            grad = rec["grad_norm"]
-            if type(grad) is not dict:
-                return False
-            v = grad["mean"]
-            if not ((type(v) is int or type(v) is float and v < _BIG) and v >= 0):
-                return False
-            v = grad["max"]
-            if not ((type(v) is int or type(v) is float and v < _BIG) and v >= 0):
-                return False
-            v = rec["grad_clipped_fraction"]
-            if not ((type(v) is int or type(v) is float) and 0 <= v <= 1):
-                return False
+                        return None
             qk = rec.get("qk_clip")
             if qk is not None:
                 if type(qk) is not dict:
-                    return False
+                    return None
                 v = qk["threshold"]
                 observed, clipped = qk["observed_head_updates"], qk["clipped_head_updates"]
-                if not ((type(v) is int or type(v) is float and -_BIG < v < _BIG) and self.threshold is not None
-                        and v == self.threshold and type(observed) is int and type(clipped) is int
-                        and 0 <= clipped <= observed):
-                    return False
+                if not ((type(v) is float or type(v) is int) and v == self._fast_threshold
+                        and type(observed) is int and type(clipped) is int and 0 <= clipped <= observed):
+                    return None
                 v = qk["max_logit"]
-                if not (v is None or type(v) is int or type(v) is float and -_BIG < v < _BIG):
-                    return False
-        except (KeyError, TypeError):  # a missing key; an array or a string where an object belongs
-            return False
+                if not (v is None or (type(v) is float or type(v) is int) and _MINUS_BIG < v < _BIG):
+                    return None
+        except (KeyError, TypeError):  # a missing key; no object where one belongs (`rec` included)
+            return None
         self.step = step
-        return True
+        return step, updates, skipped, tokens, nonfinite, seconds, loss, grad_max, fraction, qk, memory
+
+    @staticmethod
+    def window_values(rec: dict) -> tuple:
+        """What `take_window` returns, of a train record that `check` took."""
+        return (rec["step"], rec["updates"], rec["skipped"], rec["tokens"], rec["nonfinite_grad_norms"],
+                rec["train_seconds"], rec["loss"], rec["grad_norm"]["max"], rec["grad_clipped_fraction"],
+                rec.get("qk_clip"), rec.get("memory"))
 
     def check(self, rec: dict, where: str) -> None:
         """Validate `rec` (already known to be of this session) against the session so far."""

@@ -4,8 +4,9 @@ Streams `metrics.jsonl` a block of lines at a time through the one record valida
 so memory stays flat whatever the log's size. Standard library only; runs under `python -S`. When
 `orjson` is importable (not under `-S`) the summary runs about twice as fast with identical
 results: its reading is used only for records the validator's fast path takes
-(`SessionValidator.accept`); any other line is parsed again by the standard library, which gives
-the same values and the same error messages as without orjson.
+(`SessionValidator.take_window`, which also hands back the values to sum); any other line is
+parsed again by the standard library, which gives the same values and the same error messages as
+without orjson. benchmarks/README.md has the figures.
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
     session_id = session["session_id"]
     validator = SessionValidator(manifest["run_id"], session)
     orjson_loads = _orjson.loads if fast and _orjson is not None else None
-    decode = _DECODER.decode  # what schema.loads does, without its wrapping, for the common line
-    accept = validator.accept
+    parse = orjson_loads or _parse
+    take = validator.take_window
+    window_values = validator.window_values
 
     updates = tokens = skipped = nonfinite = windows = 0
     first_loss = last_loss = None
@@ -74,68 +76,61 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.lexists(path):
         raise InvalidRunError(f"metrics.jsonl: missing ({path})")
+    # One line at a time, parsed just before it is used: parsing a block of lines into records
+    # first is slower (the records of a block do not fit in the CPU's caches).
     for first, lines in iter_line_blocks(path):
         for lineno, raw in enumerate(lines, first):
             try:
-                rec = orjson_loads(raw) if orjson_loads is not None else decode(raw.decode("utf-8"))
-            except (ValueError, RecursionError):  # malformed, invalid UTF-8, NaN, huge numbers: see below
+                rec = parse(raw)
+            except (ValueError, RecursionError):  # malformed, invalid UTF-8, NaN, huge numbers: _read_line
                 rec = None
-            if type(rec) is not dict:
-                # schema.loads names the problem; the newline back in place keeps its column numbers
-                where = f"metrics.jsonl:{lineno}"
-                rec = loads(raw + b"\n", where)
-                if type(rec) is not dict:
-                    raise InvalidRunError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
-            sid = rec.get("session_id")
-            if sid != session_id:
-                if type(sid) is not str:
-                    where = f"metrics.jsonl:{lineno}"
-                    sid = loads(raw + b"\n", where).get("session_id")  # as the standard library reads it
-                    raise InvalidRunError(f"{where}: session_id must be a string, got {json.dumps(sid)}")
-                continue
-            if not accept(rec):
-                where = f"metrics.jsonl:{lineno}"
-                if orjson_loads is not None:
-                    rec = loads(raw + b"\n", where)  # the standard library's values, for identical results
-                validator.check(rec, where)
+            values = take(rec)
+            if values is None:  # anything but the common train record: the line on its own
+                rec = _read_line(validator, lineno, raw, rec, orjson_loads is not None)
+                if rec is None:  # another session's record
+                    continue
+                if rec["event"] != "train":
+                    last = rec
+                    memory = rec.get("memory")
+                    if memory:
+                        for key, value in memory.items():
+                            if value > memory_peaks.get(key, -1):
+                                memory_peaks[key] = value
+                    if rec["event"] == "val":
+                        last_val = {"step": rec["step"], "loss": rec["loss"], "metrics": rec.get("metrics") or {}}
+                    elif rec["event"] == "session_end":
+                        end = rec
+                    continue
+                values = window_values(rec)
             last = rec
-            memory = rec.get("memory")
+            step, n, skip, tok, nonfin, seconds, loss, gmax, fraction, qk, memory = values
+            updates += n
+            tokens += tok
+            skipped += skip
+            nonfinite += nonfin
+            windows += 1
+            if first_loss is None:
+                first_loss = loss
+            last_loss = loss
+            if grad_max is None or gmax > grad_max:
+                grad_max = gmax
+            clipped_weighted += fraction * n
+            if qk is not None:
+                if qk_threshold is None:
+                    qk_threshold = qk["threshold"]
+                qk_observed += qk["observed_head_updates"]
+                qk_clipped += qk["clipped_head_updates"]
+                m = qk["max_logit"]
+                if m is not None and (qk_max_logit is None or m > qk_max_logit):
+                    qk_max_logit = m
+            if step - n >= after_step:
+                steady_tokens += tok
+                steady_seconds += seconds
+                steady_windows += 1
             if memory:
                 for key, value in memory.items():
                     if value > memory_peaks.get(key, -1):
                         memory_peaks[key] = value
-            event = rec["event"]
-            if event == "train":
-                n = rec["updates"]
-                updates += n
-                tokens += rec["tokens"]
-                skipped += rec["skipped"]
-                nonfinite += rec["nonfinite_grad_norms"]
-                windows += 1
-                if first_loss is None:
-                    first_loss = rec["loss"]
-                last_loss = rec["loss"]
-                gmax = rec["grad_norm"]["max"]
-                if grad_max is None or gmax > grad_max:
-                    grad_max = gmax
-                clipped_weighted += rec["grad_clipped_fraction"] * n
-                q = rec.get("qk_clip")
-                if q is not None:
-                    if qk_threshold is None:
-                        qk_threshold = q["threshold"]
-                    qk_observed += q["observed_head_updates"]
-                    qk_clipped += q["clipped_head_updates"]
-                    m = q["max_logit"]
-                    if m is not None and (qk_max_logit is None or m > qk_max_logit):
-                        qk_max_logit = m
-                if rec["step"] - n >= after_step:
-                    steady_tokens += rec["tokens"]
-                    steady_seconds += rec["train_seconds"]
-                    steady_windows += 1
-            elif event == "val":
-                last_val = {"step": rec["step"], "loss": rec["loss"], "metrics": rec.get("metrics") or {}}
-            elif event == "session_end":
-                end = rec
 
     if windows == 0:
         raise InvalidRunError(f"session {session_id}: no train window")
@@ -199,6 +194,37 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
         "profiling": last["session"]["profiling_seconds"] > 0,
         "last_val": last_val,
     }
+
+
+def _parse(raw: bytes) -> Any:
+    """What schema.loads does, without its wrapping, for the common line."""
+    return _DECODER.decode(raw.decode("utf-8"))
+
+
+def _read_line(validator: SessionValidator, lineno: int, raw: bytes, rec: Any, fast: bool) -> dict | None:
+    """A line that `take_window` declined: `rec` as first parsed (None: it did not parse).
+
+    Returns the record, checked, or None for another session's record; raises on anything invalid,
+    with the standard library's message. A record of this session is read by the standard library
+    (again, when `fast`), so that its values are the same with orjson and without.
+    """
+    where = f"metrics.jsonl:{lineno}"
+    if type(rec) is not dict:
+        # schema.loads names the problem; the newline back in place keeps its column numbers
+        rec = loads(raw + b"\n", where)
+        if type(rec) is not dict:
+            raise InvalidRunError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
+        fast = False
+    sid = rec.get("session_id")
+    if sid != validator.session_id:
+        if type(sid) is not str:
+            sid = loads(raw + b"\n", where).get("session_id")  # as the standard library reads it
+            raise InvalidRunError(f"{where}: session_id must be a string, got {json.dumps(sid)}")
+        return None
+    if fast:
+        rec = loads(raw + b"\n", where)
+    validator.check(rec, where)
+    return rec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
