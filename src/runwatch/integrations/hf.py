@@ -41,6 +41,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ..auroc import auroc
 from ..errors import NonFiniteLossError
 from ..metrics import RunLogger
+from .session import NO_SESSION as _NO_SESSION
 from .session import CallbackOptions, feed, folder_bytes, read_state, resume_state, write_state
 
 __all__ = ["RunwatchCallback", "auroc_metrics"]
@@ -316,20 +317,6 @@ class _Session:
         self.close_hook()
         if self.log is not None:
             self.log.close("error", "Trainer.train() ended without on_train_end (an exception)")
-
-
-class _NoSession:
-    """Other ranks, and the time outside `train()`: every hook does nothing."""
-
-    def __getattr__(self, name: str) -> Any:
-        return _nothing
-
-
-def _nothing(*args: Any, **kwargs: Any) -> None:
-    return None
-
-
-_NO_SESSION: Any = _NoSession()
 
 
 class RunwatchCallback(TrainerCallback):

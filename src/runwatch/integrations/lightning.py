@@ -39,6 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..errors import NonFiniteLossError
 from ..metrics import DEFAULT_WINDOW, RunLogger
+from .session import NO_SESSION as _NO_SESSION
 from .session import STATE_KEY, CallbackOptions, check_state, folder_bytes, resume_state
 
 __all__ = ["RunwatchCallback"]
@@ -194,20 +195,6 @@ class _Session:
         finally:
             if self.strategy.checkpoint_io is not self.inner_io:
                 self.strategy.checkpoint_io = self.inner_io
-
-
-class _NoSession:
-    """Other ranks, and the time outside `fit`: every hook does nothing."""
-
-    def __getattr__(self, name: str) -> Any:
-        return _nothing
-
-
-def _nothing(*args: Any, **kwargs: Any) -> None:
-    return None
-
-
-_NO_SESSION: Any = _NoSession()
 
 
 class RunwatchCallback(Callback):

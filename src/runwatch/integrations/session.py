@@ -18,7 +18,7 @@ from ..errors import InvalidRunError
 from ..metrics import RunLogger
 from ..schema import dumps, loads
 
-__all__ = ["CallbackOptions", "STATE_FILE", "write_state", "read_state", "resume_state", "feed", "folder_bytes"]
+__all__ = ["CallbackOptions", "STATE_FILE", "NO_SESSION", "write_state", "read_state", "resume_state", "feed", "folder_bytes"]
 
 # The file a callback writes into each checkpoint folder it sees saved (HF Trainer); Lightning keeps
 # the same dict under this key of the checkpoint.
@@ -142,3 +142,18 @@ def folder_bytes(path: str) -> int | None:
         return total
     except OSError:
         return None
+
+
+class _NoSession:
+    """Other ranks, and a callback outside training: every session call does nothing
+    (one object, not `if enabled:` branches in every hook)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return _nothing
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+NO_SESSION: Any = _NoSession()
