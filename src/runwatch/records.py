@@ -23,12 +23,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat as _stat
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .errors import InvalidRunError, UsageError
-from .schema import SessionValidator, loads, orjson_misread, read_manifest
+from .schema import SessionValidator, read_regular_file, loads, orjson_misread, read_manifest
 
 __all__ = [
     "Record",
@@ -435,24 +434,7 @@ def _json_type(value: Any) -> str:
 def read_trainer_state(path: str) -> list:
     """The `log_history` list of a Hugging Face trainer_state.json (NaN tokens allowed)."""
     name = os.path.basename(path)
-    try:
-        # O_NONBLOCK and fstat: open() of a FIFO would wait for a writer for ever, /dev/zero never ends
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise InvalidRunError(f"{name}: cannot open: {exc.strerror or exc}") from None
-    try:
-        if not _stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidRunError(f"{name}: not a regular file")
-        with os.fdopen(fd, "rb") as f:
-            fd = -1
-            data = f.read(MAX_STATE_BYTES + 1)
-    except OSError as exc:
-        raise InvalidRunError(f"{name}: cannot read: {exc.strerror or exc}") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(data) > MAX_STATE_BYTES:
-        raise InvalidRunError(f"{name}: larger than {MAX_STATE_BYTES} bytes")
+    data = read_regular_file(path, name, MAX_STATE_BYTES)
     try:
         state = _lenient(data)
     except RecursionError:

@@ -27,6 +27,7 @@ __all__ = [
     "loads",
     "dumps",
     "read_manifest",
+    "read_regular_file",
     "validate_manifest",
     "iter_lines",
     "iter_line_blocks",
@@ -166,34 +167,45 @@ def _get(obj: dict, key: str, where: str, field: str) -> Any:
 # --- the manifest ---------------------------------------------------------------------------------
 
 
-def read_manifest(run_dir: str) -> dict:
-    """Read and validate `run_dir/run.json`; return it."""
-    path = os.path.join(run_dir, "run.json")
-    where = "run.json"
+def read_regular_file(path: str, where: str, limit: int, *, show_path: bool = False) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; InvalidRunError naming `where` otherwise.
+
+    O_NONBLOCK and fstat, not isfile() then open(): a FIFO put there in between would block, and
+    /dev/zero never ends. `show_path` adds the full path to the messages about opening.
+    """
+    at = f" ({path})" if show_path else ""
     try:
-        # O_NONBLOCK and fstat, not isfile() then open(): a FIFO put there in between would block
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise InvalidRunError(f"{where}: missing ({path})") from None
+    except FileNotFoundError as exc:
+        if show_path:
+            raise InvalidRunError(f"{where}: missing{at}") from None
+        raise InvalidRunError(f"{where}: cannot open: {exc.strerror or exc}") from None
     except OSError as exc:
-        raise InvalidRunError(f"{where}: cannot open: {exc.strerror or exc} ({path})") from None
+        raise InvalidRunError(f"{where}: cannot open: {exc.strerror or exc}{at}") from None
     try:
         import stat
 
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-            raise InvalidRunError(f"{where}: {what} ({path})")
+            what = "a directory" if stat.S_ISDIR(mode) and show_path else "not a regular file"
+            raise InvalidRunError(f"{where}: {what}{at}")
         with os.fdopen(fd, "rb") as f:
             fd = -1
-            data = f.read(MAX_MANIFEST_BYTES + 1)
+            data = f.read(limit + 1)
     except OSError as exc:
         raise InvalidRunError(f"{where}: cannot read: {exc.strerror or exc}") from None
     finally:
         if fd >= 0:
             os.close(fd)
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise InvalidRunError(f"{where}: larger than {MAX_MANIFEST_BYTES} bytes")
+    if len(data) > limit:
+        raise InvalidRunError(f"{where}: larger than {limit} bytes")
+    return data
+
+
+def read_manifest(run_dir: str) -> dict:
+    """Read and validate `run_dir/run.json`; return it."""
+    where = "run.json"
+    data = read_regular_file(os.path.join(run_dir, "run.json"), where, MAX_MANIFEST_BYTES, show_path=True)
     manifest = loads(data, where)
     validate_manifest(manifest, where)
     return manifest
