@@ -19,11 +19,27 @@ import time
 from .errors import InvalidRunError, LogWriteError, RunLockedError
 from .schema import SCHEMA_VERSION, dumps, read_manifest
 
-__all__ = ["Journal", "NullJournal", "utc_now", "new_run_id", "new_session_id"]
+__all__ = ["Journal", "NullJournal", "atomic_write_text", "utc_now", "new_run_id", "new_session_id"]
 
 _log = logging.getLogger("runwatch")
 # How far back a resume reads at a time while looking for the last newline of a torn log.
 _BACKSCAN_CHUNK = 64 * 1024
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Replace `path` with `text` atomically: a temp file beside it, fsync, os.replace. A reader
+    sees the old file or the new one, never a part; a failure leaves no temp file behind."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def utc_now() -> str:

@@ -10,7 +10,6 @@ foreground: exit 7 on an anomaly, 0 on completion. Standard library only.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import socket
@@ -18,6 +17,7 @@ import time
 from typing import Any, Sequence
 
 from .errors import UsageError
+from .journal import atomic_write_text
 from .process import alive, read_pid_file
 
 __all__ = ["launch", "LAUNCH_ENV", "add_arguments", "run"]
@@ -30,20 +30,6 @@ LAUNCH_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
     "TOKENIZERS_PARALLELISM": "false",
 }
-
-
-def _atomic_write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) -> dict:
@@ -94,8 +80,8 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
         "env": added,
         "stdout": "stdout.log",
     }
-    _atomic_write(os.path.join(run_dir, "pid"), f"{pid}\n")
-    _atomic_write(os.path.join(run_dir, "launch.json"), json.dumps(info, indent=2) + "\n")
+    atomic_write_text(os.path.join(run_dir, "pid"), f"{pid}\n")
+    atomic_write_text(os.path.join(run_dir, "launch.json"), json.dumps(info, indent=2) + "\n")
     return info
 
 

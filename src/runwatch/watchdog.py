@@ -12,7 +12,6 @@ Only `watch()`'s caller decides the exit code (0 done, 7 anomaly). Standard libr
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
@@ -25,6 +24,7 @@ from typing import Any, Callable
 from .errors import InvalidRunError, UsageError
 from .follow import LogFollower, ManifestFollower
 from .heartbeats import RankMonitor
+from .journal import atomic_write_text
 from .records import Record, RecordParser, Target, parse_maps, parser_for, read_trainer_state, resolve_target
 from .rules import Finding, Rules, fmt_step
 from . import process as _proc
@@ -192,17 +192,7 @@ class Verdict:
 def write_verdict(run_dir: str, verdict: Verdict) -> str:
     """Write `run_dir/watchdog.json` atomically (temp file + fsync + os.replace); return its path."""
     path = os.path.join(run_dir, "watchdog.json")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(verdict.to_json(), allow_nan=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, json.dumps(verdict.to_json(), allow_nan=False) + "\n")
     return path
 
 

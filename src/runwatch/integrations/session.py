@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from ..errors import InvalidRunError
+from ..journal import atomic_write_text
 from ..metrics import RunLogger
 from ..schema import dumps, loads
 
@@ -67,17 +68,7 @@ class CallbackOptions:
 def write_state(folder: str, state: dict) -> str:
     """Write `state` to `folder/runwatch_state.json` atomically (temp file, fsync, rename)."""
     path = os.path.join(folder, STATE_FILE)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(dumps(state) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, dumps(state) + "\n")
     return path
 
 
