@@ -5,7 +5,7 @@
 Generates a JSONL corpus of Python snippets (functions, classes, loops, comprehensions; a few
 hundred bytes each) in a temporary folder, with `--broken` of them broken the ways real scraped
 code is (a missing colon, an unclosed bracket, a bad indent, a stray token, a Python 2 print).
-Each configuration runs `runwatch.audit.audit` in this process (its workers are real processes),
+Each configuration runs `runwatch.preflight.audit.audit` in this process (its workers are real processes),
 round-robin over the repeats so that drift in the machine's load hits all of them alike; the table
 shows medians. Wall time is the audit's own `seconds` (read, check, write, rename). CPU is this
 process's plus its children's user+system time, so the pool's own cost (pickling, pipes, the
@@ -33,7 +33,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from runwatch.audit import AuditOptions, audit  # noqa: E402
+from runwatch.preflight.audit import AuditOptions, audit  # noqa: E402
 
 TEMPLATES = [
     "def {f}({a}, {b}=None):\n    \"\"\"Return the {w} of {a}.\"\"\"\n    if {b} is None:\n        {b} = []\n"

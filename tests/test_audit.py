@@ -1,4 +1,4 @@
-"""runwatch.audit / runwatch.corpus: generated corpora with known broken rows, in every format."""
+"""runwatch.preflight.audit / runwatch.preflight.corpus: generated corpora with known broken rows, in every format."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from runwatch.audit import AuditOptions, audit
+from runwatch.preflight.audit import AuditOptions, audit
 from runwatch.cli import main
 
 N = 100
@@ -281,7 +281,7 @@ def test_cli_errors(tmp_path, capsys, setup, argv, code, err):
 def test_preflight_modules_import_only_the_standard_library():
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
     code = ("import sys; sys.path.insert(0, %r)\n"
-            "import runwatch.plan, runwatch.smoke, runwatch.audit, runwatch.corpus, runwatch.checkpoint, runwatch.cli\n"
+            "import runwatch.preflight.plan, runwatch.preflight.smoke, runwatch.preflight.audit, runwatch.preflight.corpus, runwatch.checkpoint, runwatch.cli\n"
             "heavy = sorted(m for m in ('torch', 'pyarrow', 'black', 'safetensors', 'numpy') if m in sys.modules)\n"
             "print(heavy)" % src)
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,4 +1,4 @@
-"""runwatch.plan: durations, the projection arithmetic, warm-up exclusion, measured eval overhead, the CLI."""
+"""runwatch.preflight.plan: durations, the projection arithmetic, warm-up exclusion, measured eval overhead, the CLI."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from runwatch.cli import main
 from runwatch.errors import InsufficientRunError, UsageError
-from runwatch.plan import PlanOptions, format_duration, parse_duration, plan, project
+from runwatch.preflight.plan import PlanOptions, format_duration, parse_duration, plan, project
 
 RUN_ID = "r-20260101-000000"
 SID = "s-20260101T000000-0000"

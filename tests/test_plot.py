@@ -26,7 +26,7 @@ ALL_PANELS = ["loss", "lr", "grad_norm", "throughput", "eval_metrics"]
 
 
 def _train(run_dir, *args: str) -> int:
-    cmd = [sys.executable, "-m", "runwatch.tinytrain", str(run_dir), "--eval-every", "40", *args]
+    cmd = [sys.executable, "-m", "runwatch.demo.tinytrain", str(run_dir), "--eval-every", "40", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300).returncode
 
 

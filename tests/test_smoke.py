@@ -1,4 +1,4 @@
-"""runwatch.smoke and verify_checkpoint, on real tiny trainings (python -m runwatch.tinytrain)."""
+"""runwatch.preflight.smoke and verify_checkpoint, on real tiny trainings (python -m runwatch.demo.tinytrain)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import runwatch
 from runwatch.cli import main
 from runwatch.errors import CheckpointError, UsageError
-from runwatch.smoke import SmokeOptions, smoke
+from runwatch.preflight.smoke import SmokeOptions, smoke
 
 STEPS = 200  # enough for the healthy run's AUROC to reach ~1 and the inverted one's ~0
 
@@ -24,7 +24,7 @@ def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("smoke")
     procs = {}
     for name, labels in (("healthy", "normal"), ("inverted", "inverted"), ("random", "random")):
-        cmd = [sys.executable, "-m", "runwatch.tinytrain", str(base / name), "--steps", str(STEPS),
+        cmd = [sys.executable, "-m", "runwatch.demo.tinytrain", str(base / name), "--steps", str(STEPS),
                "--eval-every", "50", "--ckpt-every", "100", "--labels", labels]
         procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        env=dict(os.environ, OMP_NUM_THREADS="1"))

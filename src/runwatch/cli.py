@@ -13,6 +13,7 @@ import sys
 from typing import Callable, Sequence
 
 from .errors import InvalidRunError, RunwatchError, UsageError
+from .options import Parser
 
 __all__ = ["main", "build_parser"]
 
@@ -20,13 +21,6 @@ EXIT_OK = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
 EXIT_ANOMALY = 7
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of exiting, so `main(argv)` returns codes."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
 
 
 def _run_summarize(args: argparse.Namespace) -> int:
@@ -110,7 +104,7 @@ def _add_tensorboard(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_preflight(sub: argparse._SubParsersAction) -> None:
-    from . import audit, plan, smoke
+    from .preflight import audit, plan, smoke
 
     for name, module, help_text in (
         ("plan", plan, "project a long run's time from a short run's steady throughput; exit 1 if it does not fit"),
@@ -139,9 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The full parser (used by `main` and the docs)."""
     from . import __version__
 
-    parser = _Parser(prog="runwatch", description="Supervise long training runs.")
+    parser = Parser(prog="runwatch", description="Supervise long training runs.")
     parser.add_argument("--version", action="version", version=f"runwatch {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for add in _COMMANDS:
         add(sub)

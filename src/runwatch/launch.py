@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from .errors import UsageError
 from .journal import atomic_write_text
+from .options import Parser
 from .process import alive, read_pid_file
 
 __all__ = ["launch", "LAUNCH_ENV", "add_arguments", "run"]
@@ -101,14 +102,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _split(args: argparse.Namespace) -> list[str]:
-    from .cli import _Parser
-
     rest = list(args.rest)
     if "--" not in rest:
         raise UsageError("launch: expected RUN_DIR [options] -- CMD ...")
     i = rest.index("--")
     head, cmd = rest[:i], rest[i + 1:]
-    sub = _Parser(prog="runwatch launch", add_help=False)
+    sub = Parser(prog="runwatch launch", add_help=False)
     _declare(sub)
     sub.add_argument("run_dir", metavar="RUN_DIR")
     given = {k: v for k, v in vars(args).items() if v is not None and k != "rest"}

@@ -1,6 +1,6 @@
 """A tiny, real PyTorch training on the CPU, logged through RunLogger: the demo's and tests' run.
 
-    python -m runwatch.tinytrain RUN_DIR [--steps 600] [--inject nan|stall|crash|slowdown|explode]
+    python -m runwatch.demo.tinytrain RUN_DIR [--steps 600] [--inject nan|stall|crash|slowdown|explode]
 
 The task is binary classification of generated token sequences (is token 1 more frequent than
 token 2?), so the loss starts near ln 2 and the validation AUROC climbs towards 1 within a few
@@ -21,14 +21,14 @@ import sys
 import time
 from typing import Sequence
 
-from .auroc import auroc
+from ..auroc import auroc
 
 VOCAB = 16
 INJECTIONS = ("nan", "stall", "crash", "slowdown", "explode")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m runwatch.tinytrain", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m runwatch.demo.tinytrain", description=__doc__.splitlines()[0])
     p.add_argument("run_dir")
     p.add_argument("--steps", type=int, default=600, help="optimizer updates in all (default 600)")
     p.add_argument("--batch-size", type=int, default=32)
@@ -91,8 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import torch
 
-    from .errors import NonFiniteLossError
-    from .metrics import RunLogger
+    from ..errors import NonFiniteLossError
+    from ..metrics import RunLogger
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))

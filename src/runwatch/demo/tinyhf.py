@@ -1,10 +1,10 @@
 """A tiny, real Hugging Face `Trainer.train()` on the CPU with runwatch's callback: the demo's
 `--framework hf` run.
 
-    python -m runwatch.tinyhf RUN_DIR [--steps 300] [--inject nan|stall|crash|slowdown|explode]
+    python -m runwatch.demo.tinyhf RUN_DIR [--steps 300] [--inject nan|stall|crash|slowdown|explode]
 
 A 2-layer BERT with random weights built from a config (nothing is downloaded) learns the same
-generated task as `runwatch.tinytrain`. The Trainer's checkpoints go to RUN_DIR/hf/; runwatch's
+generated task as `runwatch.demo.tinytrain`. The Trainer's checkpoints go to RUN_DIR/hf/; runwatch's
 log to RUN_DIR (or RUNWATCH_RUN_DIR). A second start on the same RUN_DIR resumes from the latest
 checkpoint, which the callback turns into a new session.
 """
@@ -25,7 +25,7 @@ BATCH = 16
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m runwatch.tinyhf", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m runwatch.demo.tinyhf", description=__doc__.splitlines()[0])
     p.add_argument("run_dir")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds a step")
@@ -42,8 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
     from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
-    from .errors import NonFiniteLossError
-    from .integrations.hf import RunwatchCallback, auroc_metrics
+    from ..errors import NonFiniteLossError
+    from ..integrations.hf import RunwatchCallback, auroc_metrics
     from .tinytrain import make_batch
 
     class Sequences(torch.utils.data.Dataset):

@@ -24,8 +24,8 @@ import json
 import math
 import os
 
-from .checkpoint import verify_checkpoint
-from .errors import CheckpointError, InvalidRunError, RunwatchError, UsageError
+from ..checkpoint import verify_checkpoint
+from ..errors import CheckpointError, InvalidRunError, RunwatchError, UsageError
 from .plan import PlanOptions, parse_duration, plan, session_records, verdict_line
 
 __all__ = ["SmokeOptions", "smoke", "render"]
@@ -124,7 +124,7 @@ def _projection_check(run_dir: str, options: PlanOptions) -> dict:
 
 def smoke(run_dir: str, options: SmokeOptions = SmokeOptions()) -> dict:
     """Judge the smoke run in `run_dir`; return `{"run_dir", "checks": [...], "passed", "failed", "verdict"}`."""
-    from .summary import summarize
+    from ..summary import summarize
 
     names = ["log", "loss", "metric", "checkpoint"] + (["projection"] if options.plan is not None else [])
     checks: list[dict] = []

@@ -37,7 +37,7 @@ from collections import deque
 from typing import Any, Callable
 
 from .corpus import Corpus, JsonlWriter, Row, open_writer
-from .errors import DataError, UsageError
+from ..errors import DataError, UsageError
 
 __all__ = ["AuditOptions", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
 

@@ -28,8 +28,8 @@ import os
 import re
 from typing import Any, Iterator
 
-from .errors import InsufficientRunError, InvalidRunError, UsageError
-from .schema import read_manifest
+from ..errors import InsufficientRunError, InvalidRunError, UsageError
+from ..schema import read_manifest
 
 __all__ = [
     "PlanOptions",
@@ -165,7 +165,7 @@ def session_records(run_dir: str) -> tuple[dict, dict, Iterator[dict]]:
     as written; an invalid record of the latest session, or a torn last line, raises InvalidRunError
     (records of earlier sessions are the acceptance summary's to judge).
     """
-    from . import records
+    from .. import records
 
     if not os.path.isdir(run_dir):
         raise InvalidRunError(f"{run_dir}: not a directory")
@@ -223,7 +223,7 @@ def plan(run_dir: str, options: PlanOptions) -> dict:
 
     Raises InvalidRunError for an invalid log and InsufficientRunError for one too short to trust.
     """
-    from .summary import summarize
+    from ..summary import summarize
 
     scan = _scan(run_dir, options.warmup_windows)
     steady_windows = max(0, scan["windows"] - options.warmup_windows)

@@ -4,7 +4,7 @@
     runwatch demo --inject stall        # one fault (nan, stall, crash, slowdown, explode): caught, exit 7
     runwatch demo --framework hf        # the same around a real Hugging Face Trainer run
 
-Every part is the real one: the training is `python -m runwatch.tinytrain` (or `runwatch.tinyhf`)
+Every part is the real one: the training is `python -m runwatch.demo.tinytrain` (or `runwatch.demo.tinyhf`)
 started by `runwatch launch`, the watchdog is `runwatch watch` in its own process, a crash is a real
 SIGKILL, a resume a second process picking up the latest checkpoint. The demo exits 0 when
 everything behaved as shown (the run completed, or the injected fault was caught as its kind).
@@ -20,8 +20,8 @@ import sys
 import tempfile
 import time
 
-from .launch import launch
-from .summary import summarize
+from ..launch import launch
+from ..summary import summarize
 
 __all__ = ["run", "EXPECTED_KIND"]
 
@@ -45,7 +45,7 @@ def _say(text: str = "") -> None:
 
 
 def _train_cmd(framework: str, run_dir: str, steps: int, *extra: str) -> list[str]:
-    module = "runwatch.tinyhf" if framework == "hf" else "runwatch.tinytrain"
+    module = "runwatch.demo.tinyhf" if framework == "hf" else "runwatch.demo.tinytrain"
     return [sys.executable, "-m", module, run_dir, "--steps", str(steps), "--step-sleep", str(STEP_SLEEP), *extra]
 
 
@@ -117,7 +117,7 @@ def _full(args: argparse.Namespace, run_dir: str) -> int:
     _say(json.dumps(result, indent=2, allow_nan=False))
     _say(f"[4/4] a snapshot: runwatch plot {run_dir}")
     try:
-        from .plot import snapshot
+        from ..plot import snapshot
 
         _say(f"      wrote {snapshot(run_dir)['path']}")
     except Exception as exc:  # the [plot] extra missing: the demo itself still succeeded
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     name = f"{args.framework}-{args.inject}" if args.inject else args.framework
     run_dir = os.path.abspath(os.path.join(base, name))
     if os.path.exists(os.path.join(run_dir, "run.json")):
-        from .errors import UsageError
+        from ..errors import UsageError
 
         raise UsageError(f"demo: {run_dir} already holds a run; pass another --dir")
     if args.steps is None:

@@ -22,7 +22,7 @@ import re
 import sys
 from typing import Any, Iterator, NamedTuple
 
-from .errors import DataError
+from ..errors import DataError
 
 __all__ = ["Row", "Corpus", "FORMATS", "open_writer", "JsonlWriter"]
 
