@@ -41,7 +41,7 @@ CASES = [
     ("fatal", [tr(1), Record("fatal", "s1", 30, error="non-finite loss")], {}, [("nonfinite_loss", 30)]),
     ("end nonfinite", [Record("end", "s1", 5, reason="nonfinite_loss", error="x")], {}, [("nonfinite_loss", 5)]),
     ("end error", [Record("end", "s1", 5, reason="error", error="boom")], {}, [("session_error", 5)]),
-    ("end interrupted", [Record("end", "s1", 5, reason="interrupted")], {}, [("session_error", 5)]),
+    ("end interrupted", [Record("end", "s1", 5, reason="interrupted")], {}, [("interrupted", 5)]),
     ("end normal", [Record("end", "s1", 5, reason="normal")], {}, []),
     ("nonfinite grad below patience", [tr(1, nf=1), tr(2, nf=1), tr(3)], {}, []),
     ("nonfinite grad at patience", [tr(1, nf=1), tr(2, nf=2), tr(3, nf=1)], {}, [("nonfinite_grad", 3)]),

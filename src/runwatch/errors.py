@@ -3,6 +3,7 @@
     RunwatchError                       anything runwatch raises on purpose
     ├── InvalidRunError (ValueError)    a run directory or log breaks the contract (SPEC §1–3)
     ├── UsageError                      a command line or option that cannot work (exit 2)
+    │   └── ConfigError (ValueError)    a bad option, recipe or runwatch.toml value, named in the message
     ├── RunLockedError                  a second logger on a run directory in use
     ├── LogWriteError (OSError)         the logger could not write a record (disk full, EFBIG)
     ├── NonFiniteLossError              the training loss went NaN/Inf; the session was ended
@@ -20,6 +21,7 @@ __all__ = [
     "RunwatchError",
     "InvalidRunError",
     "UsageError",
+    "ConfigError",
     "RunLockedError",
     "LogWriteError",
     "NonFiniteLossError",
@@ -40,6 +42,13 @@ class InvalidRunError(RunwatchError, ValueError):
 
 class UsageError(RunwatchError):
     """A command line or option value that cannot work."""
+
+
+class ConfigError(UsageError, ValueError):
+    """A configuration value that cannot work: an option, a `RunLogger` recipe, `runwatch.toml`.
+
+    A `ValueError` too, so code that validates arguments the Python way catches it; the command
+    line treats it as a usage error (exit 2)."""
 
 
 class RunLockedError(RunwatchError):

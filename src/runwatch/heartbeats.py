@@ -35,7 +35,6 @@ __all__ = [
     "HEARTBEAT_DIR",
     "HISTORY_WINDOWS",
     "HeartbeatConfig",
-    "RankOptions",
     "Heartbeat",
     "heartbeat_path",
     "parse_heartbeat",
@@ -72,26 +71,6 @@ class HeartbeatConfig:
             value = getattr(self, name)
             if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"heartbeat.{name} must be a finite number > 0, got {value!r}")
-
-
-@dataclasses.dataclass(frozen=True)
-class RankOptions:
-    """Options of the two rank rules (`runwatch watch --rank-stall/--straggler-*`)."""
-
-    rank_stall: float = 300.0  # SPEC §5 --rank-stall
-    straggler_factor: float = 1.5  # SPEC §5 --straggler-factor
-    straggler_patience: int = 5  # SPEC §5 --straggler-patience
-
-    def __post_init__(self) -> None:
-        stall = self.rank_stall
-        if type(stall) not in (int, float) or not math.isfinite(stall) or stall <= 0:
-            raise ValueError(f"watch.rank_stall must be > 0, got {stall!r}")
-        factor = self.straggler_factor
-        if type(factor) not in (int, float) or not math.isfinite(factor) or factor <= 1:
-            raise ValueError(f"watch.straggler_factor must be > 1, got {factor!r}")
-        patience = self.straggler_patience
-        if type(patience) is not int or patience < 1:
-            raise ValueError(f"watch.straggler_patience must be an int >= 1, got {patience!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -395,7 +374,8 @@ class RankMonitor:
     """
 
     def __init__(self, rank_stall: float = 300.0, straggler_factor: float = 1.5, straggler_patience: int = 5) -> None:
-        self.options = RankOptions(rank_stall, straggler_factor, straggler_patience)
+        # The values come validated from the watch's Options (`--rank-stall`, `--straggler-*`).
+        self.rank_stall = rank_stall
         self.straggler = StragglerRule(straggler_factor, straggler_patience)
         self.stalled: list[int] | None = None  # [rank, step] reported, until it clears
         self.problems: list[str] = []  # unreadable heartbeat files seen by the last poll
@@ -414,7 +394,7 @@ class RankMonitor:
 
     def judge(self, beats: dict[int, Heartbeat], now: float) -> tuple[str, int, str] | None:
         """The rules on heartbeats already read (one session's)."""
-        stall = rank_stall_finding(beats, now, self.options.rank_stall)
+        stall = rank_stall_finding(beats, now, self.rank_stall)
         straggler = self.straggler.update(beats)
         if stall is None:
             self.stalled = None

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidRunError, RunwatchError, UsageError
+from .options import add_flags, build, given_options
 from .records import Target, iter_records, parser_for, resolve_target
-from .rules import Finding, Rules, ThroughputDrop, fmt_step
-from .watchdog import Options
+from .rules import Finding, Replay, RuleOptions, Rules, ThroughputDrop, fmt_step
 
 __all__ = ["SessionSeries", "RunView", "load_run", "snapshot", "figure_size", "PANELS", "add_arguments", "run"]
 
@@ -105,27 +105,25 @@ class RunView:
     verdict_problem: str | None  # why watchdog.json could not be read
 
 
-def load_run(target: str, opts: Options) -> RunView:
+def load_run(target: str, opts: RuleOptions) -> RunView:
     """Read `target` through the one record parser and replay the watchdog's rules over it."""
     t = resolve_target(target)
     if not os.path.exists(t.log_path):
         raise UsageError(f"plot: {target}: no metrics.jsonl or trainer_state.json")
     parser = parser_for(t, opts.maps)
     sessions: dict[str, SessionSeries] = {}
-    engines: dict[str, Rules] = {}
+    rules = Replay(opts, parser.start_step)
     findings: list[Finding] = []
     for rec in iter_records(t, parser=parser):
         s = sessions.get(rec.session)
         if s is None:
-            start = parser.start_step(rec.session)
-            s = sessions[rec.session] = SessionSeries(rec.session, start)
-            engines[rec.session] = Rules(opts, start)
-        f = engines[rec.session].observe(rec)
+            s = sessions[rec.session] = SessionSeries(rec.session, parser.start_step(rec.session))
+        f = rules.observe(rec)
         if f is not None:
             findings.append(f)
         _add(s, rec)
     for key, s in sessions.items():
-        s.baseline, s.baseline_set = _baseline(engines[key])
+        s.baseline, s.baseline_set = _baseline(rules.engine(key))
     v1 = parser.mode == "v1"
     title = parser.manifest["run_id"] if v1 and parser.manifest else os.path.basename(t.log_path)
     verdict, problem = _read_verdict(t.run_dir)
@@ -257,7 +255,7 @@ def _fmt(v: Any) -> str:
     return fmt_step(v) if type(v) in (int, float) else str(v)
 
 
-def _draw(view: RunView, panels: list[str], opts: Options):
+def _draw(view: RunView, panels: list[str], opts: RuleOptions):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import EngFormatter, FuncFormatter, MaxNLocator
@@ -333,7 +331,7 @@ def _label(latest: bool, text: str) -> str | None:
     return text if latest else None  # earlier sessions share the latest one's legend entries
 
 
-def _loss(ax, s: SessionSeries, view: RunView, opts: Options, alpha: float, latest: bool) -> None:
+def _loss(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("loss", loc="left", fontsize=10, pad=3)
     ax.plot(s.train_step, s.loss, color=_C["loss"], alpha=alpha, linewidth=1.4, label=_label(latest, "train"))
     if any(math.isfinite(v) for v in s.eval_loss):
@@ -349,7 +347,7 @@ def _loss(ax, s: SessionSeries, view: RunView, opts: Options, alpha: float, late
         ax.set_yscale("log")
 
 
-def _lr(ax, s: SessionSeries, view: RunView, opts: Options, alpha: float, latest: bool) -> None:
+def _lr(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("learning rate", loc="left", fontsize=10, pad=3)
     ax.plot(s.train_step, s.lr, color=_C["lr"], alpha=alpha, linewidth=1.4)
     from matplotlib.ticker import FuncFormatter
@@ -360,7 +358,7 @@ def _lr(ax, s: SessionSeries, view: RunView, opts: Options, alpha: float, latest
         ax.set_ylim(0, top * 1.15 if top > 0 else 1)
 
 
-def _grad(ax, s: SessionSeries, view: RunView, opts: Options, alpha: float, latest: bool) -> None:
+def _grad(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("gradient norm (pre-clip, log scale)", loc="left", fontsize=10, pad=3)
     pos = lambda xs: [v if math.isfinite(v) and v > 0 else math.nan for v in xs]  # noqa: E731 - log scale
     ax.plot(s.train_step, pos(s.grad_max), color=_C["grad"], alpha=alpha * 0.45, linewidth=1,
@@ -379,7 +377,7 @@ def _grad(ax, s: SessionSeries, view: RunView, opts: Options, alpha: float, late
         ax.set_ylim(lo / 3, hi * 3)
 
 
-def _throughput(ax, s: SessionSeries, view: RunView, opts: Options, alpha: float, latest: bool) -> None:
+def _throughput(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     unit = "tokens/s of training time" if view.schema_v1 else "the log's sps"
     ax.set_title(f"throughput ({unit})", loc="left", fontsize=10, pad=3)
     ax.plot(s.train_step, s.throughput, color=_C["throughput"], alpha=alpha, linewidth=1.4)
@@ -404,7 +402,7 @@ def _eng(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _metrics(ax, s: SessionSeries, view: RunView, opts: Options, alpha: float, latest: bool) -> None:
+def _metrics(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("eval metrics", loc="left", fontsize=10, pad=3)
     names = sorted({n for ss in view.sessions for n in ss.metrics}, key=lambda n: (n != opts.metric, n))
     others = iter(_OTHER_METRIC_COLOURS)
@@ -476,12 +474,12 @@ def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
 # --- the snapshot ---------------------------------------------------------------------------------
 
 
-def snapshot(target: str, output: str | None = None, opts: Options | None = None) -> dict:
+def snapshot(target: str, output: str | None = None, opts: RuleOptions | None = None) -> dict:
     """Draw `target` (a run dir, a JSONL log or a trainer_state.json) into a PNG, atomically.
 
     Returns {"path", "panels", "sessions", "findings", "verdict", "size"}. Default: RUN_DIR/snapshot.png.
     """
-    opts = opts or Options()
+    opts = opts or RuleOptions()
     target = os.fspath(target)
     if not os.path.exists(target):
         raise UsageError(f"plot: {target}: no such run directory or log")
@@ -537,19 +535,16 @@ def _save(fig: Any, path: str) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """`runwatch plot TARGET [-o PNG] [--json]` plus the thresholds of `runwatch check`."""
-    from . import watchdog
-
-    watchdog.add_arguments(p, "check")
+    p.add_argument("target", metavar="RUN_DIR|FILE", help="a run directory, a JSONL log or a trainer_state.json")
+    add_flags(p, RuleOptions, "plot")
     p.add_argument("-o", "--output", default=None, metavar="PNG", help="where to write (default RUN_DIR/snapshot.png)")
     p.add_argument("--json", action="store_true", help="print path, panels, sessions and findings as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import watchdog
-
     if not os.path.exists(args.target):
         raise UsageError(f"plot: {args.target}: no such run directory or log")
-    opts = watchdog.options_from_args(args, resolve_target(args.target).run_dir, "check")
+    opts = build(RuleOptions, resolve_target(args.target).run_dir, given_options(args, RuleOptions), "plot")
     info = snapshot(args.target, args.output, opts)
     if args.json:
         print(json.dumps(info, indent=2, allow_nan=False, ensure_ascii=False))

@@ -15,11 +15,97 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-from .records import Record
+from .errors import ConfigError
+from .options import (GREATER_1, HALF_TO_1, INT_0, INT_1, NON_NEGATIVE, NUMBER, OPEN_01, POSITIVE, TEXT, TEXTS,
+                      option, validate)
+from .records import Record, parse_maps
 
-__all__ = ["Finding", "Rule", "Rules", "RULE_ORDER", "SKIP", "fmt_step", "replay"]
+__all__ = ["Finding", "Rule", "RuleOptions", "Rules", "RULE_ORDER", "SKIP", "Replay", "CLASSES", "verdict_class", "fmt_step",
+           "replay"]
+
+_RECORD_COMMANDS = ("watch", "check", "plot")
+
+
+@dataclass(frozen=True)
+class RuleOptions:
+    """What a replay of a log takes (`check`, `plot`, and `watch` on top): the record rules'
+    thresholds and how to read the log's keys. A bad value raises ConfigError naming the option."""
+
+    metric: str = option("auroc", TEXT, "eval metric whose chance level is 0.5: metrics.NAME of a val record, "
+                         "eval_NAME in minimal telemetry", metavar="NAME", commands=_RECORD_COMMANDS)
+    metric_min: float = option(0.70, HALF_TO_1, "at a val record from --metric-after-step: below 1-X is "
+                               "inverted_metric (labels look inverted), below X stuck_metric", metavar="X",
+                               commands=_RECORD_COMMANDS)
+    metric_after_step: int = option(500, INT_0, "judge the eval metric only at steps >= N (it starts near chance)",
+                                     metavar="N", commands=_RECORD_COMMANDS)
+    chance_loss: float | None = option(None, NUMBER, "loss_at_chance: the loss at chance level (binary "
+                                       "cross-entropy: 0.693); the rule is off when unset", none=True, metavar="X",
+                                       commands=_RECORD_COMMANDS)
+    chance_after_step: int = option(400, INT_0, "loss_at_chance looks only at train records from step N",
+                                    metavar="N", commands=_RECORD_COMMANDS)
+    chance_patience: int = option(3, INT_1, "loss_at_chance: the last K train records all at or above chance",
+                                  metavar="K", commands=_RECORD_COMMANDS)
+    chance_tolerance: float = option(0.02, NON_NEGATIVE, "loss_at_chance: at chance means a loss >= X - T",
+                                     metavar="T", commands=_RECORD_COMMANDS)
+    grad_max: float = option(50.0, POSITIVE, "grad_explosion: pre-clip gradient norm above X", metavar="X",
+                             commands=_RECORD_COMMANDS)
+    grad_min: float = option(1e-3, NON_NEGATIVE, "grad_collapse: pre-clip gradient norm below Y", metavar="Y",
+                             commands=_RECORD_COMMANDS)
+    grad_patience: int = option(3, INT_1, "grad_explosion, grad_collapse and nonfinite_grad need K consecutive "
+                                "train records", metavar="K", commands=_RECORD_COMMANDS)
+    throughput_drop: float = option(0.25, OPEN_01, "throughput_drop: throughput below (1-F) x the session's "
+                                    "baseline", metavar="F", commands=_RECORD_COMMANDS)
+    throughput_baseline_steps: int = option(200, INT_1, "the baseline is the median throughput of the session's "
+                                            "first N steps (its first record left out)", metavar="N",
+                                            commands=_RECORD_COMMANDS)
+    throughput_patience: int = option(3, INT_1, "throughput_drop needs K consecutive slow train records",
+                                      metavar="K", commands=_RECORD_COMMANDS)
+    spike_factor: float = option(3.0, GREATER_1, "loss_spike: loss above F x the median of the records before",
+                                 metavar="F", commands=_RECORD_COMMANDS)
+    spike_window: int = option(20, INT_1, "loss_spike: the median is over the W train records before", metavar="W",
+                               commands=_RECORD_COMMANDS)
+    spike_patience: int = option(2, INT_1, "loss_spike needs K consecutive spiking train records", metavar="K",
+                                 commands=_RECORD_COMMANDS)
+    collapse_patience: int = option(5, INT_1, "loss_collapse: K consecutive train records with loss exactly 0",
+                                    metavar="K", commands=_RECORD_COMMANDS)
+    overfit_tolerance: float = option(0.10, NON_NEGATIVE, "overfitting: eval loss above (1+F) x the best so far",
+                                      metavar="F", commands=_RECORD_COMMANDS)
+    overfit_patience: int = option(3, INT_1, "overfitting needs K consecutive such eval records", metavar="K",
+                                   commands=_RECORD_COMMANDS)
+
+    map: tuple[str, ...] = option((), TEXTS, "read a minimal telemetry key from another key of the log",
+                                  metavar="CANONICAL=SOURCE", commands=_RECORD_COMMANDS,
+                                  expect="a list of CANONICAL=SOURCE strings")
+
+    def __post_init__(self) -> None:
+        validate(self)
+        parse_maps(self.map)
+        if self.grad_min >= self.grad_max:
+            raise ConfigError(f"watch.grad_min must be < watch.grad_max {self.grad_max:g}, got {self.grad_min:g}")
+
+    @property
+    def maps(self) -> dict[str, str]:
+        """`--map` as {canonical: source}."""
+        return parse_maps(self.map)
+
+
+# What a relaunch can do about each kind of anomaly (docs/WATCHDOG.md, "Verdict classes").
+TRANSIENT = "transient"  # resume from the latest checkpoint: may well succeed
+DIVERGENCE = "divergence"  # resume from a checkpoint saved before the trouble began: may succeed
+FATAL = "fatal"  # a relaunch repeats it: a person must change the recipe, data or code
+CLASSES: dict[str, str] = {
+    "process_exit": TRANSIENT, "stall": TRANSIENT, "rank_stall": TRANSIENT, "interrupted": TRANSIENT,
+    "straggler": TRANSIENT,
+    "nonfinite_loss": DIVERGENCE, "nonfinite_grad": DIVERGENCE, "loss_spike": DIVERGENCE,
+    "grad_explosion": DIVERGENCE,
+}
+
+
+def verdict_class(kind: str | None) -> str | None:
+    """The class of an anomaly kind (`fatal` for every kind not listed); None for no anomaly."""
+    return None if kind is None else CLASSES.get(kind, FATAL)
 
 SKIP: Any = object()  # `look` result: this rule does not look at this record
 
@@ -43,13 +129,21 @@ class Finding:
     step: int | float
     message: str
     session: str | None = None
+    onset: int | float | None = None  # the step of the streak's first record (None: `step`)
 
     def line(self, prefix: str = "ANOMALY") -> str:
         """`ANOMALY <kind> step=N: <message>` (or with `FINDING`)."""
         return f"{prefix} {self.kind} step={fmt_step(self.step)}: {self.message}"
 
+    @property
+    def cls(self) -> str:
+        """The verdict class of the kind: `transient`, `divergence` or `fatal`."""
+        return verdict_class(self.kind) or FATAL
+
     def to_json(self) -> dict:
-        return {"kind": self.kind, "step": self.step, "message": self.message, "session": self.session}
+        return {"kind": self.kind, "class": self.cls, "step": self.step,
+                "onset": self.step if self.onset is None else self.onset, "message": self.message,
+                "session": self.session}
 
 
 class Rule:
@@ -68,6 +162,10 @@ class Rule:
     def look(self, rec: Record) -> str | None:
         raise NotImplementedError
 
+    def onset(self, rec: Record) -> int | float:
+        """The step where the condition that `look` just reported began (default: this record's)."""
+        return rec.step
+
     def state(self) -> dict:
         out = {}
         for f in self._fields:
@@ -78,6 +176,8 @@ class Rule:
     def load(self, state: dict) -> None:
         for f in self._fields:
             cur = getattr(self, f)
+            if f not in state:  # a state saved before the field existed
+                continue
             v = state[f]
             setattr(self, f, deque(v, maxlen=cur.maxlen) if isinstance(cur, deque) else v)
 
@@ -85,16 +185,20 @@ class Rule:
 class _Streak(Rule):
     """K consecutive looked-at records for which `hit` holds."""
 
-    _fields = ("streak",)
+    _fields = ("streak", "first")
     patience = 1
 
     def __init__(self, opts: Any) -> None:
         super().__init__(opts)
         self.streak = 0
+        self.first: int | float | None = None  # the step of the streak's first record
 
-    def step_streak(self, hit: bool) -> bool:
-        self.streak = self.streak + 1 if hit else 0
+    def step_streak(self, hit: bool, step: int | float) -> bool:
+        self.streak, self.first = _extend(self.streak, self.first, hit, step)
         return self.streak >= self.patience
+
+    def onset(self, rec: Record) -> int | float:
+        return rec.step if self.first is None else self.first
 
 
 # --- train-record rules, in reporting order ---------------------------------------------------------
@@ -139,7 +243,7 @@ class NonfiniteGrad(_Streak):
         if rec.kind != "train":
             return SKIP
         self.patience = self.opts.grad_patience
-        if self.step_streak(rec.nonfinite_grads > 0):
+        if self.step_streak(rec.nonfinite_grads > 0, rec.step):
             return f"non-finite gradient norms in {self.streak} consecutive train records"
         return None
 
@@ -152,7 +256,7 @@ class GradExplosion(_Streak):
         if rec.kind != "train" or g is None:
             return SKIP
         self.patience = self.opts.grad_patience
-        if self.step_streak(g > self.opts.grad_max):
+        if self.step_streak(g > self.opts.grad_max, rec.step):
             return f"gradient norm {_g(g)} > {_g(self.opts.grad_max)} for {self.streak} consecutive train records"
         return None
 
@@ -165,7 +269,7 @@ class GradCollapse(_Streak):
         if rec.kind != "train" or g is None:
             return SKIP
         self.patience = self.opts.grad_patience
-        if self.step_streak(g < self.opts.grad_min):
+        if self.step_streak(g < self.opts.grad_min, rec.step):
             return f"gradient norm {_g(g)} < {_g(self.opts.grad_min)} for {self.streak} consecutive train records"
         return None
 
@@ -174,15 +278,14 @@ class GradCollapse(_Streak):
 SPIKE_MIN_HISTORY = 5
 
 
-class LossSpike(Rule):
+class LossSpike(_Streak):
     kind = name = "loss_spike"
-    _fields = ("window", "seen", "streak")
+    _fields = ("window", "seen", "streak", "first")
 
     def __init__(self, opts: Any) -> None:
         super().__init__(opts)
         self.window: deque = deque(maxlen=opts.spike_window)
         self.seen = 0
-        self.streak = 0
 
     def look(self, rec: Record) -> str | None:
         loss = rec.loss
@@ -193,7 +296,7 @@ class LossSpike(Rule):
             median = _median(self.window)
             if median > 0:
                 limit = self.opts.spike_factor * median
-                self.streak = self.streak + 1 if loss > limit else 0
+                self.streak, self.first = _extend(self.streak, self.first, loss > limit, rec.step)
                 result = None
                 if self.streak >= self.opts.spike_patience:
                     result = (f"loss {_g(loss)} > {_g(self.opts.spike_factor)} x median {_g(median)} of the "
@@ -210,18 +313,22 @@ class LossCollapse(_Streak):
         if rec.kind != "train" or rec.loss is None:
             return SKIP
         self.patience = self.opts.collapse_patience
-        if self.step_streak(rec.loss == 0):
+        if self.step_streak(rec.loss == 0, rec.step):
             return f"train loss exactly 0 for {self.streak} consecutive train records"
         return None
 
 
 class LossAtChance(Rule):
     kind = name = "loss_at_chance"
-    _fields = ("flags",)
+    _fields = ("flags", "steps")
 
     def __init__(self, opts: Any) -> None:
         super().__init__(opts)
         self.flags: deque = deque(maxlen=opts.chance_patience)
+        self.steps: deque = deque(maxlen=opts.chance_patience)
+
+    def onset(self, rec: Record) -> int | float:
+        return self.steps[0] if self.steps else rec.step
 
     def look(self, rec: Record) -> str | None:
         x = self.opts.chance_loss
@@ -230,15 +337,16 @@ class LossAtChance(Rule):
         floor = x - self.opts.chance_tolerance
         # `not loss < floor`: a diverging (inf/NaN) loss counts as at or above chance
         self.flags.append(rec.step >= self.opts.chance_after_step and not rec.loss < floor)
+        self.steps.append(rec.step)
         if len(self.flags) == self.flags.maxlen and all(self.flags):
             return (f"loss {_g(rec.loss)} >= {_g(floor)} (chance {_g(x)} - tolerance {_g(self.opts.chance_tolerance)}) "
                     f"for the last {len(self.flags)} train records")
         return None
 
 
-class ThroughputDrop(Rule):
+class ThroughputDrop(_Streak):
     kind = name = "throughput_drop"
-    _fields = ("start_step", "first_seen", "samples", "baseline", "streak")
+    _fields = ("start_step", "first_seen", "samples", "baseline", "streak", "first")
 
     def __init__(self, opts: Any, start_step: int | None = None) -> None:
         super().__init__(opts)
@@ -246,7 +354,6 @@ class ThroughputDrop(Rule):
         self.first_seen = False
         self.samples: list = []
         self.baseline: float | None = None
-        self.streak = 0
 
     def look(self, rec: Record) -> str | None:
         tp = rec.throughput
@@ -268,7 +375,7 @@ class ThroughputDrop(Rule):
             self.baseline = _median(self.samples)
             self.samples = []
         limit = (1 - self.opts.throughput_drop) * self.baseline
-        self.streak = self.streak + 1 if tp < limit else 0
+        self.streak, self.first = _extend(self.streak, self.first, tp < limit, rec.step)
         if self.streak >= self.opts.throughput_patience:
             return (f"throughput {_g(tp)} < {_g(limit)} ((1 - {_g(self.opts.throughput_drop)}) x baseline "
                     f"{_g(self.baseline)}) for {self.streak} consecutive train records")
@@ -278,13 +385,21 @@ class ThroughputDrop(Rule):
 class SessionError(Rule):
     kind = name = "session_error"
     looks_at = frozenset({"end"})
+    reason = "error"  # the session_end reason this rule reports
 
     def look(self, rec: Record) -> str | None:
         if rec.kind != "end":
             return SKIP
-        if rec.reason in ("error", "interrupted"):
+        if rec.reason == self.reason:
             return f"session ended with reason {rec.reason}" + (f": {rec.error}" if rec.error else "")
         return None
+
+
+class Interrupted(SessionError):
+    """A session ended by a signal (a scheduler's preemption, Ctrl-C): `transient`, unlike an error."""
+
+    kind = name = "interrupted"
+    reason = "interrupted"
 
 
 # --- eval-value rules -----------------------------------------------------------------------------
@@ -302,15 +417,14 @@ class EvalNonfiniteLoss(Rule):
         return None if math.isfinite(v) else f"eval loss is {_show_nonfinite(v)}"
 
 
-class Overfitting(Rule):
+class Overfitting(_Streak):
     kind = name = "overfitting"
     looks_at = frozenset({"eval values"})
-    _fields = ("best", "streak")
+    _fields = ("best", "streak", "first")
 
     def __init__(self, opts: Any) -> None:
         super().__init__(opts)
         self.best: float | None = None
-        self.streak = 0
 
     def look(self, rec: Record) -> str | None:
         v = rec.eval_loss
@@ -321,7 +435,7 @@ class Overfitting(Rule):
             self.best = v
             return None
         limit = (1 + self.opts.overfit_tolerance) * best
-        self.streak = self.streak + 1 if v > limit else 0
+        self.streak, self.first = _extend(self.streak, self.first, v > limit, rec.step)
         if v < best:
             self.best = v
         if self.streak >= self.opts.overfit_patience:
@@ -371,7 +485,7 @@ class StuckMetric(_Metric):
 # The reporting order on one record (SPEC §5 "Details"): train rules, then eval-value rules.
 RULE_ORDER: tuple[type[Rule], ...] = (
     InvalidLog, NonfiniteLoss, NonfiniteGrad, GradExplosion, GradCollapse, LossSpike, LossCollapse,
-    LossAtChance, ThroughputDrop, SessionError,
+    LossAtChance, ThroughputDrop, SessionError, Interrupted,
     EvalNonfiniteLoss, Overfitting, InvertedMetric, StuckMetric,
 )
 
@@ -412,7 +526,7 @@ class Rules:
             elif not active[i]:
                 active[i] = True
                 if found is None:
-                    found = Finding(rule.kind, rec.step, msg, rec.session)
+                    found = Finding(rule.kind, rec.step, msg, rec.session, rule.onset(rec))
         return found
 
     def state(self) -> dict:
@@ -431,18 +545,37 @@ class Rules:
             rule.load(s)
 
 
+class Replay:
+    """The rules of every session of a log as it stands (`check`, `plot`, `smoke`): each session is
+    judged on its own, from its first record, by its own `Rules`."""
+
+    def __init__(self, opts: Any, start_step: Callable[[str], int | None] | None = None) -> None:
+        self.opts = opts
+        self.start_step = start_step or (lambda session: None)
+        self.engines: dict[str, Rules] = {}
+
+    def engine(self, session: str) -> Rules:
+        """The rules of `session` (created at its first record)."""
+        eng = self.engines.get(session)
+        if eng is None:
+            eng = self.engines[session] = Rules(self.opts, self.start_step(session))
+        return eng
+
+    def observe(self, rec: Record) -> Finding | None:
+        return self.engine(rec.session).observe(rec)
+
+
 def replay(records: Iterable[Record], opts: Any, start_steps: dict[str, int | None] | None = None) -> list[Finding]:
     """Every finding of `records` (all sessions; a new session restarts the rules)."""
-    engines: dict[str, Rules] = {}
-    out = []
-    for rec in records:
-        eng = engines.get(rec.session)
-        if eng is None:
-            eng = engines[rec.session] = Rules(opts, (start_steps or {}).get(rec.session))
-        f = eng.observe(rec)
-        if f is not None:
-            out.append(f)
-    return out
+    r = Replay(opts, (start_steps or {}).get)
+    return [f for f in map(r.observe, records) if f is not None]
+
+
+def _extend(streak: int, first: int | float | None, hit: bool, step: int | float) -> tuple[int, int | float | None]:
+    """A streak counter and the step of its first record, after one more looked-at record."""
+    if not hit:
+        return 0, None
+    return streak + 1, step if streak == 0 else first
 
 
 def _median(values: Any) -> float:

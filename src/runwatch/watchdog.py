@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import InvalidRunError, UsageError
+from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, add_flags, build, given_options, option
 from .follow import LogFollower, ManifestFollower
 from .heartbeats import RankMonitor
 from .journal import atomic_write_text
-from .records import Record, RecordParser, Target, parse_maps, parser_for, read_trainer_state, resolve_target
-from .rules import Finding, Rules, fmt_step
+from .records import Record, RecordParser, Target, parser_for, read_trainer_state, resolve_target
+from .rules import Finding, RuleOptions, Rules, fmt_step, verdict_class
 from . import process as _proc
 
 __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
@@ -34,133 +35,40 @@ __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "lo
 EXIT_OK = 0
 EXIT_ANOMALY = 7
 
+_WATCH = ("watch",)
+
 
 @dataclass(frozen=True)
-class Options:
-    """The watchdog's options (SPEC §5 defaults); invalid values raise UsageError naming the option."""
+class Options(RuleOptions):
+    """Every option of `runwatch watch`: the record rules' (RuleOptions) and the watch's own.
 
-    poll: float = 5.0  # SPEC §5 --poll
-    stall: float = 360.0  # SPEC §5 --stall
-    startup_grace: float = 600.0  # SPEC §5 --startup-grace
-    timeout: float | None = None  # SPEC §5 --timeout: none
-    pid: int | None = None  # SPEC §5 --pid: RUN_DIR/pid if present
-    done: str | None = None  # SPEC §5 --done: none
-    metric: str = "auroc"  # SPEC §5 --metric
-    metric_min: float = 0.70  # SPEC §5 --metric-min
-    metric_after_step: int = 500  # SPEC §5 --metric-after-step
-    chance_loss: float | None = None  # SPEC §5 --chance-loss: off
-    chance_after_step: int = 400  # SPEC §5
-    chance_patience: int = 3  # SPEC §5
-    chance_tolerance: float = 0.02  # SPEC §5
-    grad_max: float = 50.0  # SPEC §5 --grad-max
-    grad_min: float = 1e-3  # SPEC §5 --grad-min
-    grad_patience: int = 3  # SPEC §5 --grad-patience
-    throughput_drop: float = 0.25  # SPEC §5 --throughput-drop
-    throughput_baseline_steps: int = 200  # SPEC §5
-    throughput_patience: int = 3  # SPEC §5
-    stop_on_anomaly: bool = False  # SPEC §5: off
-    rank_stall: float = 300.0  # SPEC §5 --rank-stall (checked by the heartbeat poll check)
-    straggler_factor: float = 1.5  # SPEC §5 --straggler-factor
-    straggler_patience: int = 5  # SPEC §5 --straggler-patience
-    spike_factor: float = 3.0  # SPEC §5 --spike-factor
-    spike_window: int = 20  # SPEC §5 --spike-window
-    spike_patience: int = 2  # SPEC §5 --spike-patience
-    collapse_patience: int = 5  # SPEC §5 --collapse-patience
-    overfit_tolerance: float = 0.10  # SPEC §5 --overfit-tolerance
-    overfit_patience: int = 3  # SPEC §5 --overfit-patience
-    map: tuple[str, ...] = ()  # SPEC §5 --map CANONICAL=SOURCE, repeatable
+    One declaration per option (`options.option`): the flags, `runwatch.toml`, the validation and
+    the docs table come from it. A bad value raises ConfigError naming the option.
+    """
 
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            _check_option(f.name, getattr(self, f.name))
-        if self.grad_min >= self.grad_max:
-            raise UsageError(f"watch.grad_min must be < watch.grad_max {self.grad_max:g}, got {self.grad_min:g}")
-        object.__setattr__(self, "map", tuple(self.map))
-        parse_maps(self.map)
+    poll: float = option(5.0, POSITIVE, "seconds between polls", metavar="S")
+    stall: float = option(360.0, POSITIVE, "stall: no new record for S seconds (outside a phase)", metavar="S")
+    startup_grace: float = option(600.0, POSITIVE, "stall before the first record: none S seconds after the watch "
+                                  "(or the session) began", metavar="S")
+    timeout: float | None = option(None, POSITIVE, "timeout: the watch has run S seconds", none=True, metavar="S")
+    pid: int | None = option(None, INT_1, "the training process (default: RUN_DIR/pid when present)", none=True,
+                             metavar="PID")
+    done: str | None = option(None, TEXT, "a completion sentinel file, relative to RUN_DIR", none=True,
+                              metavar="FILE")
+    stop_on_anomaly: bool = option(False, FLAG, "on an anomaly, stop the training: SIGTERM to its process group, "
+                                   "SIGKILL after 30 s")
+    rank_stall: float = option(300.0, POSITIVE, "rank_stall: a rank's heartbeat S seconds behind the others' "
+                               "(multi-rank runs)", metavar="S")
+    straggler_factor: float = option(1.5, GREATER_1, "straggler: a rank's window time above F x the median over "
+                                     "ranks", metavar="F")
+    straggler_patience: int = option(5, INT_1, "straggler needs K consecutive such windows", metavar="K")
+    exit_transient: int | None = option(None, EXIT_CODE, "exit N instead of 7 when the verdict is transient "
+                                        "(75, EX_TEMPFAIL, for a requeue); check: for its first finding",
+                                        none=True, metavar="N", commands=("watch", "check"))
 
-    @property
-    def maps(self) -> dict[str, str]:
-        return parse_maps(self.map)
-
-
-# option -> (what it must be, "none" when it may be None); the kinds are spelled out in _EXPECT
-_RULES: dict[str, tuple[str, ...]] = {
-    "poll": ("pos",), "stall": ("pos",), "startup_grace": ("pos",), "timeout": ("pos", "none"),
-    "pid": ("int1", "none"), "done": ("str", "none"), "metric": ("str",),
-    "metric_min": ("frac_half",), "metric_after_step": ("int0",), "chance_loss": ("num", "none"),
-    "chance_after_step": ("int0",), "chance_patience": ("int1",), "chance_tolerance": ("nonneg",),
-    "grad_max": ("pos",), "grad_min": ("nonneg",), "grad_patience": ("int1",),
-    "throughput_drop": ("open01",), "throughput_baseline_steps": ("int1",), "throughput_patience": ("int1",),
-    "stop_on_anomaly": ("bool",), "rank_stall": ("pos",), "straggler_factor": ("gt1",),
-    "straggler_patience": ("int1",), "spike_factor": ("gt1",), "spike_window": ("int1",),
-    "spike_patience": ("int1",), "collapse_patience": ("int1",), "overfit_tolerance": ("nonneg",),
-    "overfit_patience": ("int1",), "map": ("strs",),
-}
-_EXPECT = {
-    "pos": "a number > 0", "nonneg": "a number >= 0", "num": "a finite number", "int1": "an int >= 1",
-    "int0": "an int >= 0", "str": "a non-empty string", "bool": "true or false", "gt1": "a number > 1",
-    "open01": "a number in (0, 1)", "frac_half": "a number in [0.5, 1]", "strs": "a list of CANONICAL=SOURCE strings",
-}
-
-
-def _check_option(name: str, value: Any) -> None:
-    kind, *rest = _RULES[name]
-    if value is None and "none" in rest:
-        return
-    is_num = type(value) in (int, float) and math.isfinite(value)
-    ok = {
-        "pos": is_num and value > 0,
-        "nonneg": is_num and value >= 0,
-        "num": is_num,
-        "int1": type(value) is int and value >= 1,
-        "int0": type(value) is int and value >= 0,
-        "str": type(value) is str and value != "",
-        "bool": type(value) is bool,
-        "gt1": is_num and value > 1,
-        "open01": is_num and 0 < value < 1,
-        "frac_half": is_num and 0.5 <= value <= 1,
-        "strs": isinstance(value, (list, tuple)) and all(type(v) is str for v in value),
-    }[kind]
-    if not ok:
-        shown = f"{value:g}" if type(value) is float else repr(value) if type(value) is str else json.dumps(value, default=repr)
-        raise UsageError(f"watch.{name} must be {_EXPECT[kind]}, got {shown}")
-
-
-CHECK_OPTIONS = frozenset({
-    "metric", "metric_min", "metric_after_step", "chance_loss", "chance_after_step", "chance_patience",
-    "chance_tolerance", "grad_max", "grad_min", "grad_patience", "throughput_drop", "throughput_baseline_steps",
-    "throughput_patience", "spike_factor", "spike_window", "spike_patience", "collapse_patience",
-    "overfit_tolerance", "overfit_patience", "map",
-})
-TOML_NAME = "runwatch.toml"
-
-
-def load_options(run_dir: str | None, given: dict[str, Any], *, only: frozenset[str] | None = None) -> Options:
+def load_options(run_dir: str | None, given: dict[str, Any], *, command: str = "watch") -> Options:
     """Options from `run_dir/runwatch.toml` ([watch] table), then `given` (the command line) on top."""
-    merged: dict[str, Any] = {}
-    path = os.path.join(run_dir, TOML_NAME) if run_dir else None
-    if path and os.path.isfile(path):
-        import tomllib
-
-        try:
-            with open(path, "rb") as f:
-                doc = tomllib.load(f)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise UsageError(f"{TOML_NAME}: {exc}") from None
-        table = doc.get("watch", {})
-        if not isinstance(table, dict):
-            raise UsageError(f"{TOML_NAME}: [watch] must be a table")
-        names = {f.name for f in dataclasses.fields(Options)}
-        for key, value in table.items():
-            name = key.replace("-", "_")
-            if name not in names:
-                raise UsageError(f"{TOML_NAME}: unknown option {key!r} in [watch]")
-            if only is None or name in only:
-                merged[name] = tuple(value) if name == "map" and isinstance(value, list) else value
-    for key, value in given.items():
-        if value is not None and value != ():
-            merged[key] = value
-    return Options(**merged)
+    return build(Options, run_dir, given, command)  # type: ignore[no-any-return]
 
 
 # --- verdicts -------------------------------------------------------------------------------------
@@ -175,18 +83,36 @@ class Verdict:
     step: int | float
     message: str
     time: float
+    onset: int | float | None = None  # the step where the trouble began (None: `step`)
+    last_error: str | None = None  # a dead process's last error line from stdout.log
+
+    @property
+    def cls(self) -> str | None:
+        """`transient`, `divergence` or `fatal` for an anomaly; None for `done`."""
+        return verdict_class(self.kind)
 
     def line(self) -> str:
         if self.verdict == "done":
             return f"OK done step={fmt_step(self.step)}"
         return f"ANOMALY {self.kind} step={fmt_step(self.step)}: {self.message}"
 
+    def exit_code_with(self, exit_transient: int | None = None) -> int:
+        """0 done; 7 anomaly, or `exit_transient` for a transient one when given."""
+        if self.verdict == "done":
+            return EXIT_OK
+        return exit_transient if exit_transient is not None and self.cls == "transient" else EXIT_ANOMALY
+
     @property
     def exit_code(self) -> int:
-        return EXIT_OK if self.verdict == "done" else EXIT_ANOMALY
+        return self.exit_code_with(None)
 
     def to_json(self) -> dict:
-        return {"verdict": self.verdict, "kind": self.kind, "step": self.step, "message": self.message, "time": self.time}
+        out = {"verdict": self.verdict, "kind": self.kind, "class": self.cls, "step": self.step,
+               "onset": None if self.verdict == "done" else (self.step if self.onset is None else self.onset),
+               "message": self.message, "time": self.time}
+        if self.last_error is not None:
+            out["last_error"] = self.last_error
+        return out
 
 
 def write_verdict(run_dir: str, verdict: Verdict) -> str:
@@ -376,7 +302,7 @@ class Watcher:
                 if self.pending is None:
                     self.pending = finding
             else:
-                return self._anomaly(finding.kind, finding.step, finding.message)
+                return self._found(finding)
         if rec.kind == "end" and rec.reason == "normal":
             return self._verdict("done", None, rec.step, f"session {rec.session} ended normally at step {fmt_step(rec.step)}")
         return None
@@ -384,8 +310,11 @@ class Watcher:
     def _verdict(self, verdict: str, kind: str | None, step: Any, message: str) -> Verdict:
         return Verdict(verdict, kind, step, message, self.clock())
 
-    def _anomaly(self, kind: str, step: Any, message: str) -> Verdict:
-        return self._verdict("anomaly", kind, step, message)
+    def _anomaly(self, kind: str, step: Any, message: str, onset: Any = None) -> Verdict:
+        return Verdict("anomaly", kind, step, message, self.clock(), onset)
+
+    def _found(self, f: Finding) -> Verdict:
+        return self._anomaly(f.kind, f.step, f.message, f.onset)
 
     def _read(self) -> Verdict | None:
         """Read and judge new records; a Verdict when one decides the watch."""
@@ -410,13 +339,13 @@ class Watcher:
                 for check_fn in self.poll_checks:
                     f = check_fn(self)
                     if f is not None:
-                        return self._anomaly(f.kind, f.step, f.message)
+                        return self._found(f)
             return v
         if self.catching_up and self.parser is not None:
             self.catching_up = False
             if self.pending is not None:
                 p = self.pending
-                return self._anomaly(p.kind, p.step, p.message)
+                return self._found(p)
         opts = self.opts
         if opts.done and os.path.exists(os.path.join(self.run_dir, opts.done)):
             return self._verdict("done", None, self.last_step, f"completion sentinel {opts.done} appeared")
@@ -426,7 +355,7 @@ class Watcher:
         for check_fn in self.poll_checks:
             f = check_fn(self)
             if f is not None:
-                return self._anomaly(f.kind, f.step, f.message)
+                return self._found(f)
         now = self.clock()
         if opts.timeout is not None and now - self.started >= opts.timeout:
             return self._anomaly("timeout", self.last_step, f"the watch ran {now - self.started:.0f} s (--timeout {opts.timeout:g})")
@@ -463,7 +392,7 @@ class Watcher:
         if v is not None:
             return v
         if self.pending is not None:
-            return self._anomaly(self.pending.kind, self.pending.step, self.pending.message)
+            return self._found(self.pending)
         status = _proc.exit_status(pid)
         oom = _proc.oom_line(os.path.join(self.run_dir, "stdout.log"))
         if oom is not None:
@@ -512,7 +441,14 @@ class CheckResult:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_ANOMALY if self.findings else EXIT_OK
+        return self.exit_code_with(None)
+
+    def exit_code_with(self, exit_transient: int | None = None) -> int:
+        """0 clean; 7 findings, or `exit_transient` when the first finding is transient and it is given."""
+        if not self.findings:
+            return EXIT_OK
+        first = self.findings[0]
+        return exit_transient if exit_transient is not None and first.cls == "transient" else EXIT_ANOMALY
 
     def lines(self) -> list[str]:
         out = [f.line("FINDING") for f in self.findings]
@@ -556,71 +492,26 @@ def check(target: str, options: Options | None = None) -> CheckResult:
 
 # --- the command line -----------------------------------------------------------------------------
 
-_FLAGS: list[tuple[str, Any, str]] = [
-    # (option, type, help); the dest is the Options field
-    ("--poll", float, "seconds between polls (default 5)"),
-    ("--stall", float, "stall: no new record for S seconds (default 360)"),
-    ("--startup-grace", float, "stall before the first record: S seconds after the watch began (default 600)"),
-    ("--timeout", float, "timeout: the watch has run S seconds (default none)"),
-    ("--pid", int, "the training process (default: RUN_DIR/pid if present)"),
-    ("--done", str, "completion sentinel file, relative to RUN_DIR"),
-    ("--metric", str, "eval metric whose chance level is 0.5 (default auroc)"),
-    ("--metric-min", float, "inverted_metric below 1-X, stuck_metric below X (default 0.70)"),
-    ("--metric-after-step", int, "judge the metric from step N (default 500)"),
-    ("--chance-loss", float, "loss_at_chance: the loss at chance level (default off; BCE: 0.693)"),
-    ("--chance-after-step", int, "(default 400)"),
-    ("--chance-patience", int, "(default 3)"),
-    ("--chance-tolerance", float, "(default 0.02)"),
-    ("--grad-max", float, "grad_explosion above X (default 50)"),
-    ("--grad-min", float, "grad_collapse below Y (default 1e-3)"),
-    ("--grad-patience", int, "consecutive train records (default 3)"),
-    ("--throughput-drop", float, "throughput_drop below (1-F) x baseline (default 0.25)"),
-    ("--throughput-baseline-steps", int, "baseline over the session's first N steps (default 200)"),
-    ("--throughput-patience", int, "(default 3)"),
-    ("--rank-stall", float, "rank_stall: a rank's heartbeat S seconds behind (default 300)"),
-    ("--straggler-factor", float, "straggler: window time above F x the median over ranks (default 1.5)"),
-    ("--straggler-patience", int, "(default 5)"),
-    ("--spike-factor", float, "loss_spike above F x the recent median (default 3)"),
-    ("--spike-window", int, "(default 20)"),
-    ("--spike-patience", int, "(default 2)"),
-    ("--collapse-patience", int, "loss_collapse: K train records with loss exactly 0 (default 5)"),
-    ("--overfit-tolerance", float, "overfitting above (1+F) x the best eval loss (default 0.10)"),
-    ("--overfit-patience", int, "(default 3)"),
-]
-
-
 def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
-    """The options of `runwatch watch` (all) or `runwatch check` (the record rules and --map)."""
+    """The options of `runwatch watch` (all), `check` (the record rules' and --map), or `launch`."""
     if command != "launch":
         p.add_argument("target", metavar="RUN_DIR|FILE", help="a run directory, a JSONL log or a trainer_state.json")
-    for flag, typ, text in _FLAGS:
-        dest = flag[2:].replace("-", "_")
-        if command == "check" and dest not in CHECK_OPTIONS:
-            continue
-        if command == "launch" and dest == "pid":
-            continue
-        p.add_argument(flag, type=typ, default=None, dest=dest, help=text)
-    p.add_argument("--map", action="append", default=None, metavar="CANONICAL=SOURCE",
-                   help="read a minimal telemetry key from another key of the log (repeatable)")
-    if command != "check":
-        p.add_argument("--stop-on-anomaly", action="store_true", default=None,
-                       help="on an anomaly, stop the training (SIGTERM, then SIGKILL after 30 s)")
+    add_flags(p, Options, "check" if command == "check" else "watch", skip=("pid",) if command == "launch" else ())
 
 
 def options_from_args(args: argparse.Namespace, run_dir: str | None, command: str) -> Options:
-    names = {f.name for f in dataclasses.fields(Options)}
-    given = {k: v for k, v in vars(args).items() if k in names}
-    if given.get("map") is not None:
-        given["map"] = tuple(given["map"])
-    return load_options(run_dir, given, only=CHECK_OPTIONS if command == "check" else None)
+    """The command line's options over `runwatch.toml`'s, for `command`."""
+    return load_options(run_dir, given_options(args, Options), command=command)
 
 
 def run_watch(args: argparse.Namespace) -> int:
     run_dir = resolve_target(args.target).run_dir
     opts = options_from_args(args, run_dir, "watch")
     v = Watcher(args.target, opts).run()
+    if getattr(args, "json", False):
+        print(json.dumps(v.to_json(), indent=2, allow_nan=False))
     print(v.line(), flush=True)
-    return v.exit_code
+    return v.exit_code_with(opts.exit_transient)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -631,10 +522,13 @@ def run_check(args: argparse.Namespace) -> int:
     if result.torn_line is not None:
         print(f"runwatch check: left out the torn last line {result.torn_line} (no newline yet)", file=sys.stderr)
     if getattr(args, "json", False):
+        first = result.findings[0] if result.findings else None
         print(json.dumps({"findings": [f.to_json() for f in result.findings], "last_step": result.last_step,
-                          "torn_line": result.torn_line, "verdict": result.lines()[-1]}, indent=2, allow_nan=False))
+                          "torn_line": result.torn_line, "verdict": result.lines()[-1],
+                          "class": first.cls if first else None,
+                          "onset": first.to_json()["onset"] if first else None}, indent=2, allow_nan=False))
     else:
         for line in result.lines():
             print(line)
-    return result.exit_code
+    return result.exit_code_with(opts.exit_transient)
 
