@@ -116,8 +116,8 @@ def test_state_round_trip(tmp_path):
     _append(p, b"a\nb\n")
     f = LogFollower(str(p))
     f.poll()
-    g = LogFollower.from_state(f.state())
-    assert g.state() == f.state()
+    g = LogFollower.from_state(f.state_dict())
+    assert g.state_dict() == f.state_dict()
     _append(p, b"c\n")
     assert g.poll().lines == [(3, b"c")]
     f.close()

@@ -24,7 +24,10 @@ MINIMAL = [
     ('{"step": 250, "eval_auroc": 0.91, "eval_acc": 0.88}', dict(kind="eval", step=250, metrics={"auroc": 0.91, "acc": 0.88})),
     ('{"step": 30, "FATAL": "non-finite loss"}', dict(kind="fatal", step=30, error="non-finite loss")),
     ('{"step": 5, "loss": 1.0, "learning_rate": 0.5}', dict(kind="train", lr=0.5)),
-    ('{"step": 5, "loss": 1.0, "grad_norm": NaN}', dict(kind="train", grad_mean=None, nonfinite_grads=1)),
+    # NaN in every train record of the session so far: a norm that was not logged (absent)
+    ('{"step": 5, "loss": 1.0, "grad_norm": NaN}', dict(kind="train", grad_mean=None, nonfinite_grads=0)),
+    # ... except beside a loss of exactly 0: how the HF Trainer logs a NaN loss
+    ('{"step": 5, "loss": 0.0, "grad_norm": NaN}', dict(kind="train", grad_mean=None, nonfinite_grads=1)),
     ('{"step": 5, "loss": 1.0, "grad_norm": null}', dict(kind="train", grad_mean=None, nonfinite_grads=0)),
     ('{"step": 5, "eval_loss": 0.3}', dict(kind="eval", eval_loss=0.3)),
     ('{"step": 5.0, "loss": 1}', dict(kind="train", step=5)),
@@ -44,6 +47,16 @@ def test_minimal_telemetry(line, expected):
     rec = _minimal(line)
     for key, value in expected.items():
         assert getattr(rec, key) == value, key
+
+
+def test_nan_grad_norm_counts_once_a_finite_one_was_seen_in_the_session():
+    parser = RecordParser("minimal")
+    lines = ['{"step": 1, "loss": 1.0, "grad_norm": NaN}', '{"step": 2, "loss": 1.0, "grad_norm": 0.5}',
+             '{"step": 3, "loss": 1.0, "grad_norm": NaN}', '{"step": 1, "loss": 1.0, "grad_norm": NaN}']
+    recs = [parser.parse_line(i + 1, line.encode()) for i, line in enumerate(lines)]
+    # the last line is a relaunch (step 1 again): a new session, absent again until a finite norm
+    assert [(r.session, r.nonfinite_grads) for r in recs] == [
+        ("session-1", 0), ("session-1", 0), ("session-1", 1), ("session-2", 0)]
 
 
 @pytest.mark.parametrize("line", ['{"step": 1, "loss": NaN}', '{"step": 1, "loss": null}', '{"step": 1, "loss": Infinity}'])

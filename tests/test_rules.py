@@ -149,17 +149,17 @@ def test_state_save_load_equal(cut):
     a = Rules(opts, 0)
     for r in recs[:cut]:
         a.observe(r)
-    saved = json.loads(json.dumps(a.state(), allow_nan=False))
+    saved = json.loads(json.dumps(a.state_dict(), allow_nan=False))
     b = Rules(opts)
-    b.load(saved)
-    assert b.state() == a.state()
+    b.load_state_dict(saved)
+    assert b.state_dict() == a.state_dict()
     rest_a = [a.observe(r) for r in recs[cut:]]
     rest_b = [b.observe(r) for r in recs[cut:]]
     assert rest_a == rest_b
-    assert a.state() == b.state()
+    assert a.state_dict() == b.state_dict()
 
 
 def test_state_names_every_rule():
-    state = Rules(Options()).state()
+    state = Rules(Options()).state_dict()
     assert list(state["rules"]) == [cls.name for cls in RULE_ORDER]
     assert len(set(state["rules"])) == len(RULE_ORDER)

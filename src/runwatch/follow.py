@@ -49,7 +49,7 @@ class Batch:
 class LogFollower:
     """Follows one append-only log file by byte offset.
 
-    The state (`offset`, `lineno`, `inode`) is plain data: `state()` / `LogFollower.from_state`
+    The state (`offset`, `lineno`, `inode`) is plain data: `state_dict()` / `load_state_dict()` (or `LogFollower.from_state`)
     round-trip it, so a restarted reader can continue where the last one stopped.
     """
 
@@ -69,19 +69,26 @@ class LogFollower:
 
     # --- state ------------------------------------------------------------------------------
 
-    def state(self) -> dict:
+    def state_dict(self) -> dict:
         """The resumable position as plain JSON."""
         return {"path": self.path, "offset": self.offset, "lineno": self.lineno,
                 "inode": list(self.inode) if self.inode else None, "skipping": self._skipping}
 
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()` (the next poll reads from that offset)."""
+        self.close()
+        self.path = state["path"]
+        self.offset = int(state["offset"])
+        self.lineno = int(state["lineno"])
+        self.inode = tuple(state["inode"]) if state["inode"] else None  # type: ignore[assignment]
+        self._skipping = bool(state["skipping"])
+        self.size_seen = -1
+
     @classmethod
     def from_state(cls, state: dict, max_line_bytes: int = MAX_LINE_BYTES) -> "LogFollower":
-        """A follower that continues from `state()`."""
+        """A follower that continues from `state_dict()`."""
         f = cls(state["path"], max_line_bytes)
-        f.offset = int(state["offset"])
-        f.lineno = int(state["lineno"])
-        f.inode = tuple(state["inode"]) if state["inode"] else None  # type: ignore[assignment]
-        f._skipping = bool(state["skipping"])
+        f.load_state_dict(state)
         return f
 
     def close(self) -> None:

@@ -219,6 +219,7 @@ class RecordParser:
         self.session: str | None = None  # the session of the last record (invalid lines join it)
         self._last_train_step: float | None = None
         self._relaunches = 0
+        self._finite_grad_session: str | None = None  # the minimal session that logged a finite grad_norm
         self.last_step: int | float = 0  # step of the last parsed record (invalid lines take it)
         if manifest is not None:
             self.set_manifest(manifest)
@@ -233,6 +234,29 @@ class RecordParser:
             if sid not in self._entries:
                 self._entries[sid] = entry
                 self._validators[sid] = SessionValidator(manifest["run_id"], entry)
+
+    def state_dict(self) -> dict:
+        """Where the parser is, as plain JSON: the current session, the relaunch count (minimal
+        telemetry) and each schema-v1 session's validated step (the manifest is read anew)."""
+        return {"mode": self.mode, "session": self.session, "last_train_step": self._last_train_step,
+                "relaunches": self._relaunches, "last_step": self.last_step,
+                "finite_grad_session": self._finite_grad_session,
+                "validators": {sid: {"step": v.step, "ended": v.ended} for sid, v in self._validators.items()
+                               if v.step != v.start_step or v.ended}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()` (a v1 parser needs its manifest set first)."""
+        if state.get("mode") != self.mode:
+            raise ValueError(f"RecordParser state is for mode {state.get('mode')!r}, not {self.mode!r}")
+        self.session = state["session"]
+        self._last_train_step = state["last_train_step"]
+        self._relaunches = int(state["relaunches"])
+        self._finite_grad_session = state.get("finite_grad_session")
+        self.last_step = state["last_step"]
+        for sid, v in state["validators"].items():
+            validator = self._validators.get(sid)
+            if validator is not None:
+                validator.step, validator.ended = v["step"], bool(v["ended"])
 
     def latest_session(self) -> str | None:
         """The latest session: run.json's last entry (v1), or the last relaunch seen (minimal)."""
@@ -394,15 +418,20 @@ class RecordParser:
         lr = obj.get("lr", obj.get("learning_rate"))
         grad = obj.get("grad_norm")
         grad_mean = nonfinite = None
+        session = self._minimal_session(step)
         if _is_number(grad):
             if math.isfinite(grad):
                 grad_mean = grad
-            else:
+                self._finite_grad_session = session
+            elif self._finite_grad_session == session or loss == 0:
                 nonfinite = 1
+            # else: NaN in every train record of the session so far is a norm that was not logged
+            # (a callback writing NaN when the trainer reports none), not a non-finite one. A loss of
+            # exactly 0 beside it stays a finding: how the HF Trainer logs a NaN loss.
         sps = obj.get("sps")
         self.last_step = step
         return Record(
-            "train", self._minimal_session(step), step, where, t, loss, lr if _is_number(lr) else None,
+            "train", session, step, where, t, loss, lr if _is_number(lr) else None,
             grad_mean, grad_mean, nonfinite or 0, sps if _is_number(sps) else None,
             eval_loss=eval_loss, metrics=metrics, raw=obj,
         )

@@ -5,7 +5,7 @@ at that record (a message), does not hold (None), or that the rule does not look
 (`SKIP`: its condition is neither re-evaluated nor cleared there). `Rules` runs them in the order
 SPEC §5 lists, reports a rule once when its condition starts to hold and again only after it has
 cleared, and reports at most one finding per record: the first in that order. Everything a rule
-remembers is plain JSON (`state()` / `load()`), so a watch can be saved and resumed.
+remembers is plain JSON (`state_dict()` / `load_state_dict()`), so a watch can be saved and resumed.
 
 Rules never print or exit: the watchdog decides what a finding means. Standard library only.
 """
@@ -166,14 +166,14 @@ class Rule:
         """The step where the condition that `look` just reported began (default: this record's)."""
         return rec.step
 
-    def state(self) -> dict:
+    def state_dict(self) -> dict:
         out = {}
         for f in self._fields:
             v = getattr(self, f)
             out[f] = list(v) if isinstance(v, deque) else v
         return out
 
-    def load(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> None:
         for f in self._fields:
             cur = getattr(self, f)
             if f not in state:  # a state saved before the field existed
@@ -529,20 +529,22 @@ class Rules:
                     found = Finding(rule.kind, rec.step, msg, rec.session, rule.onset(rec))
         return found
 
-    def state(self) -> dict:
+    def state_dict(self) -> dict:
         """Every rule's memory as plain JSON."""
         return {
             "start_step": self.start_step,
-            "rules": {r.name: {"active": a, **r.state()} for r, a in zip(self.rules, self.active)},
+            "rules": {r.name: {"active": a, **r.state_dict()} for r, a in zip(self.rules, self.active)},
         }
 
-    def load(self, state: dict) -> None:
-        """Restore `state()` (same options)."""
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict()` (same options)."""
         self.reset(state["start_step"])
         for i, rule in enumerate(self.rules):
-            s = state["rules"][rule.name]
+            s = state["rules"].get(rule.name)
+            if s is None:  # a rule added since the state was saved starts fresh
+                continue
             self.active[i] = bool(s["active"])
-            rule.load(s)
+            rule.load_state_dict(s)
 
 
 class Replay:

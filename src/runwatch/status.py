@@ -19,7 +19,9 @@ from typing import Any
 from .errors import UsageError
 from .follow import tail_lines
 from .heartbeats import rank_status_lines
+from .liveness import is_local_host, last_error, process_host, watchdog_liveness
 from .process import alive, read_pid_file
+from .rules import verdict_class
 from .records import Record, RecordParser, read_trainer_state, resolve_target
 from .rules import fmt_step
 from .schema import read_manifest
@@ -104,14 +106,30 @@ def status(run_dir: str, *, gpus: bool = True, now: float | None = None) -> dict
     out["last_eval"] = ({"step": ev.step, "loss": _num(ev.eval_loss), "metrics": {k: _num(v) for k, v in (ev.metrics or {}).items()}}
                         if ev else None)
     pid = read_pid_file(os.path.join(t.run_dir, "pid"))
-    out["process"] = {"pid": pid, "alive": alive(pid)} if pid is not None else None
+    host = process_host(t.run_dir)
+    if pid is None:
+        out["process"] = None
+    elif is_local_host(host):
+        out["process"] = {"pid": pid, "alive": alive(pid)}
+    else:  # another node of the cluster: its pids mean nothing here
+        out["process"] = {"pid": pid, "alive": None, "host": host}
     verdict = _read_json(os.path.join(t.run_dir, "watchdog.json"))
     launch = _read_json(os.path.join(t.run_dir, "launch.json"))
     if isinstance(verdict, dict):
-        stale = (isinstance(launch, dict) and isinstance(launch.get("time"), (int, float))
-                 and isinstance(verdict.get("time"), (int, float)) and verdict["time"] < launch["time"])
-        verdict = {**verdict, "before_current_launch": bool(stale)}
+        verdict.pop("state", None)  # the watch's resumable state: not for a check-in
+        if verdict.get("verdict") == "watching":
+            watching, line = watchdog_liveness(verdict, now)
+            verdict = {**verdict, "alive": watching, "line": line}
+        else:
+            stale = (isinstance(launch, dict) and isinstance(launch.get("time"), (int, float))
+                     and isinstance(verdict.get("time"), (int, float)) and verdict["time"] < launch["time"])
+            verdict = {**verdict, "class": verdict.get("class", verdict_class(verdict.get("kind"))),
+                       "before_current_launch": bool(stale)}
     out["watchdog"] = verdict if isinstance(verdict, dict) else None
+    last = verdict.get("last_error") if isinstance(verdict, dict) else None
+    if last is None and out["process"] and out["process"]["alive"] is False and not (out["ended"] and out["ended"]["reason"] == "normal"):
+        last = last_error(os.path.join(t.run_dir, "stdout.log"))
+    out["last_error"] = last
     out["gpus"] = gpu_info() if gpus else None
     out["ranks"] = rank_status_lines(t.run_dir, now)  # multi-rank runs: at most 4 lines; else []
     return out
@@ -220,14 +238,23 @@ def format_status(st: dict) -> list[str]:
         loss = f" loss {_v(ev['loss'])}" if ev["loss"] is not None else ""
         lines.append(f"eval     step {fmt_step(ev['step'])}{loss}  {metrics}".rstrip())
     p = st["process"]
-    lines.append(f"process  {'alive' if p['alive'] else 'gone'} (pid {p['pid']})" if p else "process  unknown (no pid file)")
+    if not p:
+        lines.append("process  unknown (no pid file)")
+    elif p["alive"] is None:
+        lines.append(f"process  on host {p['host']} (not checked from here)")
+    else:
+        lines.append(f"process  {'alive' if p['alive'] else 'gone'} (pid {p['pid']})")
     w = st["watchdog"]
-    if w:
+    if w and w.get("verdict") == "watching":
+        lines.append(w["line"])
+    elif w:
         what = "OK done" if w.get("verdict") == "done" else f"ANOMALY {w.get('kind')}"
         old = " (before the current launch)" if w.get("before_current_launch") else ""
         lines.append(f"watchdog {what} step={w.get('step')}: {w.get('message')}{old}"[:160])
     else:
         lines.append("watchdog no verdict")
+    if st.get("last_error"):
+        lines.append(f"error    {st['last_error']}"[:160])
     g = st["gpus"]
     if isinstance(g, list):
         for d in g[:8]:

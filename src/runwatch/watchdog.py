@@ -26,6 +26,8 @@ from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, a
 from .follow import LogFollower, ManifestFollower
 from .heartbeats import RankMonitor
 from .journal import atomic_write_text
+from . import liveness
+from .liveness import PhaseLimits, parse_phase_limits
 from .records import Record, RecordParser, Target, parser_for, read_trainer_state, resolve_target
 from .rules import Finding, RuleOptions, Rules, fmt_step, verdict_class
 from . import process as _proc
@@ -62,9 +64,22 @@ class Options(RuleOptions):
     straggler_factor: float = option(1.5, GREATER_1, "straggler: a rank's window time above F x the median over "
                                      "ranks", metavar="F")
     straggler_patience: int = option(5, INT_1, "straggler needs K consecutive such windows", metavar="K")
+    stall_phase: tuple[str, ...] = option((), TEXTS, "stall inside phase P: no progress for S seconds from the "
+                                          "phase's start (eval and checkpoint 3600, setup the startup grace, "
+                                          "another phase --stall)", metavar="P=S", expect="a list of P=S strings")
     exit_transient: int | None = option(None, EXIT_CODE, "exit N instead of 7 when the verdict is transient "
                                         "(75, EX_TEMPFAIL, for a requeue); check: for its first finding",
                                         none=True, metavar="N", commands=("watch", "check"))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "_phase_limits", parse_phase_limits(self.stall_phase, self.stall, self.startup_grace))
+
+    @property
+    def phase_limits(self) -> PhaseLimits:
+        """`--stall-phase` over the defaults: seconds allowed inside each phase."""
+        return self.__dict__["_phase_limits"]  # type: ignore[no-any-return]
+
 
 def load_options(run_dir: str | None, given: dict[str, Any], *, command: str = "watch") -> Options:
     """Options from `run_dir/runwatch.toml` ([watch] table), then `given` (the command line) on top."""
@@ -177,6 +192,8 @@ class Watcher:
         self._state_count = 0
         self._pid_sig: Any = None
         self._pid: int | None = self.opts.pid
+        self.remote_host: str | None = None  # the host launch.json names, when it is not this one
+        self.applied = 0  # records applied so far (the watching record is rewritten when it grows)
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -296,6 +313,7 @@ class Watcher:
             self._switch(rec.session)
         self.have_record = True
         self.last_step = rec.step
+        self.applied += 1
         finding = self.rules.observe(rec)
         if finding is not None:
             if self.catching_up and self.parser.mode == "minimal":
@@ -314,7 +332,20 @@ class Watcher:
         return Verdict("anomaly", kind, step, message, self.clock(), onset)
 
     def _found(self, f: Finding) -> Verdict:
+        if f.kind in ("session_error", "interrupted"):
+            rank = liveness.dead_rank(self.run_dir)
+            if rank is not None:  # a rank was killed and the others were stopped after it
+                return self._dead("process_exit", f.step, rank)
+        if f.kind == "session_error":
+            return self._dead(f.kind, f.step, f.message, f.onset)
         return self._anomaly(f.kind, f.step, f.message, f.onset)
+
+    def _dead(self, kind: str, step: Any, message: str, onset: Any = None) -> Verdict:
+        """A verdict about a dead process, with the last error line it printed to stdout.log."""
+        last = liveness.last_error(os.path.join(self.run_dir, "stdout.log"))
+        if last is not None and last not in message:
+            message = f"{message}; last error: {last}"
+        return Verdict("anomaly", kind, step, message, self.clock(), onset, last)
 
     def _read(self) -> Verdict | None:
         """Read and judge new records; a Verdict when one decides the watch."""
@@ -359,15 +390,21 @@ class Watcher:
         now = self.clock()
         if opts.timeout is not None and now - self.started >= opts.timeout:
             return self._anomaly("timeout", self.last_step, f"the watch ran {now - self.started:.0f} s (--timeout {opts.timeout:g})")
-        if not self.have_record:
+        beat = liveness.watched_heartbeat(self.run_dir, self.current if self._v1() else None)
+        in_phase = beat is not None and getattr(beat, "phase", None) is not None
+        if not self.have_record and not in_phase:
             if now - self.grace_anchor >= opts.startup_grace:
                 what = "after the watch began" if self.current is None or self.grace_anchor == self.started else f"after session {self.current} began"
                 return self._anomaly("stall", self.last_step, f"no record {now - self.grace_anchor:.0f} s {what} (--startup-grace {opts.startup_grace:g})")
-        else:
-            last = max(self.last_growth, self._mtime())
-            if now - last >= opts.stall:
-                return self._anomaly("stall", self.last_step, f"no new record for {now - last:.0f} s (--stall {opts.stall:g})")
+            return None
+        last = max(self.last_growth, self._mtime()) if self.have_record else None
+        message = liveness.stall_finding(now, last, beat, opts.phase_limits, opts.stall)
+        if message is not None:
+            return self._anomaly("stall", self.last_step, message)
         return None
+
+    def _v1(self) -> bool:
+        return self.parser is not None and self.parser.mode == "v1"
 
     def _current_pid(self) -> int | None:
         if self.opts.pid is not None:
@@ -381,11 +418,16 @@ class Watcher:
         if sig != self._pid_sig:
             self._pid_sig = sig
             self._pid = _proc.read_pid_file(path, self.log)
+            host = liveness.process_host(self.run_dir)
+            self.remote_host = None if liveness.is_local_host(host) else host
+            if self.remote_host is not None:
+                self.log(f"runwatch watch: the process runs on host {self.remote_host}: not checked from here; "
+                         f"liveness from records and heartbeats")
         return self._pid
 
     def _check_process(self) -> Verdict | None:
         pid = self._current_pid()
-        if pid is None or _proc.alive(pid):
+        if pid is None or (self.opts.pid is None and self.remote_host is not None) or _proc.alive(pid):
             return None
         # The process is gone: read the log to its end first; a normal session_end means done.
         v = self._read()
@@ -396,19 +438,27 @@ class Watcher:
         status = _proc.exit_status(pid)
         oom = _proc.oom_line(os.path.join(self.run_dir, "stdout.log"))
         if oom is not None:
-            return self._anomaly("oom", self.last_step, f"process {pid} ran out of memory: {oom}")
+            return self._dead("oom", self.last_step, f"process {pid} ran out of memory: {oom}")
+        rank = liveness.dead_rank(self.run_dir)
+        if rank is not None:
+            return self._dead("process_exit", self.last_step, rank)
         how = f" ({status})" if status else ""
-        return self._anomaly("process_exit", self.last_step, f"process {pid} is gone{how} and the log has no normal session_end")
+        return self._dead("process_exit", self.last_step, f"process {pid} is gone{how} and the log has no normal session_end")
 
     def run(self) -> Verdict:
         """Poll until a verdict; write watchdog.json; stop the process on an anomaly if asked."""
         opts = self.opts
         self.log(f"runwatch watch: {self.target.log_path} (poll {opts.poll:g} s, stall {opts.stall:g} s, "
                  f"startup grace {opts.startup_grace:g} s)")
+        written_at, written_count = -math.inf, -1
         while True:
             v = self.poll_once()
             if v is not None:
                 break
+            now = self.clock()
+            if self.applied != written_count or now - written_at >= liveness.WATCHING_EVERY_SECONDS:
+                written_at, written_count = now, self.applied
+                self._write_watching(now)
             time.sleep(opts.poll)
         try:
             write_verdict(self.run_dir, v)
@@ -421,6 +471,49 @@ class Watcher:
             else:
                 self.log(_proc.stop(pid, self.run_dir, self.stop_grace))
         return v
+
+
+    def _write_watching(self, now: float) -> None:
+        """The watchdog's own heartbeat in watchdog.json, with the state a restarted watch resumes from."""
+        record = liveness.watching_record(os.getpid(), self.started, now, self.last_step, self.opts.poll,
+                                          self.state_dict())
+        try:
+            atomic_write_text(os.path.join(self.run_dir, "watchdog.json"), json.dumps(record, allow_nan=False) + "\n")
+        except (OSError, ValueError) as exc:
+            self.log(f"runwatch watch: could not write watchdog.json: {exc}")
+
+    # --- state --------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Where the watch is, as plain JSON: the log offset, the parser's and the rules' state."""
+        return {
+            "log": self.target.log_path,
+            "current": self.current,
+            "have_record": self.have_record,
+            "last_step": self.last_step,
+            "follower": self.follower.state_dict() if self.follower is not None else None,
+            "parser": self.parser.state_dict() if self.parser is not None else None,
+            "rules": self.rules.state_dict(),
+            "trainer_state_entries": self._state_count,
+        }
+
+    def load_state_dict(self, state: dict) -> bool:
+        """Continue from `state_dict()` instead of reading the log from its start; False (and
+        nothing changed) when the state does not fit this log as it is now."""
+        if not self._open() or state.get("log") != self.target.log_path or self.parser is None:
+            return False
+        if state["parser"] is None or state["parser"].get("mode") != self.parser.mode:
+            return False
+        self.parser.load_state_dict(state["parser"])
+        if self.follower is not None and state["follower"] is not None:
+            self.follower.load_state_dict(state["follower"])
+        self._state_count = int(state.get("trainer_state_entries") or 0)
+        self.current = state["current"]
+        self.rules.load_state_dict(state["rules"])
+        self.have_record = bool(state["have_record"])
+        self.last_step = state["last_step"]
+        self.catching_up = False
+        return True
 
 
 def watch(target: str, options: Options | None = None, **kwargs: Any) -> Verdict:
