@@ -42,6 +42,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("watch", help="follow a run; exit 7 on the first anomaly, 0 on completion")
     watchdog.add_arguments(p, "watch")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON (watchdog.json's keys) before its line")
     p.set_defaults(func=lambda args: watchdog.run_watch(args))
 
 

@@ -93,6 +93,8 @@ class Heartbeat:
     busy_seconds: tuple[float, ...]  # the part of them spent outside collectives
     where: str | None  # where the main thread was at the latest sample
     waiting: bool | None  # whether it was inside a collective (or backward) then
+    phase: str | None = None  # the phase the process is in (`RunLogger.phase`), None outside one
+    phase_since: float | None = None  # Unix seconds when it entered that phase
 
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
@@ -182,6 +184,8 @@ def parse_heartbeat(data: bytes, where: str) -> Heartbeat:
         busy_seconds=tuple(map(float, busy_seconds)),
         where=_field(obj, "where", "str?", where),
         waiting=_field(obj, "waiting", "bool?", where),
+        phase=_field(obj, "phase", "str?", where),
+        phase_since=_field(obj, "phase_since", "number?", where),
     )
     if beat.rank >= beat.world_size:
         raise InvalidRunError(f"{where}: rank must be < world_size ({beat.world_size}), got {beat.rank}")

@@ -120,8 +120,8 @@ def stall_finding(now: float, last_activity: float | None, beat: Heartbeat | Non
     `last_activity`: when the last record arrived (None: no record yet; the caller judges the
     startup grace). Inside a phase only the phase's own limit counts, from `phase_since`.
     """
-    phase = getattr(beat, "phase", None) if beat is not None else None
-    since = getattr(beat, "phase_since", None) if beat is not None else None
+    phase = beat.phase if beat is not None else None
+    since = beat.phase_since if beat is not None else None
     if phase is not None and since is not None:
         limit = limits.limit(phase)
         quiet = now - since

@@ -391,7 +391,7 @@ class Watcher:
         if opts.timeout is not None and now - self.started >= opts.timeout:
             return self._anomaly("timeout", self.last_step, f"the watch ran {now - self.started:.0f} s (--timeout {opts.timeout:g})")
         beat = liveness.watched_heartbeat(self.run_dir, self.current if self._v1() else None)
-        in_phase = beat is not None and getattr(beat, "phase", None) is not None
+        in_phase = beat is not None and beat.phase is not None
         if not self.have_record and not in_phase:
             if now - self.grace_anchor >= opts.startup_grace:
                 what = "after the watch began" if self.current is None or self.grace_anchor == self.started else f"after session {self.current} began"
