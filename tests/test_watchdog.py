@@ -435,3 +435,29 @@ def test_poll_checks_judge_before_the_end_is_called_done(tmp_path):
     assert v.line() == "ANOMALY straggler step=6: rank 2 (host h) took 3.0x the median window time"
     v = Watcher(str(tmp_path), Options(poll=0.05), poll_checks=[lambda w: None], log=lambda m: None).run()
     assert v.line() == "OK done step=6"
+
+
+def test_docs_options_tables_are_the_code():
+    """docs/WATCHDOG.md's options tables are generated from the one declaration per option."""
+    import re
+
+    from runwatch.options import markdown_table
+    from runwatch.rules import RuleOptions
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "WATCHDOG.md")) as f:
+        text = f.read()
+    tables = dict(re.findall(r"<!-- options: (\w+) -->\n(.*?)\n<!-- /options -->", text, re.S))
+    assert tables["rules"] == markdown_table(RuleOptions, "check")
+    assert tables["watch"] == markdown_table(Options, "watch", without=RuleOptions)
+
+
+def test_every_flag_has_a_help_line():
+    from runwatch.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            if action.option_strings and action.dest != "help":
+                text = action.help or ""
+                assert text and not text.startswith("("), f"runwatch {name} {action.option_strings[0]}: {text!r}"

@@ -212,10 +212,14 @@ def build(cls: type, directory: str | None, given: dict[str, Any], command: str)
     return cls(**merged)
 
 
-def markdown_table(cls: type, command: str | None = None) -> str:
-    """The options of `cls` as a Markdown table: flag, default, what it does (the docs' table)."""
+def markdown_table(cls: type, command: str | None = None, *, without: type | None = None) -> str:
+    """The options of `cls` (less those of its base `without`) as a Markdown table: flag, default,
+    what it does. The docs' tables are this text; a test keeps them in step."""
     rows = ["| option | default | what |", "| --- | --- | --- |"]
+    skip = {f.name for f in option_fields(without)} if without is not None else set()
     for f in option_fields(cls, command):
+        if f.name in skip:
+            continue
         meta = f.metadata
         flag = _flag(f.name) + (f" {meta['metavar']}" if meta["metavar"] else "")
         rows.append(f"| `{flag}` | {_default_text(f)} | {meta['help']} |")
