@@ -12,15 +12,11 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from .errors import InvalidRunError, RunwatchError, UsageError
+from .errors import EXIT_FAIL, EXIT_USAGE, InvalidRunError, RunwatchError, UsageError
 from .options import Parser
 
 __all__ = ["main", "build_parser"]
 
-EXIT_OK = 0
-EXIT_FAIL = 1
-EXIT_USAGE = 2
-EXIT_ANOMALY = 7
 
 
 def _run_summarize(args: argparse.Namespace) -> int:

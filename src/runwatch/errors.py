@@ -18,6 +18,10 @@ The command line maps these to exit codes in one place (`runwatch.cli.main`).
 from __future__ import annotations
 
 __all__ = [
+    "EXIT_OK",
+    "EXIT_FAIL",
+    "EXIT_USAGE",
+    "EXIT_ANOMALY",
     "RunwatchError",
     "InvalidRunError",
     "UsageError",
@@ -30,6 +34,12 @@ __all__ = [
     "DataError",
     "CheckpointError",
 ]
+
+# The exit codes of every command (docs/FORMAT.md, "Exit codes"); `cli.main` maps exceptions to them.
+EXIT_OK = 0  # success: completed, clean, valid, fits
+EXIT_FAIL = 1  # invalid input, a failed check, does not fit
+EXIT_USAGE = 2  # a command line or option that cannot work
+EXIT_ANOMALY = 7  # the watchdog found trouble
 
 
 class RunwatchError(Exception):

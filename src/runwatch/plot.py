@@ -29,6 +29,7 @@ from typing import Any
 
 from .errors import InvalidRunError, RunwatchError, UsageError
 from .options import add_flags, build, given_options
+from .verdict import read_verdict
 from .records import Target, iter_records, parser_for, resolve_target
 from .rules import Finding, Replay, RuleOptions, Rules, ThroughputDrop, fmt_step
 
@@ -126,7 +127,7 @@ def load_run(target: str, opts: RuleOptions) -> RunView:
         s.baseline, s.baseline_set = _baseline(rules.engine(key))
     v1 = parser.mode == "v1"
     title = parser.manifest["run_id"] if v1 and parser.manifest else os.path.basename(t.log_path)
-    verdict, problem = _read_verdict(t.run_dir)
+    verdict, problem = _final_verdict(t.run_dir)
     return RunView(t, title, v1, list(sessions.values()), findings, verdict, problem)
 
 
@@ -170,18 +171,12 @@ def _baseline(engine: Rules) -> tuple[float | None, bool]:
     return (samples[mid] if len(samples) % 2 else (samples[mid - 1] + samples[mid]) / 2), False
 
 
-def _read_verdict(run_dir: str) -> tuple[dict | None, str | None]:
-    path = os.path.join(run_dir, "watchdog.json")
-    if not os.path.exists(path):
+def _final_verdict(run_dir: str) -> tuple[dict | None, str | None]:
+    """The watch's final verdict from watchdog.json (None while a watch is still running)."""
+    doc, problem = read_verdict(run_dir)
+    if doc is not None and doc.get("verdict") not in ("done", "anomaly"):
         return None, None
-    try:
-        with open(path, "rb") as f:
-            verdict = json.loads(f.read(1 << 20))
-    except (OSError, ValueError) as exc:
-        return None, f"watchdog.json unreadable: {exc}"
-    if not isinstance(verdict, dict) or verdict.get("verdict") not in ("done", "anomaly"):
-        return None, "watchdog.json unreadable: no verdict"
-    return verdict, None
+    return doc, problem
 
 
 # --- drawing --------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from .heartbeats import rank_status_lines
 from .liveness import is_local_host, last_error, process_host, watchdog_liveness
 from .process import alive, read_pid_file
 from .rules import verdict_class
+from .verdict import read_verdict
 from .records import Record, RecordParser, read_trainer_state, resolve_target
 from .rules import fmt_step
 from .schema import read_manifest
@@ -113,7 +114,7 @@ def status(run_dir: str, *, gpus: bool = True, now: float | None = None) -> dict
         out["process"] = {"pid": pid, "alive": alive(pid)}
     else:  # another node of the cluster: its pids mean nothing here
         out["process"] = {"pid": pid, "alive": None, "host": host}
-    verdict = _read_json(os.path.join(t.run_dir, "watchdog.json"))
+    verdict, _problem = read_verdict(t.run_dir)
     launch = _read_json(os.path.join(t.run_dir, "launch.json"))
     if isinstance(verdict, dict):
         verdict.pop("state", None)  # the watch's resumable state: not for a check-in

@@ -12,7 +12,6 @@ Only `watch()`'s caller decides the exit code (0 done, 7 anomaly). Standard libr
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -26,16 +25,15 @@ from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, a
 from .follow import LogFollower, ManifestFollower
 from .heartbeats import RankMonitor
 from .journal import atomic_write_text
+from .replay import CheckResult, check
+from .verdict import Verdict, write_verdict
 from . import liveness
 from .liveness import PhaseLimits, parse_phase_limits
 from .records import Record, RecordParser, Target, parser_for, read_trainer_state, resolve_target
-from .rules import Finding, RuleOptions, Rules, fmt_step, verdict_class
+from .rules import Finding, RuleOptions, Rules, fmt_step
 from . import process as _proc
 
 __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
-
-EXIT_OK = 0
-EXIT_ANOMALY = 7
 
 _WATCH = ("watch",)
 
@@ -84,57 +82,6 @@ class Options(RuleOptions):
 def load_options(run_dir: str | None, given: dict[str, Any], *, command: str = "watch") -> Options:
     """Options from `run_dir/runwatch.toml` ([watch] table), then `given` (the command line) on top."""
     return build(Options, run_dir, given, command)  # type: ignore[no-any-return]
-
-
-# --- verdicts -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """How a watch ended: `done` (exit 0) or `anomaly` (exit 7)."""
-
-    verdict: str
-    kind: str | None
-    step: int | float
-    message: str
-    time: float
-    onset: int | float | None = None  # the step where the trouble began (None: `step`)
-    last_error: str | None = None  # a dead process's last error line from stdout.log
-
-    @property
-    def cls(self) -> str | None:
-        """`transient`, `divergence` or `fatal` for an anomaly; None for `done`."""
-        return verdict_class(self.kind)
-
-    def line(self) -> str:
-        if self.verdict == "done":
-            return f"OK done step={fmt_step(self.step)}"
-        return f"ANOMALY {self.kind} step={fmt_step(self.step)}: {self.message}"
-
-    def exit_code_with(self, exit_transient: int | None = None) -> int:
-        """0 done; 7 anomaly, or `exit_transient` for a transient one when given."""
-        if self.verdict == "done":
-            return EXIT_OK
-        return exit_transient if exit_transient is not None and self.cls == "transient" else EXIT_ANOMALY
-
-    @property
-    def exit_code(self) -> int:
-        return self.exit_code_with(None)
-
-    def to_json(self) -> dict:
-        out = {"verdict": self.verdict, "kind": self.kind, "class": self.cls, "step": self.step,
-               "onset": None if self.verdict == "done" else (self.step if self.onset is None else self.onset),
-               "message": self.message, "time": self.time}
-        if self.last_error is not None:
-            out["last_error"] = self.last_error
-        return out
-
-
-def write_verdict(run_dir: str, verdict: Verdict) -> str:
-    """Write `run_dir/watchdog.json` atomically (temp file + fsync + os.replace); return its path."""
-    path = os.path.join(run_dir, "watchdog.json")
-    atomic_write_text(path, json.dumps(verdict.to_json(), allow_nan=False) + "\n")
-    return path
 
 
 def _rank_check(w: "Watcher") -> Finding | None:
@@ -519,68 +466,6 @@ class Watcher:
 def watch(target: str, options: Options | None = None, **kwargs: Any) -> Verdict:
     """Watch `target` (run dir, JSONL log or trainer_state.json) until done or an anomaly."""
     return Watcher(target, options, **kwargs).run()
-
-
-# --- the replay -----------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class CheckResult:
-    """Every finding of a replay, and the step of the last record applied."""
-
-    findings: list[Finding]
-    last_step: int | float
-    torn_line: int | None = None
-
-    @property
-    def exit_code(self) -> int:
-        return self.exit_code_with(None)
-
-    def exit_code_with(self, exit_transient: int | None = None) -> int:
-        """0 clean; 7 findings, or `exit_transient` when the first finding is transient and it is given."""
-        if not self.findings:
-            return EXIT_OK
-        first = self.findings[0]
-        return exit_transient if exit_transient is not None and first.cls == "transient" else EXIT_ANOMALY
-
-    def lines(self) -> list[str]:
-        out = [f.line("FINDING") for f in self.findings]
-        out.append(self.findings[0].line() if self.findings else f"OK clean step={fmt_step(self.last_step)}")
-        return out
-
-
-def check(target: str, options: Options | None = None) -> CheckResult:
-    """Replay every session of `target` as it stands (a torn last line is left out)."""
-    from .records import iter_records
-
-    opts = options or Options()
-    target = os.fspath(target)
-    if not os.path.exists(target):
-        raise UsageError(f"check: {target}: no such run directory or log")
-    t = resolve_target(target)
-    if not os.path.exists(t.log_path):
-        raise UsageError(f"check: {target}: no metrics.jsonl or trainer_state.json")
-    findings: list[Finding] = []
-    try:
-        parser = parser_for(t, opts.maps)
-    except InvalidRunError as exc:
-        return CheckResult([Finding("invalid_log", 0, str(exc))], 0)
-    torn: list[int] = []
-    engines: dict[str, Rules] = {}
-    last_step: int | float = parser.start_step(parser.latest_session()) or 0 if parser.mode == "v1" else 0
-    try:
-        for rec in iter_records(t, parser=parser, on_torn=torn.append):
-            eng = engines.get(rec.session)
-            if eng is None:
-                eng = engines[rec.session] = Rules(opts, parser.start_step(rec.session))
-            if rec.kind != "invalid":
-                last_step = rec.step
-            f = eng.observe(rec)
-            if f is not None:
-                findings.append(f)
-    except InvalidRunError as exc:  # the log is not a regular file, trainer_state.json is broken, ...
-        findings.append(Finding("invalid_log", last_step, str(exc)))
-    return CheckResult(findings, last_step, torn[0] if torn else None)
 
 
 # --- the command line -----------------------------------------------------------------------------

@@ -1,0 +1,70 @@
+"""`runwatch check`: the record rules replayed over a log as it stands (every session).
+
+Standard library only. The command line is in `watchdog` (it shares the watch's options).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import EXIT_ANOMALY, EXIT_OK, InvalidRunError, UsageError
+from .records import iter_records, parser_for, resolve_target
+from .rules import Finding, Replay, RuleOptions, fmt_step
+
+__all__ = ["CheckResult", "check"]
+
+
+@dataclass(slots=True)
+class CheckResult:
+    """Every finding of a replay, and the step of the last record applied."""
+
+    findings: list[Finding]
+    last_step: int | float
+    torn_line: int | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return self.exit_code_with(None)
+
+    def exit_code_with(self, exit_transient: int | None = None) -> int:
+        """0 clean; 7 findings, or `exit_transient` when the first finding is transient and it is given."""
+        if not self.findings:
+            return EXIT_OK
+        first = self.findings[0]
+        return exit_transient if exit_transient is not None and first.cls == "transient" else EXIT_ANOMALY
+
+    def lines(self) -> list[str]:
+        out = [f.line("FINDING") for f in self.findings]
+        out.append(self.findings[0].line() if self.findings else f"OK clean step={fmt_step(self.last_step)}")
+        return out
+
+
+def check(target: str, options: RuleOptions | None = None) -> CheckResult:
+    """Replay every session of `target` as it stands (a torn last line is left out)."""
+    opts = options or RuleOptions()
+    target = os.fspath(target)
+    if not os.path.exists(target):
+        raise UsageError(f"check: {target}: no such run directory or log")
+    t = resolve_target(target)
+    if not os.path.exists(t.log_path):
+        raise UsageError(f"check: {target}: no metrics.jsonl or trainer_state.json")
+    findings: list[Finding] = []
+    try:
+        parser = parser_for(t, opts.maps)
+    except InvalidRunError as exc:
+        return CheckResult([Finding("invalid_log", 0, str(exc))], 0)
+    torn: list[int] = []
+    rules = Replay(opts, parser.start_step)
+    last_step: int | float = parser.start_step(parser.latest_session()) or 0 if parser.mode == "v1" else 0
+    try:
+        for rec in iter_records(t, parser=parser, on_torn=torn.append):
+            if rec.kind != "invalid":
+                last_step = rec.step
+            f = rules.observe(rec)
+            if f is not None:
+                findings.append(f)
+    except InvalidRunError as exc:  # the log is not a regular file, trainer_state.json is broken, ...
+        findings.append(Finding("invalid_log", last_step, str(exc)))
+    return CheckResult(findings, last_step, torn[0] if torn else None)
+
