@@ -20,11 +20,11 @@ from .errors import UsageError
 from .follow import tail_lines
 from .heartbeats import rank_status_lines
 from .process import alive, read_pid_file
-from .records import Record, RecordParser, read_trainer_state, resolve_target
+from .records import Record, RecordParser, Target, read_trainer_state, resolve_target
 from .rules import fmt_step
-from .schema import read_manifest
+from .schema import read_manifest, read_regular_file
 
-__all__ = ["status", "format_status", "gpu_info", "add_arguments", "run"]
+__all__ = ["status", "describe", "format_status", "gpu_info", "add_arguments", "run"]
 
 # Records read back from the end: enough for a rate over the last windows and the last eval.
 TAIL_RECORDS = 200
@@ -33,10 +33,9 @@ NVIDIA_SMI_TIMEOUT_SECONDS = 3.0
 
 
 def _read_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
+    try:  # non-blocking: a FIFO named watchdog.json must not hang a check-in
+        return json.loads(read_regular_file(path, os.path.basename(path), 1 << 20))
+    except (OSError, ValueError):  # InvalidRunError is a ValueError
         return None
 
 
@@ -77,6 +76,13 @@ def status(run_dir: str, *, gpus: bool = True, now: float | None = None) -> dict
             last_session = parsed[-1].session if parsed else None
             recs = [r for r in parsed if r.session == last_session]
     out["torn_tail"] = torn
+    return describe(t, out, recs, mtime, now, gpus=gpus)
+
+
+def describe(t: Target, out: dict, recs: list[Record], mtime: float | None, now: float, *, gpus: bool = True) -> dict:
+    """The check-in facts from the latest session's last records (`recs`, in log order) and the run
+    directory's side files (pid, watchdog.json, launch.json, heartbeats), added to `out`, which
+    holds the run's identity, `max_steps` and `torn_tail`. `mtime`: the log's, when it has one."""
     trains = [r for r in recs if r.kind == "train"]
     evals = [r for r in recs if r.has_eval]
     last = recs[-1] if recs else None
