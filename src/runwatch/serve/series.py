@@ -6,9 +6,9 @@
     s.points()                   # [[step, value], ...], at most 1000, in arrival order
 
 Points fall into buckets of `width` consecutive points. A bucket keeps its lowest and its highest
-point (so a one-record loss spike survives any amount of downsampling); when there are more than
-`(limit - 1) // 2` buckets, neighbours merge pairwise and `width` doubles; the latest point is
-always the last one drawn. Standard library only.
+point (so a one-record loss spike survives any amount of downsampling); when the buckets would
+draw more than `limit - 1` points, neighbours merge pairwise and `width` doubles; the latest
+point is always the last one drawn. Standard library only.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ class Series:
         b = self._buckets[-1] if self._buckets else None
         if b is None or b[0] >= self.width:
             self._buckets.append([1, i, x, y, i, x, y])
-            if len(self._buckets) > (self.limit - 1) // 2:
+            # each bucket draws min(n, 2) points; one spare for the latest point
+            if len(self._buckets) * min(self.width, 2) > self.limit - 1:
                 self._merge()
             return
         b[0] += 1

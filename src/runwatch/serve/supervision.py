@@ -88,6 +88,8 @@ class SupervisionView:
             self.rollbacks += 1
         attempt = rec.get("attempt")
         if event in ("launch", "relaunch", "rollback") or not self.attempts or self.attempts[-1]["attempt"] != attempt:
+            if self.attempts and self.attempts[-1]["end"] is None:  # ended by the next one's start
+                self.attempts[-1]["end"] = {"event": event, "step": rec.get("step"), "time": rec.get("time")}
             self.attempts.append({"attempt": attempt, "pid": rec.get("pid"), "started": rec.get("time"),
                                   "how": event, "checkpoint": rec.get("checkpoint"), "verdict": None, "end": None})
             del self.attempts[:-MAX_ATTEMPTS]

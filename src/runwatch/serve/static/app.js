@@ -111,7 +111,9 @@
     return out;
   }
   function drawChart(c, findings) {
-    var W = 640, H = 240, L = 58, R = 14, T = 14, B = 30;
+    // As wide in user units as on screen (up to 640), so the tick labels keep their size on a phone.
+    var W = Math.max(300, Math.min(640, (app.clientWidth || 640) - 40)), H = W < 480 ? 200 : 240;
+    var L = 58, R = 14, T = 14, B = 30;
     var xs = [], ys = [], total = 0;
     c.series.forEach(function (s) {
       s.points.forEach(function (p) { xs.push(p[0]); ys.push(p[1]); });
@@ -201,7 +203,8 @@
     var body = el("tbody");
     s.attempts.slice().reverse().forEach(function (a) {
       var v = a.verdict ? a.verdict.kind + (a.verdict["class"] ? " (" + a.verdict["class"] + ")" : "") + " at " + num(a.verdict.step) : "–";
-      var end = a.end ? a.end.event + (a.end.step !== null && a.end.step !== undefined ? " at " + num(a.end.step) : "") : "running";
+      var end = a.end ? a.end.event + (a.end.step !== null && a.end.step !== undefined ? " at " + num(a.end.step) : "") :
+        (s.finished ? "–" : "running");
       add(body, add(el("tr"), cell("#", num(a.attempt)), cell("pid", num(a.pid)), cell("began", a.how),
         cell("checkpoint", a.checkpoint || "–"), cell("verdict", v), cell("end", end)));
     });
