@@ -75,7 +75,7 @@ def root(tmp_path_factory):
     base = tmp_path_factory.mktemp("serve")
     root = base / "runs"
     outside = base / "outside"
-    for d in ("proj/v1run", "proj/sweep/lr-1", "live", "hf/checkpoint-10", "bad", "fifo", "huge", EVIL, "supervised",
+    for d in ("proj/v1run", "proj/sweep/lr-1", "live", "hf/checkpoint-10", "bad", "fifo", "huge", EVIL, "supervised", "broken-hf",
               ".hidden", "a/b/c/d", "leak"):
         (root / d).mkdir(parents=True)
     outside.mkdir()
@@ -89,6 +89,7 @@ def root(tmp_path_factory):
     (root / "hf/checkpoint-10/trainer_state.json").write_text(json.dumps({"max_steps": 200, "log_history": history[:10]}))
     (root / "bad/metrics.jsonl").write_text('{not json\n{"step": 1, "loss": 1.5}\n')
     os.mkfifo(root / "fifo/metrics.jsonl")
+    (root / "broken-hf/trainer_state.json").write_text('{"log_history": [')
     with open(root / "huge/metrics.jsonl", "wb") as f:  # a 2 GiB line (sparse), then a record
         f.truncate(2 * 2**30)
         f.seek(0, os.SEEK_END)
@@ -149,7 +150,7 @@ def test_find_runs(root):
     assert found == {
         "proj/v1run": "jsonl", "proj/sweep/lr-1/train.jsonl": "jsonl", "live/train.jsonl": "jsonl", "hf": "trainer_state",
         "bad": "jsonl", "fifo": "jsonl", "huge": "jsonl", f"{EVIL}/train.jsonl": "jsonl",
-        "supervised/train.jsonl": "jsonl", "a/b/c/train.jsonl": "jsonl",
+        "supervised/train.jsonl": "jsonl", "a/b/c/train.jsonl": "jsonl", "broken-hf": "trainer_state",
     }  # not: .hidden, 5 levels down, hf/checkpoint-10, escape (out), leak (its log is out)
 
 
@@ -240,6 +241,12 @@ def test_hostile_logs_are_errors_of_their_run_and_never_block(server, root):
     bad = wait_run(server, "bad", lambda r: r["step"] == 1, "at step 1")
     assert bad["error"] == "metrics.jsonl:1: malformed JSON: Expecting property name enclosed in double quotes at column 2"
     assert bad["first_finding"]["kind"] == "invalid_log"
+    broken = wait_run(server, "broken-hf", lambda r: r["error"], "an error")
+    assert broken["error"] == "trainer_state.json: malformed JSON: Expecting value: line 1 column 18 (char 17)"
+    passes = server.catalog.passes
+    while server.catalog.passes < passes + 2:  # read once; the error stays while the file does not change
+        time.sleep(0.1)
+    assert get_json(server, "/api/run/broken-hf")["error"] == broken["error"]
     huge = wait_run(server, "huge", lambda r: r["error"], "an error")
     assert huge["error"] == "metrics.jsonl:1: line longer than 16777216 bytes"
     huge = wait_run(server, "huge", lambda r: r["step"] == 5, "past its 2 GiB line")
@@ -293,10 +300,10 @@ def test_cli_prints_its_url_serves_and_stops_on_sigint(root):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
-        assert line.startswith("runwatch serve: 10 runs under ") and " at http://127.0.0.1:" in line, line
+        assert line.startswith("runwatch serve: 11 runs under ") and " at http://127.0.0.1:" in line, line
         url = line.rsplit(" at ", 1)[1].strip()
         body = json.load(urllib.request.urlopen(url + "api/runs", timeout=30))
-        assert len(body["runs"]) == 10
+        assert len(body["runs"]) == 11
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)

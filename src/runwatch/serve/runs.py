@@ -45,6 +45,8 @@ MAX_SCANNED_ENTRIES = 20000
 # Bytes of log one refresh of one run reads: a 1 GB log is caught up over ~30 refreshes while
 # the other runs keep being refreshed in between.
 REFRESH_BYTES = 32 * 1024 * 1024
+# Records applied per hold of a run's lock: a request waits for at most this many (~20 ms).
+APPLY_LINES = 1000
 # Findings kept per run (a log that fails every line would otherwise grow this without bound).
 MAX_FINDINGS = 500
 # A `watching` watchdog.json older than this with no live pid: the watchdog is not running.
@@ -138,8 +140,12 @@ def verdict_of(watchdog: dict | None, now: float) -> dict:
 
 
 class RunView:
-    """One run, read incrementally; its facts for the list and its page. Whoever calls a method
-    holds `lock` (the server's reader thread refreshes, request threads read the facts)."""
+    """One run, read incrementally; its facts for the list and its page.
+
+    One thread (the server's reader) calls `refresh`; others call `summary` and `detail` while
+    holding `lock`. `refresh` reads outside the lock and takes it only to apply a slice of
+    records at a time, so a request waits at most one slice, never a read.
+    """
 
     def __init__(self, rel: str, target: Target) -> None:
         self.lock = threading.Lock()
@@ -153,7 +159,7 @@ class RunView:
             self.options_error = f"{exc} (the rules use their defaults)"
         self.supervision = SupervisionView(os.path.join(target.run_dir, "supervise.jsonl"))
         self.error: str | None = None  # why the log cannot be read now
-        self.version = 0  # bumps whenever something new was read (the page redraws only then)
+        self.version = 0  # bumps whenever something new was read
         self._reset()
 
     def _reset(self) -> None:
@@ -170,26 +176,33 @@ class RunView:
         self.max_steps: int | None = None
         self.series: dict[str, Series] = {}
         self._sig: tuple | None = None  # a re-read file's (inode, size, mtime_ns)
+        self._sig_error: str | None = None  # why that version of the file cannot be read
         self._entries = 0  # trainer_state.json entries applied
         self.version += 1
 
     # --- reading ----------------------------------------------------------------------------
 
     def refresh(self, max_bytes: int = REFRESH_BYTES) -> bool:
-        """Read what is new (at most about `max_bytes`); True when more is waiting already."""
+        """Read what is new (about `max_bytes` at most); True when more is waiting already."""
         more = False
+        error = None
         try:
             more = self._refresh(max_bytes)
-            self.error = None
         except InvalidRunError as exc:  # not a regular file, run.json broken, trainer_state.json broken
-            self.error = str(exc)
+            error = str(exc)
         except OSError as exc:
-            self.error = f"{os.path.basename(self.target.log_path)}: cannot read: {exc.strerror or exc}"
+            error = f"{os.path.basename(self.target.log_path)}: cannot read: {exc.strerror or exc}"
         try:
-            if self.supervision.refresh():
-                self.version += 1
+            changed = self.supervision.refresh()
+            sup_error = None
         except (InvalidRunError, OSError) as exc:
-            self.supervision.error = str(exc)
+            changed, sup_error = True, str(exc)
+        with self.lock:
+            self.error = error
+            if sup_error is not None:
+                self.supervision.error = sup_error
+            if changed:
+                self.version += 1
         return more
 
     def _refresh(self, max_bytes: int) -> bool:
@@ -198,27 +211,35 @@ class RunView:
             return self._refresh_state()
         if t.format != "jsonl":
             return self._refresh_whole()
-        if self.parser is None and not self._open():
-            return False
+        if self.parser is None:
+            with self.lock:
+                if not self._open():
+                    return False
         if self.manifest is not None and self.manifest.poll():
-            self.parser.set_manifest(self.manifest.manifest)
-            self._manifest_facts()
-            self.version += 1
+            with self.lock:
+                self.parser.set_manifest(self.manifest.manifest)
+                self._manifest_facts()
+                self.version += 1
         start = self.follower.offset
         while True:
-            batch = self.follower.poll()
+            batch = self.follower.poll()  # the read: outside the lock
             if batch.reset:
-                self._reset()
+                with self.lock:
+                    self._reset()
                 return True
             if batch.too_long is not None:
                 where = f"{os.path.basename(t.log_path)}:{batch.too_long}"
-                self._apply(self.parser.invalid(where, f"{where}: line longer than {self.follower.max_line_bytes} bytes"))
-            for lineno, raw in batch.lines:
-                rec = self.parser.parse_line(lineno, raw)
-                if rec is not None:
-                    self._apply(rec)
-            if batch.lines or batch.too_long is not None:
-                self.version += 1
+                with self.lock:
+                    self._apply(self.parser.invalid(where, f"{where}: line longer than {self.follower.max_line_bytes} bytes"))
+                    self.version += 1
+            lines = batch.lines
+            for i in range(0, len(lines), APPLY_LINES):
+                with self.lock:
+                    for lineno, raw in lines[i:i + APPLY_LINES]:
+                        rec = self.parser.parse_line(lineno, raw)
+                        if rec is not None:
+                            self._apply(rec)
+                    self.version += 1
             if not batch.more:
                 return False
             if self.follower.offset - start >= max_bytes:
@@ -254,12 +275,23 @@ class RunView:
         self.max_steps = max_steps if type(max_steps) is int and max_steps > 0 else None
 
     def _changed(self, path: str) -> bool:
+        """The file changed since it was last read (an unchanged broken file keeps its error)."""
         st = os.stat(path)
         sig = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if sig == self._sig:
+            if self._sig_error:
+                raise InvalidRunError(self._sig_error)
             return False
         self._sig = sig
+        self._sig_error = None
         return True
+
+    def _read_whole(self, read: Any) -> Any:
+        try:
+            return read()
+        except InvalidRunError as exc:
+            self._sig_error = str(exc)
+            raise
 
     def _refresh_state(self) -> bool:
         """trainer_state.json is rewritten whole: re-read it when it changed, apply the new entries."""
@@ -267,16 +299,12 @@ class RunView:
         if not os.path.exists(path) or not self._changed(path):
             return False
         name = os.path.basename(path)
-        data = read_regular_file(path, name, MAX_STATE_BYTES)
-        try:
-            state = json.loads(data)
-        except RecursionError:
-            raise InvalidRunError(f"{name}: JSON nested too deeply") from None
-        except ValueError as exc:
-            raise InvalidRunError(f"{name}: malformed JSON: {exc}") from None
-        history = state.get("log_history") if isinstance(state, dict) else None
-        if not isinstance(history, list):
-            raise InvalidRunError(f"{name}: log_history must be a list")
+        state, history = self._read_whole(lambda: _read_state(path, name))
+        with self.lock:
+            self._apply_state(state, history, name)
+        return False
+
+    def _apply_state(self, state: dict, history: list, name: str) -> None:
         if len(history) < self._entries or self.parser is None:
             sig = self._sig
             self._reset()
@@ -290,19 +318,19 @@ class RunView:
                 self._apply(rec)
         self._entries = len(history)
         self.version += 1
-        return False
 
     def _refresh_whole(self) -> bool:
         """A format without an incremental reader here: read it again whole when its file changed."""
         path = self.target.log_path
         if not os.path.exists(path) or not self._changed(path):
             return False
-        sig = self._sig
-        self._reset()
-        self._sig = sig
-        for rec in iter_records(self.target, maps=self.opts.maps):
-            self._apply(rec)
-        self.version += 1
+        records = self._read_whole(lambda: list(iter_records(self.target, maps=self.opts.maps)))
+        with self.lock:
+            sig = self._sig
+            self._reset()
+            self._sig = sig
+            for rec in records:
+                self._apply(rec)
         return False
 
     def _apply(self, rec: Record) -> None:
@@ -393,6 +421,21 @@ class RunView:
         series = [{"name": label, "points": self.series[k].points(), "last": self.series[k].last}
                   for k, label in keys if k in self.series]
         return {"name": name, "title": title, "series": series}
+
+
+def _read_state(path: str, name: str) -> tuple[dict, list]:
+    """A trainer_state.json and its log_history (NaN tokens allowed, as `records` reads it)."""
+    data = read_regular_file(path, name, MAX_STATE_BYTES)
+    try:
+        state = json.loads(data)
+    except RecursionError:
+        raise InvalidRunError(f"{name}: JSON nested too deeply") from None
+    except ValueError as exc:
+        raise InvalidRunError(f"{name}: malformed JSON: {exc}") from None
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise InvalidRunError(f"{name}: log_history must be a list")
+    return state, history
 
 
 # Eval metric names charted per run (a log may carry any number of eval_* keys).

@@ -5,7 +5,7 @@
     server.serve_forever()                       # GET /, /run/<path>, /api/runs, /api/run/<path>
 
 Request threads never read a log: they take the facts the reader thread has gathered so far
-(under the run's lock, held for at most one chunk of parsing), so a FIFO, a 2 GB line or a
+(under the run's lock, held for at most one slice of records), so a FIFO, a 2 GB line or a
 100 GB log cannot hold a page. Only GET and HEAD exist; the paths served are the catalog's keys,
 so anything else (`..`, an encoded `%2e%2e`, a symlink leading out of the folder) is a 404.
 Standard library only.
@@ -98,8 +98,7 @@ class Catalog:
         for view in self.views():
             if self._stop.is_set():
                 break
-            with view.lock:
-                more = view.refresh() or more
+            more = view.refresh() or more  # takes the run's lock by itself, a slice at a time
         self.passes += 1
         return more
 
