@@ -33,7 +33,7 @@ import urllib.request
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 sys.path.insert(0, SRC)
 
-from runwatch.status import status  # noqa: E402
+from runwatch.status import status
 
 RECIPE = {"batch_size": 8, "seq_len": 512, "gradient_accumulation_steps": 1, "qk_clip_threshold": None, "max_steps": 10**9}
 TOKENS = 8 * 512 * 10  # a window of 10 updates

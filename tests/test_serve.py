@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from cdp import CHROMIUM_FLAGS, Browser
 
 from runwatch import status as status_mod
 from runwatch.metrics import RunLogger
@@ -28,8 +29,6 @@ from runwatch.serve import host_warning, serve
 from runwatch.serve.runs import find_runs
 from runwatch.serve.series import Series
 from runwatch.watchdog import Verdict, check, write_verdict
-
-from cdp import CHROMIUM_FLAGS, Browser
 
 SCREENSHOTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_screenshots")
 EVIL = "<img src=x onerror=alert(1)>"

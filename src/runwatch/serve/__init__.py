@@ -26,7 +26,7 @@ from ..errors import UsageError
 if TYPE_CHECKING:  # the server (http.server and the readers) loads only when `serve` runs
     from .server import Server
 
-__all__ = ["add_arguments", "run", "serve", "host_warning", "DEFAULT_HOST", "DEFAULT_PORT"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "add_arguments", "host_warning", "run", "serve"]
 
 DEFAULT_HOST = "127.0.0.1"  # this machine only; reach it from elsewhere through an SSH tunnel
 DEFAULT_PORT = 8765
@@ -43,7 +43,7 @@ def host_warning(host: str) -> str | None:
             "(ssh -L 8765:127.0.0.1:8765 HOST), keeps it private.")
 
 
-def serve(root: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, verbose: bool = False) -> "Server":
+def serve(root: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, verbose: bool = False) -> Server:
     """A started server over `root` (its reader thread running); call `serve_forever()` on it."""
     from .server import Server
 

@@ -17,18 +17,25 @@ Standard library only.
 from __future__ import annotations
 
 import json
-import math
 import os
 import stat
 import threading
 import time
 from collections import deque
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..errors import InvalidRunError, UsageError
 from ..follow import LogFollower, ManifestFollower
 from ..process import alive
-from ..records import MAX_STATE_BYTES, Record, RecordParser, Target, iter_records, resolve_target
+from ..records import (
+    MAX_STATE_BYTES,
+    Record,
+    RecordParser,
+    Target,
+    iter_records,
+    resolve_target,
+)
 from ..rules import Rules
 from ..schema import read_regular_file
 from ..status import TAIL_RECORDS, describe, format_status
@@ -36,7 +43,7 @@ from ..watchdog import CHECK_OPTIONS, Options, load_options
 from .series import Series
 from .supervision import SupervisionView
 
-__all__ = ["MAX_DEPTH", "run_target", "find_runs", "RunView", "verdict_of"]
+__all__ = ["MAX_DEPTH", "RunView", "find_runs", "run_target", "verdict_of"]
 
 # How deep below the served folder runs are looked for ("runs/<project>/<sweep>/<run>").
 MAX_DEPTH = 4
@@ -365,7 +372,7 @@ class RunView:
                 self._add(f"metric:{name}", step, value)
 
     def _add(self, name: str, x: Any, y: Any) -> None:
-        if y is None or type(y) not in (int, float) or not math.isfinite(y):
+        if y is None:  # the common absent value; Series.add skips non-finite ones itself
             return
         s = self.series.get(name)
         if s is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["Series", "MAX_POINTS"]
+__all__ = ["MAX_POINTS", "Series"]
 
 # A chart 1000 points wide is already finer than a phone's or a laptop's plot area.
 MAX_POINTS = 1000
@@ -24,7 +24,7 @@ MAX_POINTS = 1000
 class Series:
     """Min/max-bucket downsampling of a stream of (x, y) points; non-finite y values are skipped."""
 
-    __slots__ = ("limit", "width", "count", "last", "_buckets")
+    __slots__ = ("_buckets", "count", "last", "limit", "width")
 
     def __init__(self, limit: int = MAX_POINTS) -> None:
         if type(limit) is not int or limit < 2:
@@ -38,7 +38,7 @@ class Series:
 
     def add(self, x: float, y: float | None) -> None:
         """Add one point (y None or non-finite: nothing to draw, skipped)."""
-        if y is None or type(y) not in (int, float) or not math.isfinite(y):
+        if (type(y) is not float and type(y) is not int) or not math.isfinite(y):
             return
         i = self.count
         self.count += 1

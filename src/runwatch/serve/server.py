@@ -28,7 +28,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from .runs import RunView, find_runs
 
-__all__ = ["Catalog", "Server", "is_loopback", "STATIC_FILES"]
+__all__ = ["STATIC_FILES", "Catalog", "Server", "is_loopback"]
 
 # How often the folder is listed again for new runs, and how long the reader idles when every
 # run is caught up (a page polls every 2 s; half a second keeps it at most one poll behind).
@@ -178,19 +178,19 @@ def page(kind: str, title: str, api: str, data: Any) -> bytes:
 class Handler(BaseHTTPRequestHandler):
     """GET and HEAD of the pages, the API and the shipped files; nothing else."""
 
-    server: "Server"
+    server: Server
     protocol_version = "HTTP/1.1"  # keep-alive: a page polls the API every few seconds
     server_version = "runwatch-serve"
     sys_version = ""
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         if self.server.verbose:
             super().log_message(format, *args)
 
-    def do_GET(self) -> None:  # noqa: N802 - the base class's name
+    def do_GET(self) -> None:
         self._answer(head=False)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self._answer(head=True)
 
     def _send(self, code: int, body: bytes, ctype: str, head: bool, cache: str = "no-store") -> None:
@@ -275,8 +275,8 @@ class Server(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        shown = f"[{host}]" if ":" in str(host) else host
+        host, port = str(self.server_address[0]), self.server_address[1]
+        shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}/"
 
     def close(self) -> None:

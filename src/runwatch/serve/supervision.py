@@ -16,7 +16,7 @@ from typing import Any
 
 from ..follow import LogFollower
 
-__all__ = ["SupervisionView", "MAX_ATTEMPTS"]
+__all__ = ["MAX_ATTEMPTS", "SupervisionView"]
 
 # Attempts shown per run: a run relaunched more often than this shows its latest ones.
 MAX_ATTEMPTS = 100
