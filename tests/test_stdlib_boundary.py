@@ -11,6 +11,8 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 CORE = ["runwatch", "runwatch.errors", "runwatch.schema", "runwatch.metrics", "runwatch.journal", "runwatch.summary",
         "runwatch.cli", "runwatch.follow", "runwatch.records", "runwatch.rules", "runwatch.watchdog",
         "runwatch.status", "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch", "runwatch.process"]
+# `runwatch serve`: http.server and the readers, nothing else.
+CORE += ["runwatch.serve", "runwatch.serve.server", "runwatch.serve.runs", "runwatch.serve.series", "runwatch.serve.supervision"]
 
 
 def test_core_imports_only_the_standard_library():

@@ -100,6 +100,14 @@ def _add_tensorboard(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: tensorboard.run(args))
 
 
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    from . import serve
+
+    p = sub.add_parser("serve", help="a read-only web page of every run under a folder, updating live")
+    serve.add_arguments(p)
+    p.set_defaults(func=lambda args: serve.run(args))
+
+
 def _add_preflight(sub: argparse._SubParsersAction) -> None:
     from .preflight import audit, plan, smoke
 
@@ -123,6 +131,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_plot,
     _add_tensorboard,
     _add_preflight,
+    _add_serve,
 ]
 
 

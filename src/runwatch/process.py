@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import time
 from typing import Callable
 
@@ -71,9 +72,14 @@ def exit_status(pid: int) -> str | None:
 
 def read_pid_file(path: str, log: Callable[[str], None] | None = None) -> int | None:
     """The pid in `path` (an int > 0 on the first line), or None with a note when it is not one."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read(64).decode("ascii", "replace").strip()
+    try:  # O_NONBLOCK and fstat: a FIFO named pid must not hang a poll
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            text = os.read(fd, 64).decode("ascii", "replace").strip()
+        finally:
+            os.close(fd)
     except OSError:
         return None
     if text.isdigit() and int(text) > 0:

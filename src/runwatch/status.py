@@ -21,13 +21,13 @@ from .follow import tail_lines
 from .heartbeats import rank_status_lines
 from .liveness import is_local_host, last_error, process_host, watchdog_liveness
 from .process import alive, read_pid_file
+from .records import Record, RecordParser, Target, read_trainer_state, resolve_target
 from .rules import verdict_class
 from .verdict import read_verdict
-from .records import Record, RecordParser, read_trainer_state, resolve_target
 from .rules import fmt_step
-from .schema import read_manifest
+from .schema import read_manifest, read_regular_file
 
-__all__ = ["status", "format_status", "gpu_info", "add_arguments", "run"]
+__all__ = ["status", "describe", "format_status", "gpu_info", "add_arguments", "run"]
 
 # Records read back from the end: enough for a rate over the last windows and the last eval.
 TAIL_RECORDS = 200
@@ -36,10 +36,9 @@ NVIDIA_SMI_TIMEOUT_SECONDS = 3.0
 
 
 def _read_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
+    try:  # non-blocking: a FIFO named watchdog.json must not hang a check-in
+        return json.loads(read_regular_file(path, os.path.basename(path), 1 << 20))
+    except (OSError, ValueError):  # InvalidRunError is a ValueError
         return None
 
 
@@ -80,6 +79,13 @@ def status(run_dir: str, *, gpus: bool = True, now: float | None = None) -> dict
             last_session = parsed[-1].session if parsed else None
             recs = [r for r in parsed if r.session == last_session]
     out["torn_tail"] = torn
+    return describe(t, out, recs, mtime, now, gpus=gpus)
+
+
+def describe(t: Target, out: dict, recs: list[Record], mtime: float | None, now: float, *, gpus: bool = True) -> dict:
+    """The check-in facts from the latest session's last records (`recs`, in log order) and the run
+    directory's side files (pid, watchdog.json, launch.json, heartbeats), added to `out`, which
+    holds the run's identity, `max_steps` and `torn_tail`. `mtime`: the log's, when it has one."""
     trains = [r for r in recs if r.kind == "train"]
     evals = [r for r in recs if r.has_eval]
     last = recs[-1] if recs else None
@@ -127,10 +133,10 @@ def status(run_dir: str, *, gpus: bool = True, now: float | None = None) -> dict
             verdict = {**verdict, "class": verdict.get("class", verdict_class(verdict.get("kind"))),
                        "before_current_launch": bool(stale)}
     out["watchdog"] = verdict if isinstance(verdict, dict) else None
-    last = verdict.get("last_error") if isinstance(verdict, dict) else None
-    if last is None and out["process"] and out["process"]["alive"] is False and not (out["ended"] and out["ended"]["reason"] == "normal"):
-        last = last_error(os.path.join(t.run_dir, "stdout.log"))
-    out["last_error"] = last
+    error = verdict.get("last_error") if isinstance(verdict, dict) else None
+    if error is None and out["process"] and out["process"]["alive"] is False and not (out["ended"] and out["ended"]["reason"] == "normal"):
+        error = last_error(os.path.join(t.run_dir, "stdout.log"))
+    out["last_error"] = error
     out["gpus"] = gpu_info() if gpus else None
     out["ranks"] = rank_status_lines(t.run_dir, now)  # multi-rank runs: at most 4 lines; else []
     return out

@@ -14,6 +14,7 @@ from typing import Any
 from .errors import EXIT_ANOMALY, EXIT_OK
 from .journal import atomic_write_text
 from .rules import fmt_step, verdict_class
+from .schema import read_regular_file
 
 __all__ = ["Verdict", "write_verdict", "read_verdict", "VERDICT_FILE"]
 
@@ -71,12 +72,11 @@ def write_verdict(run_dir: str, verdict: Verdict) -> str:
 def read_verdict(run_dir: str) -> tuple[dict | None, str | None]:
     """`watchdog.json` as a dict (None when absent), and why it could not be read (else None)."""
     path = os.path.join(run_dir, VERDICT_FILE)
-    try:
-        with open(path, "rb") as f:
-            doc: Any = json.loads(f.read(1 << 20))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None, None
-    except (OSError, ValueError) as exc:
+    try:  # non-blocking and bounded: a FIFO named watchdog.json must not hang a check-in
+        doc: Any = json.loads(read_regular_file(path, VERDICT_FILE, 1 << 20))
+    except (OSError, ValueError) as exc:  # InvalidRunError is a ValueError
         return None, f"{VERDICT_FILE} unreadable: {exc}"
     if not isinstance(doc, dict) or "verdict" not in doc:
         return None, f"{VERDICT_FILE} unreadable: no verdict"

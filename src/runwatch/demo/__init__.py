@@ -140,4 +140,6 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is None:
         args.steps = 300 if args.framework == "hf" else 600
     _say(f"runwatch demo ({args.framework}): run directory {run_dir}")
-    return _inject(args, run_dir) if args.inject else _full(args, run_dir)
+    code = _inject(args, run_dir) if args.inject else _full(args, run_dir)
+    _say(f"every run of the demo in a browser: runwatch serve {os.path.abspath(base)}")
+    return code

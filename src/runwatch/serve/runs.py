@@ -1,0 +1,453 @@
+"""The runs under a folder, each read incrementally: what `runwatch serve` shows.
+
+    target = run_target("/runs/a")               # a Target when the path is a run, else None
+    for rel, target in find_runs("/runs"):       # every run up to MAX_DEPTH levels down
+        view = RunView(rel, target)
+        view.refresh()                           # reads only the bytes added since the last call
+        view.summary(time.time())                # the `status --json` facts, and the verdict
+
+A `RunView` keeps one follower (`follow.LogFollower`) and one parser (`records.RecordParser`,
+the watchdog's) per run, applies the watchdog's record rules to every record (the findings of
+`runwatch check`), keeps the last records of the latest session for the status facts
+(`status.describe`) and one downsampled `Series` per chart. A refresh reads at most a bounded
+number of bytes, so a huge log is caught up over several refreshes and never holds the server.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import InvalidRunError, UsageError
+from ..follow import LogFollower, ManifestFollower
+from ..records import (
+    MAX_STATE_BYTES,
+    Record,
+    RecordParser,
+    Target,
+    iter_records,
+    resolve_target,
+)
+from ..liveness import watchdog_liveness
+from ..options import build
+from ..rules import RuleOptions, Rules
+from ..schema import read_regular_file
+from ..status import TAIL_RECORDS, describe, format_status
+from .series import Series
+from .supervision import SupervisionView
+
+__all__ = ["MAX_DEPTH", "RunView", "find_runs", "run_target", "verdict_of"]
+
+# How deep below the served folder runs are looked for ("runs/<project>/<sweep>/<run>").
+MAX_DEPTH = 4
+# A folder tree this large is not a folder of runs: stop listing rather than stall the reader.
+MAX_SCANNED_ENTRIES = 20000
+# Bytes of log one refresh of one run reads: a 1 GB log is caught up over ~30 refreshes while
+# the other runs keep being refreshed in between.
+REFRESH_BYTES = 32 * 1024 * 1024
+# Records applied per hold of a run's lock: a request waits for at most this many (~20 ms).
+APPLY_LINES = 1000
+# Findings kept per run (a log that fails every line would otherwise grow this without bound).
+MAX_FINDINGS = 500
+# Log files that are not a run's metrics: the supervisor's journal, the process's output.
+NOT_LOGS = frozenset({"supervise.jsonl", "stdout.log"})
+
+
+def inside(root: str, path: str) -> bool:
+    """`path` resolves (symlinks followed) to `root` or below; `root` is already a realpath."""
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def run_target(path: str) -> Target | None:
+    """The Target when `path` is a run (a run directory, a JSONL log, a trainer_state.json), else None.
+
+    This is the one place that says what a run looks like: a reader of another format adds its
+    detection here (and `resolve_target` says how to read it).
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    name = os.path.basename(path)
+    if stat.S_ISDIR(st.st_mode):
+        if not any(os.path.lexists(os.path.join(path, n)) for n in ("metrics.jsonl", "run.json", "trainer_state.json")):
+            t = resolve_target(path)  # a HF output folder: checkpoint-N/trainer_state.json
+            return t if t.format == "trainer_state" else None
+        return resolve_target(path)
+    if name.endswith(".jsonl") and name not in NOT_LOGS and name != "metrics.jsonl":
+        return resolve_target(path)
+    return None
+
+
+def find_runs(root: str, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, Target]]:
+    """(path relative to `root` with "/" separators, Target) of every run under `root`.
+
+    A run's own folder is not searched further (its checkpoints are not runs). Hidden folders are
+    skipped, and so is anything that resolves outside `root` (a symlink leading out of it).
+    """
+    root = os.path.realpath(root)
+    top = run_target(root)
+    if top is not None:  # the folder is itself a run: serve it alone, under its own name
+        if inside(root, top.log_path) or not os.path.lexists(top.log_path):
+            yield os.path.basename(root) or "run", top
+        return
+    seen = 0
+    stack: list[tuple[str, int]] = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            seen += 1
+            if seen > MAX_SCANNED_ENTRIES:
+                return
+            if name.startswith("."):
+                continue
+            path = os.path.join(folder, name)
+            if not inside(root, path):
+                continue
+            target = run_target(path)
+            if target is not None:
+                if inside(root, target.log_path) or not os.path.lexists(target.log_path):
+                    yield os.path.relpath(path, root).replace(os.sep, "/"), target
+                continue
+            if depth + 1 < max_depth and os.path.isdir(path):
+                stack.append((path, depth + 1))
+
+
+def verdict_of(watchdog: dict | None, now: float) -> dict:
+    """The watchdog's verdict as the list shows it: state (anomaly, watching, stale, ok, none) and label."""
+    if not isinstance(watchdog, dict):
+        return {"state": "none", "label": "no watchdog"}
+    v = watchdog.get("verdict")
+    if v == "done":
+        return {"state": "ok", "label": "OK"}
+    if v == "anomaly":
+        label = f"ANOMALY {watchdog.get('kind')}"
+        return {"state": "anomaly", "label": label, "class": watchdog.get("class")}
+    if v == "watching":  # the same judgement as `runwatch status`
+        running, _line = watchdog_liveness(watchdog, now)
+        if running:
+            return {"state": "watching", "label": "watching"}
+        return {"state": "stale", "label": "watchdog not running"}
+    return {"state": "none", "label": "no watchdog"}
+
+
+class RunView:
+    """One run, read incrementally; its facts for the list and its page.
+
+    One thread (the server's reader) calls `refresh`; others call `summary` and `detail` while
+    holding `lock`. `refresh` reads outside the lock and takes it only to apply a slice of
+    records at a time, so a request waits at most one slice, never a read.
+    """
+
+    def __init__(self, rel: str, target: Target) -> None:
+        self.lock = threading.Lock()
+        self.rel = rel
+        self.target = target
+        self.opts = RuleOptions()
+        self.options_error: str | None = None
+        try:
+            self.opts = build(RuleOptions, target.run_dir, {}, "check")  # runwatch.toml, as `check` reads it
+        except UsageError as exc:
+            self.options_error = f"{exc} (the rules use their defaults)"
+        self.supervision = SupervisionView(os.path.join(target.run_dir, "supervise.jsonl"))
+        self.error: str | None = None  # why the log cannot be read now
+        self.version = 0  # bumps whenever something new was read
+        self._reset()
+
+    def _reset(self) -> None:
+        self.parser: RecordParser | None = None
+        self.manifest: ManifestFollower | None = None
+        self.follower: LogFollower | None = None
+        self.rules: Rules | None = None
+        self.rules_session: str | None = None
+        self.findings: list[dict] = []
+        self.findings_total = 0
+        self.records = 0
+        self.invalid: str | None = None  # the latest invalid line's message
+        self.tail: deque[Record] = deque(maxlen=TAIL_RECORDS)
+        self.max_steps: int | None = None
+        self.series: dict[str, Series] = {}
+        self._sig: tuple | None = None  # a re-read file's (inode, size, mtime_ns)
+        self._sig_error: str | None = None  # why that version of the file cannot be read
+        self._entries = 0  # trainer_state.json entries applied
+        self.version += 1
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def refresh(self, max_bytes: int = REFRESH_BYTES) -> bool:
+        """Read what is new (about `max_bytes` at most); True when more is waiting already."""
+        more = False
+        error = None
+        try:
+            more = self._refresh(max_bytes)
+        except InvalidRunError as exc:  # not a regular file, run.json broken, trainer_state.json broken
+            error = str(exc)
+        except OSError as exc:
+            error = f"{os.path.basename(self.target.log_path)}: cannot read: {exc.strerror or exc}"
+        try:
+            changed = self.supervision.refresh()
+            sup_error = None
+        except (InvalidRunError, OSError) as exc:
+            changed, sup_error = True, str(exc)
+        with self.lock:
+            self.error = error
+            if sup_error is not None:
+                self.supervision.error = sup_error
+            if changed:
+                self.version += 1
+        return more
+
+    def _refresh(self, max_bytes: int) -> bool:
+        t = self.target
+        if t.format == "trainer_state":
+            return self._refresh_state()
+        if t.format != "jsonl":
+            return self._refresh_whole()
+        if self.parser is None:
+            with self.lock:
+                if not self._open():
+                    return False
+        if self.manifest is not None and self.manifest.poll():
+            with self.lock:
+                self.parser.set_manifest(self.manifest.manifest)
+                self._manifest_facts()
+                self.version += 1
+        start = self.follower.offset
+        while True:
+            batch = self.follower.poll()  # the read: outside the lock
+            if batch.reset:
+                with self.lock:
+                    self._reset()
+                return True
+            if batch.too_long is not None:
+                where = f"{os.path.basename(t.log_path)}:{batch.too_long}"
+                with self.lock:
+                    self._apply(self.parser.invalid(where, f"{where}: line longer than {self.follower.max_line_bytes} bytes"))
+                    self.version += 1
+            lines = batch.lines
+            for i in range(0, len(lines), APPLY_LINES):
+                with self.lock:
+                    for lineno, raw in lines[i:i + APPLY_LINES]:
+                        rec = self.parser.parse_line(lineno, raw)
+                        if rec is not None:
+                            self._apply(rec)
+                    self.version += 1
+            if not batch.more:
+                return False
+            if self.follower.offset - start >= max_bytes:
+                return True
+
+    def _open(self) -> bool:
+        t = self.target
+        try:
+            st = os.stat(t.log_path)
+        except FileNotFoundError:
+            return False
+        if (os.path.basename(t.log_path) == "metrics.jsonl" and not os.path.lexists(t.manifest_path)
+                and stat.S_ISREG(st.st_mode) and st.st_size == 0):
+            return False  # the logger writes run.json before its first record: wait for either
+        if t.schema_v1():
+            self.manifest = ManifestFollower(t.run_dir)
+            self.manifest.poll()
+            self.parser = RecordParser("v1", manifest=self.manifest.manifest, refresh=self._manifest_now)
+            self._manifest_facts()
+        else:
+            self.parser = RecordParser("minimal", maps=self.opts.maps, name=os.path.basename(t.log_path))
+        # a small chunk: the reader thread holds the run for one chunk's parsing at a time
+        self.follower = LogFollower(t.log_path, chunk_bytes=1024 * 1024)
+        return True
+
+    def _manifest_now(self) -> dict | None:
+        self.manifest.poll()
+        return self.manifest.manifest
+
+    def _manifest_facts(self) -> None:
+        session = self.manifest.manifest["sessions"][-1]
+        max_steps = session["recipe"].get("max_steps")
+        self.max_steps = max_steps if type(max_steps) is int and max_steps > 0 else None
+
+    def _changed(self, path: str) -> bool:
+        """The file changed since it was last read (an unchanged broken file keeps its error)."""
+        st = os.stat(path)
+        sig = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if sig == self._sig:
+            if self._sig_error:
+                raise InvalidRunError(self._sig_error)
+            return False
+        self._sig = sig
+        self._sig_error = None
+        return True
+
+    def _read_whole(self, read: Any) -> Any:
+        try:
+            return read()
+        except InvalidRunError as exc:
+            self._sig_error = str(exc)
+            raise
+
+    def _refresh_state(self) -> bool:
+        """trainer_state.json is rewritten whole: re-read it when it changed, apply the new entries."""
+        path = self.target.log_path
+        if not os.path.exists(path) or not self._changed(path):
+            return False
+        name = os.path.basename(path)
+        state, history = self._read_whole(lambda: _read_state(path, name))
+        with self.lock:
+            self._apply_state(state, history, name)
+        return False
+
+    def _apply_state(self, state: dict, history: list, name: str) -> None:
+        if len(history) < self._entries or self.parser is None:
+            sig = self._sig
+            self._reset()
+            self._sig = sig
+            self.parser = RecordParser("minimal", maps=self.opts.maps, name=name)
+        max_steps = state.get("max_steps")
+        self.max_steps = max_steps if type(max_steps) is int and max_steps > 0 else None
+        for i in range(self._entries, len(history)):
+            rec = self.parser.parse_object(history[i], f"{name}:log_history[{i}]")
+            if rec is not None:
+                self._apply(rec)
+        self._entries = len(history)
+        self.version += 1
+
+    def _refresh_whole(self) -> bool:
+        """A format without an incremental reader here: read it again whole when its file changed."""
+        path = self.target.log_path
+        if not os.path.exists(path) or not self._changed(path):
+            return False
+        records = self._read_whole(lambda: list(iter_records(self.target, maps=self.opts.maps)))
+        with self.lock:
+            sig = self._sig
+            self._reset()
+            self._sig = sig
+            for rec in records:
+                self._apply(rec)
+        return False
+
+    def _apply(self, rec: Record) -> None:
+        self.records += 1
+        if rec.session != self.rules_session or self.rules is None:
+            start = self.parser.start_step(rec.session) if self.parser is not None else None
+            self.rules = Rules(self.opts, start)
+            self.rules_session = rec.session
+        f = self.rules.observe(rec)
+        if f is not None:
+            self.findings_total += 1
+            if len(self.findings) < MAX_FINDINGS:
+                self.findings.append({**f.to_json(), "session": rec.session})
+        if rec.kind == "invalid":
+            self.invalid = rec.error
+            return
+        if self.tail and self.tail[-1].session != rec.session:
+            self.tail.clear()
+        self.tail.append(rec)
+        step = rec.step
+        if rec.kind == "train":
+            self._add("loss", step, rec.loss)
+            self._add("lr", step, rec.lr)
+            self._add("grad_norm", step, rec.grad_mean)
+            if rec.grad_max is not None and rec.grad_max != rec.grad_mean:
+                self._add("grad_norm_max", step, rec.grad_max)
+            self._add("throughput", step, rec.throughput)
+        if rec.eval_loss is not None:
+            self._add("eval_loss", step, rec.eval_loss)
+        for name, value in (rec.metrics or {}).items():
+            if f"metric:{name}" in self.series or sum(k.startswith("metric:") for k in self.series) < MAX_METRICS:
+                self._add(f"metric:{name}", step, value)
+
+    def _add(self, name: str, x: Any, y: Any) -> None:
+        if y is None:  # the common absent value; Series.add skips non-finite ones itself
+            return
+        s = self.series.get(name)
+        if s is None:
+            s = self.series[name] = Series()
+        s.add(x, y)
+
+    # --- facts ------------------------------------------------------------------------------
+
+    def _status(self, now: float) -> dict:
+        t = self.target
+        recs = list(self.tail)
+        out: dict[str, Any] = {"run_dir": t.run_dir, "log": t.log_path, "run_id": None, "session_id": None,
+                               "sessions": None, "max_steps": self.max_steps}
+        if self.manifest is not None and self.manifest.manifest is not None:
+            m = self.manifest.manifest
+            latest = m["sessions"][-1]["session_id"]
+            out.update(run_id=m["run_id"], session_id=latest, sessions=len(m["sessions"]))
+            recs = [r for r in recs if r.session == latest]
+        out["torn_tail"] = bool(self.follower is not None and self.follower.pending_bytes())
+        mtime = self.follower.mtime if self.follower is not None and self.follower.inode else None
+        if mtime is None and self._sig is not None:
+            mtime = os.stat(t.log_path).st_mtime if os.path.exists(t.log_path) else None
+        return describe(t, out, recs, mtime, now, gpus=False)
+
+    def summary(self, now: float | None = None) -> dict:
+        """The list's facts: the `status --json` keys plus path, verdict, findings and errors."""
+        now = time.time() if now is None else now
+        st = self._status(now)
+        errors = [e for e in (self.error, self.invalid, self.options_error) if e]
+        st.update(path=self.rel, verdict=verdict_of(st["watchdog"], now), findings=self.findings_total,
+                  first_finding=self.findings[0] if self.findings else None, records=self.records,
+                  error=errors[0] if errors else None, errors=errors,
+                  catching_up=bool(self.follower is not None and self.follower.pending_bytes() > 1 << 20),
+                  version=self.version)
+        return st
+
+    def detail(self, now: float | None = None) -> dict:
+        """The run page's facts: the summary, the status lines, the charts, the findings, supervision."""
+        st = self.summary(now)
+        st["status_lines"] = format_status(st)
+        st["findings_list"] = list(self.findings)
+        st["charts"] = [c for c in (self._chart(*spec) for spec in CHARTS) if c["series"]]
+        metrics = sorted(k for k in self.series if k.startswith("metric:"))
+        if metrics:
+            st["charts"].append({"name": "metrics", "title": "Eval metrics", "series": [
+                {"name": k[7:], "points": self.series[k].points(), "last": self.series[k].last} for k in metrics]})
+        st["supervise"] = self.supervision.facts()
+        return st
+
+    def _chart(self, name: str, title: str, keys: tuple[tuple[str, str], ...]) -> dict:
+        if name == "throughput" and (self.parser is None or self.parser.mode != "v1"):
+            title, keys = "Throughput (samples/s)", (("throughput", "samples/s"),)  # minimal telemetry: sps
+        series = [{"name": label, "points": self.series[k].points(), "last": self.series[k].last}
+                  for k, label in keys if k in self.series]
+        return {"name": name, "title": title, "series": series}
+
+
+def _read_state(path: str, name: str) -> tuple[dict, list]:
+    """A trainer_state.json and its log_history (NaN tokens allowed, as `records` reads it)."""
+    data = read_regular_file(path, name, MAX_STATE_BYTES)
+    try:
+        state = json.loads(data)
+    except RecursionError:
+        raise InvalidRunError(f"{name}: JSON nested too deeply") from None
+    except ValueError as exc:
+        raise InvalidRunError(f"{name}: malformed JSON: {exc}") from None
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise InvalidRunError(f"{name}: log_history must be a list")
+    return state, history
+
+
+# Eval metric names charted per run (a log may carry any number of eval_* keys).
+MAX_METRICS = 8
+# (chart, title, ((series key, legend), ...)); the eval metrics chart follows these.
+CHARTS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
+    ("loss", "Loss", (("loss", "train"), ("eval_loss", "eval"))),
+    ("lr", "Learning rate", (("lr", "lr"),)),
+    ("grad_norm", "Gradient norm", (("grad_norm", "mean"), ("grad_norm_max", "max"))),
+    ("throughput", "Throughput (tokens/s)", (("throughput", "tokens/s"),)),
+)
