@@ -37,6 +37,9 @@ DEFAULT_STEPS = 15
 DEFAULT_WARMUP = 3
 # How often the log and the process are looked at: a step of a real job takes 50 ms to seconds.
 POLL_SECONDS = 0.1
+# After the job's session ended (too soon), how long to wait for its process to exit, so that the
+# message can give its exit status; a job still running after that is stopped.
+EXIT_WAIT_SECONDS = 10.0
 # The tail of stdout.log searched for the job's last error (a traceback fits easily).
 ERROR_TAIL_BYTES = 64 * 1024
 # What an error line looks like: `ValueError: ...`, `torch.OutOfMemoryError: ...`, `RuntimeError`,
@@ -201,6 +204,7 @@ def bench(run_dir: str, cmd: list[str], options: BenchOptions = BenchOptions(),
         raise UsageError("bench: " + str(exc).removeprefix("launch: ")) from None
     pid = info["pid"]
     stopped = None
+    ended_at = None
     try:
         while True:
             running = alive(pid)  # before the poll: records written before an exit are read below
@@ -210,11 +214,10 @@ def bench(run_dir: str, cmd: list[str], options: BenchOptions = BenchOptions(),
                 progress(done, options.steps)
             if done >= options.steps and any(_steady_from(tail.train, options.warmup)):
                 break
-            if not running or tail.ended:
-                if not running:
-                    how = exit_status(pid) or "exited"
-                else:  # the session ended; its process is on its way out
-                    how = "its session ended"
+            if tail.ended and ended_at is None:
+                ended_at = time.monotonic()
+            if not running or (ended_at is not None and time.monotonic() - ended_at > EXIT_WAIT_SECONDS):
+                how = (exit_status(pid) or "exited") if not running else "its session ended"
                 line = last_error_line(os.path.join(run_dir, "stdout.log"))
                 raise InsufficientRunError(
                     f"the command ended ({how}) after {done} of {options.steps} updates;"
