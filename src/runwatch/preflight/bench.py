@@ -229,7 +229,8 @@ def bench(run_dir: str, cmd: list[str], options: BenchOptions = BenchOptions(),
             stopped = note.split(": ", 1)[-1]
         tail.close()
     # Only the records up to the one that reached `steps` count (the job ran on while it was stopped).
-    measured, total = [], 0
+    measured: list[dict] = []
+    total = 0
     for rec in tail.train:
         if total >= options.steps and _steady_from(measured, options.warmup):
             break

@@ -228,7 +228,8 @@ def render(result: dict) -> str:
         "given": "given by --eval-overhead",
         "measured": f"measured over {result['val_events']} val events",
         "included": "already in the throughput, which counts the whole train() call",
-        "none": "no val events after the warm-up; pass --eval-overhead to project eval",
+        "none": ("no val events after the warm-up" if result["source"] == "run" else "not measured")
+                + "; pass --eval-overhead to project eval",
     }[result["eval_overhead_source"]]
     margin_pct = 100.0 * result["margin_seconds"] / result["window_seconds"]
     where = result["run"] if result["session_id"] is None else (

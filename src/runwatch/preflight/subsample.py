@@ -119,7 +119,9 @@ class _Reader:
     def __init__(self, corpus: Corpus, field: str | None) -> None:
         self.corpus = corpus
         self.field = field
-        self.col = corpus.header.index(field) if corpus.format == "csv" and field is not None else None
+        self.col = None
+        if corpus.format == "csv" and corpus.header is not None and field is not None:
+            self.col = corpus.header.index(field)
         self.unreadable: dict[str, int] = {}
         self.first_unreadable: str | None = None
         self.missing = 0
@@ -273,7 +275,7 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
 
     total = sum(counts.values())
     equal = math.ceil(options.n / len(counts)) if counts else 0
-    rows_out = []
+    rows_out: list[dict[str, Any]] = []
     for key in counts:
         written = len(heaps.get(key, ()))
         share = (equal if options.balanced else options.n * counts[key] / total) if field is not None else options.n

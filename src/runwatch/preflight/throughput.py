@@ -66,7 +66,7 @@ def session_records(run_dir: str) -> tuple[dict, dict, Iterator[dict]]:
                 continue
             if rec.kind == "invalid":
                 raise InvalidRunError(rec.error)
-            yield rec.raw
+            yield rec.raw  # type: ignore[misc]  # always set for a valid schema-v1 record
 
     return manifest, session, latest()
 
@@ -202,7 +202,7 @@ def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | Non
     # The first record always closes the warm-up at the earliest: when its interval began is unknown.
     prev = 0 if session == "session-1" else None
     warm = warm_records = 0
-    warm_end = None
+    warm_end: Any = None  # the record that closes the warm-up (set whenever `steady` is not empty)
     steady: list[tuple[int, Any]] = []
     per_record = 1
     for rec in train:
