@@ -92,6 +92,9 @@ def test_bench_lightning_fit(tmp_path):
 ])
 def test_bench_job_ends_too_soon(tmp_path, capsys, kind, err):
     d = str(tmp_path / "b")
+    os.makedirs(d)
+    with open(os.path.join(d, "bench.json"), "w") as f:
+        f.write('{"stale": true}\n')  # an earlier bench's result: removed once the job started
     assert main(["bench", d, "--steps", "6", "--", sys.executable, os.path.join(HERE, "bench_jobs.py"), kind]) == 2
     captured = capsys.readouterr()
     assert captured.err.strip() == err.format(d=d)

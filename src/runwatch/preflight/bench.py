@@ -17,6 +17,7 @@ exactly `warmup` updates). Standard library only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -203,6 +204,8 @@ def bench(run_dir: str, cmd: list[str], options: BenchOptions = BenchOptions(),
     except UsageError as exc:
         raise UsageError("bench: " + str(exc).removeprefix("launch: ")) from None
     pid = info["pid"]
+    with contextlib.suppress(FileNotFoundError):  # an earlier bench's result no longer describes this job
+        os.unlink(os.path.join(run_dir, "bench.json"))
     stopped = None
     ended_at = None
     try:
