@@ -27,7 +27,7 @@ def read_log(run_dir):
 
 
 def check_bench(run_dir, steps, warmup, seq_len):
-    """bench.json holds the spec's keys, its rates agree with the log, and the job was stopped."""
+    """bench.json holds the documented keys, its rates agree with the log, and the job was stopped."""
     with open(os.path.join(run_dir, "bench.json")) as f:
         bench = json.load(f)
     assert KEYS <= set(bench)
