@@ -1,4 +1,5 @@
-"""runwatch.preflight.plan: durations, the projection arithmetic, warm-up exclusion, measured eval overhead, the CLI."""
+"""runwatch.preflight.plan and .throughput: durations, the projection arithmetic, the warm-up in updates, the
+sources (bench.json, schema-v1 runs, minimal telemetry, trainer_state.json), exit codes, the next step."""
 
 from __future__ import annotations
 
@@ -123,8 +124,9 @@ def test_project_arithmetic(args, projected, fits, max_samples):
     ({"epochs": math.inf}, "plan.epochs must be a finite number > 0, got inf"),
     ({"eval_overhead": -0.1}, "plan.eval_overhead must be a finite number >= 0, got -0.1"),
     ({"setup_seconds": True}, "plan.setup_seconds must be a finite number >= 0, got True"),
-    ({"warmup_windows": -1}, "plan.warmup_windows must be an int >= 0, got -1"),
-    ({"min_steady_windows": 0}, "plan.min_steady_windows must be an int >= 1, got 0"),
+    ({"warmup": -1}, "plan.warmup must be an int >= 0, got -1"),
+    ({"min_steady_updates": 0}, "plan.min_steady_updates must be an int >= 1, got 0"),
+    ({"batch_size": 0}, "plan.batch_size must be an int >= 1, got 0"),
 ])
 def test_options_validated(kwargs, message):
     base = {"samples": 100, "window_seconds": 3600.0}
@@ -133,48 +135,69 @@ def test_options_validated(kwargs, message):
     assert str(e.value) == message
 
 
-def test_warmup_windows_left_out(tmp_path):
-    # two slow warm-up windows (compilation), then 4 steady windows of 10 steps in 2 s:
-    # 10 steps x 2 sequences / 2 s = 10 samples/s (the warm-up would drag it to 5.7)
-    run = make_run(tmp_path / "r", [(10, 10.0), (10, 5.0)] + [(10, 2.0)] * 4)
-    r = plan(run, PlanOptions(samples=36000, window_seconds=3 * 3600.0))
-    assert r["after_step"] == 20
-    assert r["steady_windows"] == 4
+def test_warmup_left_out_in_whole_records(tmp_path):
+    # a slow first window (compilation), then 4 steady windows of 10 steps in 2 s:
+    # 10 steps x 2 sequences / 2 s = 10 samples/s (the warm-up would drag it to 6.7)
+    run = make_run(tmp_path / "r", [(10, 10.0)] + [(10, 2.0)] * 4)
+    r = plan(run, PlanOptions(samples=36000, window_seconds=3 * 3600.0))  # --warmup 3: the first record
+    assert (r["after_step"], r["warmup_updates"], r["steady_updates"], r["steady_records"]) == (10, 10, 40, 4)
     assert r["steady_samples_per_second"] == pytest.approx(10.0)
     assert r["steady_train_tokens_per_second"] == pytest.approx(40.0)
     assert r["train_seconds"] == pytest.approx(3600.0)
     assert r["eval_overhead_source"] == "none"
     assert r["fits"] is True
-    r0 = plan(run, PlanOptions(samples=36000, window_seconds=3 * 3600.0, warmup_windows=0))
-    assert r0["steady_samples_per_second"] == pytest.approx(120 / 23)  # 60 steps x 2 in 10 + 5 + 4 x 2 s
+    r11 = plan(run, PlanOptions(samples=36000, window_seconds=3 * 3600.0, warmup=11))  # rounded up: 2 records
+    assert (r11["after_step"], r11["warmup_updates"], r11["steady_updates"]) == (20, 20, 30)
+    r0 = plan(run, PlanOptions(samples=36000, window_seconds=3 * 3600.0, warmup=0))
+    assert r0["steady_samples_per_second"] == pytest.approx(100 / 18)  # 50 steps x 2 in 10 + 4 x 2 s
 
 
 def test_eval_overhead_measured_from_val_events(tmp_path):
     # steady: 4 windows x 2 s = 8 s of training, two evals of 0.5 s, a checkpoint of 3 s (not eval)
     run = make_run(tmp_path / "r", [(10, 1.0)] * 2 + [(10, 2.0)] * 4, evals={0: 9.0, 3: 0.5, 5: 0.5},
                    checkpoints={4: 3.0})
-    r = plan(run, PlanOptions(samples=1000, window_seconds=1000.0))
+    r = plan(run, PlanOptions(samples=1000, window_seconds=1000.0, warmup=20))
     assert r["eval_overhead_source"] == "measured"
     assert r["val_events"] == 2  # the eval inside the warm-up does not count
     assert r["eval_overhead_fraction"] == pytest.approx(1.0 / 8.0)
     assert r["train_seconds"] == pytest.approx(100.0)
     assert r["eval_seconds"] == pytest.approx(12.5)
-    given = plan(run, PlanOptions(samples=1000, window_seconds=1000.0, eval_overhead=0.5, setup_seconds=7.0))
+    given = plan(run, PlanOptions(samples=1000, window_seconds=1000.0, eval_overhead=0.5, setup_seconds=7.0, warmup=20))
     assert given["eval_overhead_source"] == "given"
     assert given["projected_seconds"] == pytest.approx(100.0 + 50.0 + 7.0)
 
 
-@pytest.mark.parametrize("windows, message", [
-    (4, "{run}: 4 train windows (40 steps), 2 steady after 2 warm-up; need 3 steady windows to trust the"
-        " throughput: run about 10 more steps"),
-    (1, "{run}: 1 train windows (10 steps), 0 steady after 2 warm-up; need 3 steady windows to trust the"
-        " throughput: run about 40 more steps"),
+# A run of 15 updates at the default window of 10 is refused (the first record is the warm-up, 5
+# updates remain); 18 updates (10 + a last record of 8) are enough; so are 15 records of one update.
+@pytest.mark.parametrize("windows, warmup, message", [
+    ([(10, 1.0), (5, 0.5)], 3,
+     "{run}: 15 updates logged, 5 after the warm-up (the first 10 updates, 1 train record); need 8 after it to"
+     " project: log 18+ updates (3 more), or use runwatch bench"),
+    ([(10, 1.0)], 3,
+     "{run}: 10 updates logged, 0 after the warm-up (the first 10 updates, 1 train record); need 8 after it to"
+     " project: log 18+ updates (8 more), or use runwatch bench"),
+    ([(1, 0.1)] * 2, 3,
+     "{run}: 2 updates logged, 0 after the warm-up (the first 3 updates, 3 train records); need 8 after it to"
+     " project: log 11+ updates (9 more), or use runwatch bench"),
+    ([(1, 0.1)] * 10, 3,
+     "{run}: 10 updates logged, 7 after the warm-up (the first 3 updates, 3 train records); need 8 after it to"
+     " project: log 11+ updates (1 more), or use runwatch bench"),
+    ([(10, 1.0)] * 6, 55,
+     "{run}: 60 updates logged, 0 after the warm-up (the first 60 updates, 6 train records); need 8 after it to"
+     " project: log 68+ updates (8 more), or use runwatch bench"),
 ])
-def test_too_few_steady_windows_refused(tmp_path, windows, message):
-    run = make_run(tmp_path / "r", [(10, 1.0)] * windows)
+def test_too_few_updates_refused(tmp_path, windows, warmup, message):
+    run = make_run(tmp_path / "r", windows)
     with pytest.raises(InsufficientRunError) as e:
-        plan(run, PlanOptions(samples=10, window_seconds=60.0))
+        plan(run, PlanOptions(samples=10, window_seconds=60.0, warmup=warmup))
     assert str(e.value) == message.format(run=run)
+
+
+@pytest.mark.parametrize("windows, steady", [([(10, 1.0), (8, 0.8)], 8), ([(1, 0.1)] * 11, 8), ([(1, 0.1)] * 15, 12)])
+def test_enough_updates_project(tmp_path, windows, steady):
+    r = plan(make_run(tmp_path / "r", windows), PlanOptions(samples=10, window_seconds=60.0))
+    assert r["steady_updates"] == steady
+    assert r["steady_samples_per_second"] == pytest.approx(20.0)  # 2 sequences per 0.1 s
 
 
 def test_cli_fits_and_not(tmp_path, capsys):
@@ -184,8 +207,9 @@ def test_cli_fits_and_not(tmp_path, capsys):
     assert out[-1] == "FITS: 1h10m of 1h30m, margin 20m00s"
     assert main(["plan", run, "--samples", "36000", "--epochs", "2", "--window", "90m", "--eval-overhead", "0.1"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[-1] == ("DOES NOT FIT: 2h12m of 1h30m, over by 42m00s; the largest that fits is"
+    assert out[-2] == ("DOES NOT FIT: 2h12m of 1h30m, over by 42m00s; the largest that fits is"
                        " 24,545 samples (fraction 0.682)")
+    assert out[-1] == "next: runwatch subsample DATA.jsonl --n 24545 --seed 0 --out DATA.n24545.jsonl"
     assert main(["plan", run, "--samples", "36000", "--window", "5400", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["projected_seconds"] == pytest.approx(3600.0)
@@ -197,9 +221,12 @@ def test_cli_fits_and_not(tmp_path, capsys):
     (["--window", "8x"], 2, "--window: expected a duration like 8h, 90m, 1h30m, 45s or seconds, got '8x'"),
     (["--window", "1h", "--setup", "soon"], 2,
      "--setup: expected a duration like 8h, 90m, 1h30m, 45s or seconds, got 'soon'"),
-    (["--window", "1h", "--warmup-windows", "5"], 1,
-     "runwatch: {run}: 6 train windows (60 steps), 1 steady after 5 warm-up; need 3 steady windows to trust"
-     " the throughput: run about 20 more steps"),
+    (["--window", "1h", "--warmup", "55"], 2,
+     "runwatch: {run}: 60 updates logged, 0 after the warm-up (the first 60 updates, 6 train records); need 8 after"
+     " it to project: log 68+ updates (8 more), or use runwatch bench"),
+    (["--window", "1h", "--warmup-windows", "2"], 2,
+     "--warmup-windows was replaced by --warmup N (updates, default 3, rounded up to whole train records)"),
+    (["--window", "1h", "--batch-size", "0"], 2, "plan.batch_size must be an int >= 1, got 0"),
 ])
 def test_cli_errors(tmp_path, capsys, argv, code, err):
     run = make_run(tmp_path / "r", [(10, 2.0)] * 6)
@@ -215,3 +242,133 @@ def test_cli_invalid_run(tmp_path, capsys):
         f.write('{"torn": ')
     assert main(["plan", run, "--samples", "100", "--window", "1h"]) == 1
     assert capsys.readouterr().err.strip() == "Invalid training run: Uncommitted metrics tail at line 8"
+
+
+def write_bench(run_dir, **fields):
+    os.makedirs(run_dir, exist_ok=True)
+    bench = {"steps": 15, "warmup": 3, "samples_per_second": 10.0, "tokens_per_second": 40.0,
+             "seconds_per_step": {"median": 0.2, "p10": 0.19, "p90": 0.25}, "seconds_to_first_step": 3.0,
+             "updates": 15, "steady_updates": 12, "seq_len": 4, **fields}
+    with open(os.path.join(run_dir, "bench.json"), "w") as f:
+        json.dump(bench, f)
+    return str(run_dir)
+
+
+def test_bench_json_is_the_source(tmp_path, capsys):
+    run = write_bench(tmp_path / "b")
+    assert main(["plan", run, "--samples", "36000", "--window", "2h"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == ("  throughput  10 samples/s steady (runwatch bench: 12 updates after a 3-update warm-up;"
+                      " per step median 0.2s, p10 0.19s, p90 0.25s)")
+    assert out[-1] == "FITS: 1h00m of 2h00m, margin 1h00m"
+    r = plan(run, PlanOptions(samples=36000, window_seconds=3000.0))
+    assert (r["source"], r["fits"], r["max_samples"], r["next_command"]) == ("bench", False, 30000, (
+        "runwatch subsample DATA.jsonl --n 30000 --seed 0 --out DATA.n30000.jsonl"))
+
+
+@pytest.mark.parametrize("fields, code, err", [
+    ({"steps": 6, "warmup": 2, "steady_updates": 4}, 2,
+     "runwatch: {run}/bench.json: 4 updates after the warm-up; need 8 to project: rerun runwatch bench with"
+     " --steps 10 or more"),
+    ({"samples_per_second": 0}, 1, "Invalid training run: {run}/bench.json: samples_per_second must be a finite"
+                                   " number > 0, got 0"),
+    ({"warmup": "3"}, 1, "Invalid training run: {run}/bench.json: warmup must be an int >= 0, got '3'"),
+])
+def test_bench_json_refused(tmp_path, capsys, fields, code, err):
+    run = write_bench(tmp_path / "b", **fields)
+    assert main(["plan", run, "--samples", "100", "--window", "1h"]) == code
+    assert capsys.readouterr().err.strip() == err.format(run=run)
+
+
+def write_lines(path, records):
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    return str(path)
+
+
+def test_minimal_telemetry_sps_and_t(tmp_path):
+    # 10 updates a record; sps 5 in the first (warm-up), then 20 and 10: Σ steps / Σ (steps / sps)
+    recs = [{"step": 10 * i, "t": 3.0 * i, "loss": 1.0, "sps": 5.0 if i == 1 else (20.0 if i % 2 else 10.0)}
+            for i in range(1, 6)]
+    log = write_lines(tmp_path / "telemetry.jsonl", recs)
+    r = plan(log, PlanOptions(samples=1000, window_seconds=3600.0))
+    assert r["source"] == "telemetry"
+    assert r["steady_updates"] == 40
+    assert r["steady_samples_per_second"] == pytest.approx(40 / (10 / 10 + 10 / 20 + 10 / 10 + 10 / 20))
+    no_sps = write_lines(tmp_path / "t.jsonl", [{k: v for k, v in rec.items() if k != "sps"} for rec in recs])
+    r = plan(no_sps, PlanOptions(samples=1000, window_seconds=3600.0, batch_size=4))
+    assert r["steady_samples_per_second"] == pytest.approx(4 * 40 / 12.0)
+    assert r["throughput_detail"] == ("4 samples x 40 updates in 12s of wall time `t` of t.jsonl after step 10"
+                                      " (eval and checkpoints included)")
+
+
+@pytest.mark.parametrize("records, err", [
+    ([{"step": i, "t": float(i), "loss": 1.0} for i in range(1, 20)],
+     "runwatch: {log}: t.jsonl carries wall time `t` but not samples/s: pass --batch-size (samples per update),"
+     " or use runwatch bench"),
+    ([{"step": i, "loss": 1.0} for i in range(1, 20)],
+     "runwatch: {log}: no timing in t.jsonl (no `sps`, `t` or train_samples_per_second): use runwatch bench"),
+    ([{"step": i, "loss": 1.0, "sps": 3.0} for i in range(1, 6)],
+     "runwatch: {log}: 5 updates logged, 2 after the warm-up (the first 3 updates, 3 train records); need 8 after"
+     " it to project: log 11+ updates (6 more), or use runwatch bench"),
+])
+def test_minimal_telemetry_cannot_project(tmp_path, capsys, records, err):
+    log = write_lines(tmp_path / "t.jsonl", records)
+    assert main(["plan", log, "--samples", "100", "--window", "1h"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == err.format(log=log)
+    assert captured.out == ""
+
+
+def test_trainer_state_final_samples_per_second(tmp_path, capsys):
+    state = {"log_history": [{"step": 10, "loss": 0.6, "learning_rate": 1e-3, "epoch": 0.1},
+                             {"step": 20, "eval_loss": 0.5},
+                             {"step": 20, "train_runtime": 10.0, "train_samples_per_second": 32.0, "train_loss": 0.6}]}
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps(state))
+    assert main(["plan", str(path), "--samples", "230400", "--window", "1h", "--data", "d/train.csv",
+                 "--stratify", "label"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == ("  throughput  32 samples/s steady (train_samples_per_second of trainer_state.json: the whole"
+                      " train() call, warm-up, evaluation and checkpoints included)")
+    assert out[3] == "  eval        +0.0s (0.0% of training, already in the throughput, which counts the whole train() call)"
+    assert out[-1] == "next: runwatch subsample d/train.csv --n 115200 --stratify label --seed 0 --out d/train.n115200.csv"
+    assert main(["plan", str(tmp_path), "--samples", "230400", "--window", "1h", "--setup", "2h", "--json"]) == 1
+    r = json.loads(capsys.readouterr().out)
+    assert (r["source"], r["max_samples"], r["next_command"]) == ("trainer_state", 0, None)
+    assert main(["plan", str(tmp_path), "--samples", "230400", "--window", "1h", "--setup", "2h"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "next: nothing fits: the setup alone takes 2h00m of 1h00m"
+
+
+def test_real_trainer_state(tmp_path):
+    """A real Trainer.train() and save_state(): plan reads its trainer_state.json through the record parser."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+
+    class Data(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            return {"x": torch.tensor([float(i % 2)]), "labels": torch.tensor(float(i % 2))}
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(1, 1)
+
+        def forward(self, x, labels=None):
+            out = self.lin(x).squeeze(-1)
+            return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+    out_dir = str(tmp_path / "hf")
+    args = transformers.TrainingArguments(output_dir=out_dir, max_steps=12, per_device_train_batch_size=4,
+                                          logging_steps=2, save_strategy="no", report_to="none", use_cpu=True,
+                                          disable_tqdm=True)
+    trainer = transformers.Trainer(model=Model(), args=args, train_dataset=Data())
+    trainer.train()
+    trainer.save_state()
+    r = plan(out_dir, PlanOptions(samples=1000, window_seconds=3600.0))
+    assert r["source"] == "trainer_state"
+    final = trainer.state.log_history[-1]["train_samples_per_second"]
+    assert r["steady_samples_per_second"] == pytest.approx(final)

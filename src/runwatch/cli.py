@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from .errors import EXIT_FAIL, EXIT_USAGE, InvalidRunError, RunwatchError, UsageError
+from .errors import EXIT_FAIL, EXIT_USAGE, InsufficientRunError, InvalidRunError, RunwatchError, UsageError
 from .options import Parser
 
 __all__ = ["main", "build_parser"]
@@ -109,10 +109,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_preflight(sub: argparse._SubParsersAction) -> None:
-    from .preflight import audit, plan, smoke
+    from .preflight import audit, bench, plan, smoke, subsample
 
     for name, module, help_text in (
-        ("plan", plan, "project a long run's time from a short run's steady throughput; exit 1 if it does not fit"),
+        ("bench", bench, "launch a job, time its first updates, stop it; steady samples/s to RUN_DIR/bench.json"),
+        ("plan", plan, "project a long run's time from a bench or a short run; exit 1 if it does not fit, 2 if it cannot"),
+        ("subsample", subsample, "draw N rows of a data set, per value of a field in proportion or balanced"),
         ("audit-data", audit, "check every row of a corpus in parallel; keep raw and normalized variants aligned"),
         ("smoke", smoke, "the verdict on a smoke run: SMOKE PASS (exit 0) or SMOKE FAIL: <checks> (exit 1)"),
     ):
@@ -161,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidRunError as exc:
         print(f"Invalid training run: {exc}", file=sys.stderr)
         return EXIT_FAIL
+    except InsufficientRunError as exc:  # cannot judge (plan: cannot project; bench: ended too soon)
+        print(f"runwatch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except RunwatchError as exc:
         print(f"runwatch: {exc}", file=sys.stderr)
         return EXIT_FAIL

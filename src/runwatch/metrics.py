@@ -39,6 +39,21 @@ __all__ = ["RunLogger", "detect_hardware"]
 # Attempted updates per train window: one line per 10 steps keeps the log ~50 bytes a step and the
 # per-step cost at a list append, while a stall still shows within one window of steps.
 DEFAULT_WINDOW = 10
+# Overrides the default window of RunLogger and the callbacks (an explicit `window=` wins):
+# `runwatch bench` sets it to 1 so that every update is a train record of its own.
+WINDOW_ENV = "RUNWATCH_WINDOW"
+
+
+def default_window(fallback: int | None = DEFAULT_WINDOW) -> int | None:
+    """The window when none is passed: `RUNWATCH_WINDOW` when set (an int >= 1), else `fallback`."""
+    text = os.environ.get(WINDOW_ENV, "").strip()
+    if not text:
+        return fallback
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        from .errors import UsageError
+
+        raise UsageError(f"{WINDOW_ENV} must be an int >= 1, got {text!r}")
+    return int(text)
 
 
 def detect_hardware() -> dict:
@@ -241,7 +256,7 @@ class RunLogger:
             `gradient_accumulation_steps`, optional `qk_clip_threshold`; other keys are copied.
         optimizers: a list of `{"name": ..., "algorithm": ...}`.
         hardware: a free dict; None detects host, world size and devices.
-        window: attempted updates per train window.
+        window: attempted updates per train window; None: `RUNWATCH_WINDOW`, else 10.
         resume_from: `state_dict()` saved in the checkpoint being resumed; None starts at zero.
         fsync: fsync after every record (always at the session's end).
         heartbeat: how often each rank of a torch.distributed run refreshes its heartbeat.
@@ -258,7 +273,7 @@ class RunLogger:
         recipe: dict | None = None,
         optimizers: list | None = None,
         hardware: dict | None = None,
-        window: int = DEFAULT_WINDOW,
+        window: int | None = None,
         resume_from: dict | None = None,
         *,
         fsync: bool = False,
@@ -270,6 +285,8 @@ class RunLogger:
                 raise ValueError("RunLogger needs a run directory (run_dir=..., or RUNWATCH_RUN_DIR)")
         if recipe is None:
             raise ValueError("RunLogger.recipe is required: batch_size, seq_len, gradient_accumulation_steps")
+        if window is None:
+            window = default_window()
         if type(window) is not int or window < 1:
             raise ValueError(f"RunLogger.window must be an int >= 1, got {window!r}")
         optimizers = [] if optimizers is None else list(optimizers)

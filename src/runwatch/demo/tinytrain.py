@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=16)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--window", type=int, default=10, help="RunLogger window (default 10)")
+    p.add_argument("--window", type=int, default=None, help="RunLogger window (default: RUNWATCH_WINDOW, else 10)")
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--ckpt-every", type=int, default=100)
     p.add_argument("--step-sleep", type=float, default=0.0, help="extra seconds a step (a slower, more real pace)")

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import InvalidRunError
 from ..journal import atomic_write_text
-from ..metrics import RunLogger
+from ..metrics import RunLogger, default_window
 from ..schema import dumps, loads
 
 __all__ = ["CallbackOptions", "STATE_FILE", "NO_SESSION", "write_state", "read_state", "resume_state", "feed", "folder_bytes"]
@@ -33,8 +33,8 @@ class CallbackOptions:
 
     run_dir: the run directory; None reads `RUNWATCH_RUN_DIR` (set by `runwatch launch`), else a
         `runwatch` folder in the framework's output directory.
-    window: attempted updates per train window. None: the HF Trainer's logging interval; for
-        Lightning, RunLogger's default (10).
+    window: attempted updates per train window. None: `RUNWATCH_WINDOW` when set, else the HF
+        Trainer's logging interval; for Lightning, RunLogger's default (10).
     seq_len: tokens per sequence, for the recipe's token count; None: inferred where the framework
         counts tokens (HF `include_num_input_tokens_seen`), else 1 (tokens count samples).
     fsync: fsync `metrics.jsonl` after every record (always at the session's end).
@@ -48,6 +48,8 @@ class CallbackOptions:
     def __post_init__(self) -> None:
         if self.run_dir is not None and not isinstance(self.run_dir, (str, os.PathLike)):
             raise ValueError(f"RunwatchCallback.run_dir must be a path or None, got {self.run_dir!r}")
+        if self.window is None:  # frozen: the environment's default is resolved once, here
+            object.__setattr__(self, "window", default_window(None))
         for name in ("window", "seq_len"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):

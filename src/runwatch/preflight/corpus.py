@@ -1,13 +1,14 @@
 """Reading and writing the rows of a corpus, streaming: JSONL, CSV, Parquet, or a directory of one of them.
 
-Used by `runwatch audit-data`. A corpus is read one row at a time (Parquet: one record batch at a
+Used by `runwatch audit-data` and `runwatch subsample`. A corpus is read one row at a time (Parquet: one record batch at a
 time), so memory does not grow with its size. Each row comes out as a `Row`: its id, where it came
 from, the text to check, a read error (a row that cannot even be read is rejected, never dropped),
 and the format's own payload from which the raw and normalized variants are written.
 
 Ids: `--id-field NAME` takes them from that column (a row without it is rejected). Without it, a
 column named `id` is used where a row has one; otherwise one is made: the row's 0-based number in
-the corpus (blank JSONL lines are not rows), written as a first column `id`.
+the corpus (blank JSONL lines are not rows), written as a first column `id`. `make_ids=False`
+(subsample) numbers such rows the same way but adds no column. `field=None` reads whole rows only.
 
 JSONL, CSV and the audit's own files need only the standard library; Parquet needs pyarrow
 (extra: data), imported when a Parquet file is read or written.
@@ -18,7 +19,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 import sys
 from typing import Any, Iterator, NamedTuple
 
@@ -33,13 +33,24 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 
 # orjson reads an integer beyond 64 bits as a float; a line with 19+ digits in a row may hold one.
-_LONG_DIGITS = re.compile(r"\d{19}")
+# Found by mapping every ASCII digit to "0" and anything else to " " (bytes.translate, 3x faster
+# than a regular expression on the decoded line); JSON numbers are ASCII digits only.
+_DIGIT_TABLE = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"0" * 19
 
 
-def _loads(line: str) -> Any:
+def _long_digits(raw: bytes) -> bool:
+    """`raw` holds 19 or more ASCII digits in a row."""
+    return _LONG_RUN in raw.translate(_DIGIT_TABLE)
+
+
+def _loads(line: str, long_digits: bool | None = None) -> Any:
     """json.loads, through orjson when it is importable, with identical results either way: what
-    orjson refuses (NaN, lone surrogates) or might read differently (long integers) goes to json."""
-    if _orjson is not None and not _LONG_DIGITS.search(line):
+    orjson refuses (NaN, lone surrogates) or might read differently (long integers) goes to json.
+    `long_digits`: whether the line holds 19+ digits in a row, when the caller already knows."""
+    if long_digits is None:
+        long_digits = _long_digits(line.encode("utf-8", "surrogatepass"))
+    if _orjson is not None and not long_digits:
         try:
             return _orjson.loads(line)
         except ValueError:
@@ -84,10 +95,11 @@ def _list_files(path: str) -> tuple[str, list[str]]:
 class Corpus:
     """The rows of `path` (a file or a directory of files of one format), read lazily."""
 
-    def __init__(self, path: str, field: str, id_field: str | None = None) -> None:
+    def __init__(self, path: str, field: str | None, id_field: str | None = None, *, make_ids: bool = True) -> None:
         self.path = path
         self.field = field
         self.id_field = id_field
+        self.make_ids = make_ids
         self.format, self.files = _list_files(path)
         self.header: list[str] | None = None  # CSV: the output header
         self.schema: Any = None  # Parquet: the output schema
@@ -109,11 +121,11 @@ class Corpus:
             header = _csv_header(name)
             if header != first:
                 raise DataError(f"{name}: CSV header {header} differs from {self.files[0]}'s {first}")
-        if self.field not in first:
+        if self.field is not None and self.field not in first:
             raise DataError(f"{self.files[0]}: no column {self.field!r} (columns: {', '.join(first)})")
         if self.id_field is not None and self.id_field not in first:
             raise DataError(f"{self.files[0]}: no id column {self.id_field!r} (columns: {', '.join(first)})")
-        self.made_ids = self.id_field is None and "id" not in first
+        self.made_ids = self.make_ids and self.id_field is None and "id" not in first
         self.header = (["id"] if self.made_ids else []) + first
 
     def _inspect_parquet(self) -> None:
@@ -128,11 +140,11 @@ class Corpus:
                 first = schema
             elif not schema.equals(first):
                 raise DataError(f"{name}: Parquet schema differs from {self.files[0]}'s")
-        if self.field not in first.names:
+        if self.field is not None and self.field not in first.names:
             raise DataError(f"{self.files[0]}: no column {self.field!r} (columns: {', '.join(first.names)})")
         if self.id_field is not None and self.id_field not in first.names:
             raise DataError(f"{self.files[0]}: no id column {self.id_field!r} (columns: {', '.join(first.names)})")
-        self.made_ids = self.id_field is None and "id" not in first.names
+        self.made_ids = self.make_ids and self.id_field is None and "id" not in first.names
         if self.made_ids:
             import pyarrow as pa
 
@@ -151,7 +163,7 @@ class Corpus:
     # --- per format ------------------------------------------------------------------------
 
     def _text(self, value: Any) -> tuple[str | None, tuple[str, str] | None]:
-        if type(value) is str:
+        if type(value) is str or self.field is None:
             return value, None
         return None, ("not_text", f"{self.field} is {type(value).__name__}, not a string")
 
@@ -171,7 +183,7 @@ class Corpus:
                     self.blank_lines += 1
                     continue
                 try:
-                    obj = _loads(line)
+                    obj = _loads(line, _long_digits(raw))
                 except (ValueError, RecursionError) as exc:
                     yield Row(number, where, None, ("malformed_json", str(exc)), None)
                     number += 1
@@ -187,9 +199,11 @@ class Corpus:
                     number += 1
                     continue
                 else:
-                    rid, made = number, True
-                    self.made_ids = True
-                if self.field not in obj:
+                    rid, made = number, self.make_ids
+                    self.made_ids = self.made_ids or made
+                if self.field is None:
+                    text, error = None, None
+                elif self.field not in obj:
                     text, error = None, ("missing_field", f"no field {self.field!r}")
                 else:
                     text, error = self._text(obj[self.field])
@@ -199,8 +213,9 @@ class Corpus:
     def _csv_rows(self, name: str, number: int) -> Iterator[Row]:
         base = os.path.basename(name)
         header = self.header[1:] if self.made_ids else self.header
-        col = header.index(self.field)
-        id_col = header.index(self.id_field or "id") if not self.made_ids else None
+        col = header.index(self.field) if self.field is not None else None
+        id_key = self.id_field or "id"
+        id_col = header.index(id_key) if not self.made_ids and id_key in header else None
         # surrogateescape: an invalid byte must not stop the reading; the row holding it is rejected below
         with open(name, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
             reader = csv.reader(f)
@@ -228,11 +243,11 @@ class Corpus:
                     yield Row(number, where, None, ("field_count", f"{len(fields)} fields, header has {len(header)}"), None)
                     number += 1
                     continue
+                text = fields[col] if col is not None else None
                 if self.made_ids:
                     rid, fields = number, [str(number), *fields]
-                    text = fields[col + 1]
                 else:
-                    rid, text = fields[id_col], fields[col]
+                    rid = fields[id_col] if id_col is not None else number
                 yield Row(rid, where, text, None, fields)
                 number += 1
 
@@ -250,8 +265,8 @@ class Corpus:
                     index += 1
                     if self.made_ids:
                         obj = {"id": number, **obj}
-                    rid = obj[id_key]
-                    text, error = self._text(obj[self.field])
+                    rid = obj.get(id_key, number)
+                    text, error = self._text(obj[self.field] if self.field is not None else None)
                     yield Row(rid, where, text, error, obj)
                     number += 1
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid/ArrowIOError are these

@@ -1,21 +1,20 @@
-"""`runwatch plan`: will the long run fit its time window? A projection from a short run's log.
+"""`runwatch plan`: will the long run fit its time window? A projection from a bench or a short run.
 
-    runwatch plan RUN_DIR --samples N [--epochs E] --window 8h [--eval-overhead F] [--setup 20m]
+    runwatch plan RUN --samples N [--epochs E] --window 8h [--eval-overhead F] [--setup 20m]
 
-Steady throughput comes from the acceptance summary (`runwatch.summary.summarize`) with the warm-up
-windows left out: the first `warmup_windows` train windows of the latest session (compilation,
-autotuning, data-loader start, allocator growth) are excluded by passing the step at the end of the
-last of them as `after_step`. At least `min_steady_windows` windows must remain, else the run is
-refused with the number of steps still needed. samples/s = steady tokens/s ÷ `recipe.seq_len`.
+RUN is a `runwatch bench` directory (its bench.json), a run directory with at least 8 updates after
+its warm-up, a Hugging Face trainer_state.json, or another log with timing; the steady samples/s
+comes from `throughput.measure` (see there for each source).
 
     training  = samples × epochs / samples_per_second
     eval      = fraction × training      (--eval-overhead, or measured from the run, see below)
     projected = training + eval + setup
 
-The measured eval fraction is the wall time after the warm-up that is neither training
-(`train_seconds`), checkpointing (`seconds` of checkpoint records) nor profiling, over the training
-time, when the run has val events after the warm-up. It assumes the long run evaluates as often
-(per training second) as the short one did. Standard library only.
+The measured eval fraction (schema-v1 runs with val events after the warm-up) is the wall time after
+the warm-up that is neither training (`train_seconds`), checkpointing (`seconds` of checkpoint
+records) nor profiling, over the training time. It assumes the long run evaluates as often (per
+training second) as the short one did. When the run does not fit, the report ends with the
+`runwatch subsample` command that draws the largest number of samples that fits. Standard library only.
 """
 
 from __future__ import annotations
@@ -26,10 +25,10 @@ import json
 import math
 import os
 import re
-from typing import Any, Iterator
+import shlex
 
-from ..errors import InsufficientRunError, InvalidRunError, UsageError
-from ..schema import read_manifest
+from ..errors import InvalidRunError, UsageError
+from .throughput import DEFAULT_WARMUP, MIN_STEADY_UPDATES, measure, session_records
 
 __all__ = [
     "PlanOptions",
@@ -38,14 +37,8 @@ __all__ = [
     "project",
     "plan",
     "session_records",
+    "subsample_command",
 ]
-
-# The first window holds compilation, autotuning and data-loader start; the second often still has
-# allocator growth and cache warm-up. Two windows of 10 steps is what the logger writes by default.
-DEFAULT_WARMUP_WINDOWS = 2
-# One slow window (a GC pause, a noisy neighbour) moves a time-weighted rate over three windows by
-# at most a third; fewer than three is not a rate to plan a long run on.
-DEFAULT_MIN_STEADY_WINDOWS = 3
 
 _UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
@@ -101,8 +94,11 @@ class PlanOptions:
     epochs: float = 1.0
     eval_overhead: float | None = None  # None: measured from the run's val events
     setup_seconds: float = 0.0  # model load, data staging, compilation of the long run
-    warmup_windows: int = DEFAULT_WARMUP_WINDOWS
-    min_steady_windows: int = DEFAULT_MIN_STEADY_WINDOWS
+    warmup: int = DEFAULT_WARMUP  # updates left out, rounded up to whole train records
+    min_steady_updates: int = MIN_STEADY_UPDATES
+    batch_size: int | None = None  # samples per update, for logs that carry wall time but not samples/s
+    data: str | None = None  # the training set, named in the `runwatch subsample` next step
+    stratify: str | None = None  # ... and its label field
 
     def __post_init__(self) -> None:
         if type(self.samples) is not int or self.samples <= 0:
@@ -117,10 +113,12 @@ class PlanOptions:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise UsageError(f"plan.{name} must be a finite number >= 0, got {value!r}")
-        if type(self.warmup_windows) is not int or self.warmup_windows < 0:
-            raise UsageError(f"plan.warmup_windows must be an int >= 0, got {self.warmup_windows!r}")
-        if type(self.min_steady_windows) is not int or self.min_steady_windows < 1:
-            raise UsageError(f"plan.min_steady_windows must be an int >= 1, got {self.min_steady_windows!r}")
+        if type(self.warmup) is not int or self.warmup < 0:
+            raise UsageError(f"plan.warmup must be an int >= 0, got {self.warmup!r}")
+        if type(self.min_steady_updates) is not int or self.min_steady_updates < 1:
+            raise UsageError(f"plan.min_steady_updates must be an int >= 1, got {self.min_steady_updates!r}")
+        if self.batch_size is not None and (type(self.batch_size) is not int or self.batch_size < 1):
+            raise UsageError(f"plan.batch_size must be an int >= 1, got {self.batch_size!r}")
 
 
 def project(samples_per_second: float, samples: int, epochs: float, eval_fraction: float,
@@ -157,118 +155,57 @@ def project(samples_per_second: float, samples: int, epochs: float, eval_fractio
     }
 
 
-def session_records(run_dir: str) -> tuple[dict, dict, Iterator[dict]]:
-    """(manifest, latest session, its records validated one at a time), streaming the log.
+def plan(run: str, options: PlanOptions) -> dict:
+    """Project `options` from the steady throughput of `run`; return the report.
 
-    The one place the preflight commands read a log: through `runwatch.records`, the shared record
-    parser, so what counts as a valid record is decided in one place. Yields each record's fields
-    as written; an invalid record of the latest session, or a torn last line, raises InvalidRunError
-    (records of earlier sessions are the acceptance summary's to judge).
+    Raises InvalidRunError for an invalid log and InsufficientRunError when it cannot project.
     """
-    from .. import records
-
-    if not os.path.isdir(run_dir):
-        raise InvalidRunError(f"{run_dir}: not a directory")
-    manifest = read_manifest(run_dir)
-    session = manifest["sessions"][-1]
-    target = records.resolve_target(run_dir)
-    if not target.schema_v1():
-        raise InvalidRunError(f"metrics.jsonl: missing ({os.path.join(run_dir, 'metrics.jsonl')})")
-    sid = session["session_id"]
-
-    def torn(lineno: int) -> None:
-        raise InvalidRunError(f"Uncommitted metrics tail at line {lineno}")
-
-    def latest() -> Iterator[dict]:
-        for rec in records.iter_records(target, on_torn=torn):
-            if rec.session != sid:
-                continue
-            if rec.kind == "invalid":
-                raise InvalidRunError(rec.error)
-            yield rec.raw
-
-    return manifest, session, latest()
-
-
-def _scan(run_dir: str, warmup_windows: int) -> dict:
-    """One pass over the latest session: where the warm-up ends and the wall time after it."""
-    _, session, records = session_records(run_dir)
-    out: dict[str, Any] = {
-        "session": session, "windows": 0, "window_updates": 0, "updates": 0, "after_step": session["start"]["step"],
-        "begin_elapsed": 0.0, "begin_profiling": 0.0, "end_elapsed": 0.0, "end_profiling": 0.0,
-        "checkpoint_seconds": 0.0, "val_events": 0,
-    }
-    for rec in records:
-        steady = out["windows"] >= warmup_windows
-        event = rec["event"]
-        if event == "train":
-            out["windows"] += 1
-            out["updates"] += rec["updates"]
-            out["window_updates"] = max(out["window_updates"], rec["attempted"])
-            if out["windows"] == warmup_windows:
-                out["after_step"] = rec["step"]
-                out["begin_elapsed"] = rec["session"]["elapsed_seconds"]
-                out["begin_profiling"] = rec["session"]["profiling_seconds"]
-        elif steady and event == "val":
-            out["val_events"] += 1
-        elif steady and event == "checkpoint":
-            out["checkpoint_seconds"] += rec["seconds"]
-        out["end_elapsed"] = rec["session"]["elapsed_seconds"]
-        out["end_profiling"] = rec["session"]["profiling_seconds"]
-    return out
-
-
-def plan(run_dir: str, options: PlanOptions) -> dict:
-    """Project `options` from the steady throughput of `run_dir`'s latest session; return the report.
-
-    Raises InvalidRunError for an invalid log and InsufficientRunError for one too short to trust.
-    """
-    from ..summary import summarize
-
-    scan = _scan(run_dir, options.warmup_windows)
-    steady_windows = max(0, scan["windows"] - options.warmup_windows)
-    if steady_windows < options.min_steady_windows:
-        missing = options.min_steady_windows + options.warmup_windows - scan["windows"]
-        per_window = scan["window_updates"] or 1
-        raise InsufficientRunError(
-            f"{run_dir}: {scan['windows']} train windows ({scan['updates']} steps), {steady_windows} steady after"
-            f" {options.warmup_windows} warm-up; need {options.min_steady_windows} steady windows to trust the"
-            f" throughput: run about {missing * per_window} more steps"
-        )
-    summary = summarize(run_dir, after_step=scan["after_step"])
-    seq_len = summary["recipe"]["seq_len"]
-    tokens_per_second = summary["steady_train_tokens_per_second"]
-    steady_seconds = summary["steady_train_seconds"]
-    samples_per_second = tokens_per_second / seq_len
-
+    source = measure(run, options.warmup, options.min_steady_updates, options.batch_size)
     if options.eval_overhead is not None:
         eval_fraction, eval_source = float(options.eval_overhead), "given"
-    elif scan["val_events"]:
-        other = (scan["end_elapsed"] - scan["begin_elapsed"] - steady_seconds - scan["checkpoint_seconds"]
-                 - (scan["end_profiling"] - scan["begin_profiling"]))
-        eval_fraction, eval_source = max(0.0, other) / steady_seconds, "measured"
+    elif source["eval_source"] in ("measured", "included"):
+        eval_fraction, eval_source = source.get("eval_fraction") or 0.0, source["eval_source"]
     else:
         eval_fraction, eval_source = 0.0, "none"
-
     result = {
-        "run_dir": run_dir,
-        "session_id": summary["session_id"],
-        "seq_len": seq_len,
-        "warmup_windows": options.warmup_windows,
-        "steady_windows": steady_windows,
-        "after_step": scan["after_step"],
-        "last_step": summary["last_step"],
-        "steady_train_tokens_per_second": tokens_per_second,
-        "steady_samples_per_second": samples_per_second,
+        "run": run,
+        "source": source["source"],
+        "throughput_detail": source["detail"],
+        "session_id": source.get("session_id"),
+        "last_step": source.get("last_step"),
+        "seq_len": source["seq_len"],
+        "warmup": options.warmup,
+        "warmup_updates": source["warmup_updates"],
+        "steady_updates": source["steady_updates"],
+        "steady_records": source.get("steady_records"),
+        "after_step": source.get("after_step"),
+        "steady_train_tokens_per_second": source["tokens_per_second"],
+        "steady_samples_per_second": source["samples_per_second"],
         "samples": options.samples,
         "epochs": options.epochs,
         "eval_overhead_fraction": eval_fraction,
         "eval_overhead_source": eval_source,
-        "val_events": scan["val_events"],
+        "val_events": source.get("val_events", 0),
     }
-    result.update(project(samples_per_second, options.samples, options.epochs, eval_fraction,
+    result.update(project(source["samples_per_second"], options.samples, options.epochs, eval_fraction,
                           float(options.setup_seconds), float(options.window_seconds)))
+    result["next_command"] = None
+    if not result["fits"] and result["max_samples"] > 0:
+        result["next_command"] = subsample_command(result["max_samples"], options.data, options.stratify)
     return result
+
+
+def subsample_command(max_samples: int, data: str | None = None, stratify: str | None = None, seed: int = 0) -> str:
+    """The `runwatch subsample` command line that draws `max_samples` rows of `data` (a placeholder,
+    `DATA.jsonl`, when not given); the output goes beside it, `<stem>.n<N><ext>`."""
+    src = "DATA.jsonl" if data is None else data
+    stem, ext = os.path.splitext(src.rstrip("/"))
+    out = f"{stem}.n{max_samples}{ext}"
+    argv = ["runwatch", "subsample", src, "--n", str(max_samples)]
+    if stratify is not None:
+        argv += ["--stratify", stratify]
+    argv += ["--seed", str(seed), "--out", out]
+    return shlex.join(argv)
 
 
 def verdict_line(result: dict) -> str:
@@ -285,20 +222,21 @@ def _rate(value: float) -> str:
 
 
 def render(result: dict) -> str:
-    """The text report."""
+    """The text report; when it does not fit, it ends with the next step."""
     epochs = f"{result['epochs']:g} epoch" + ("" if result["epochs"] == 1 else "s")
     eval_how = {
         "given": "given by --eval-overhead",
         "measured": f"measured over {result['val_events']} val events",
-        "none": "no val events after the warm-up; pass --eval-overhead to project eval",
+        "included": "already in the throughput, which counts the whole train() call",
+        "none": ("no val events after the warm-up" if result["source"] == "run" else "not measured")
+                + "; pass --eval-overhead to project eval",
     }[result["eval_overhead_source"]]
     margin_pct = 100.0 * result["margin_seconds"] / result["window_seconds"]
+    where = result["run"] if result["session_id"] is None else (
+        f"{result['run']} (session {result['session_id']}, step {result['last_step']})")
     lines = [
-        f"plan for {result['run_dir']} (session {result['session_id']}, step {result['last_step']})",
-        f"  throughput  {_rate(result['steady_samples_per_second'])} samples/s steady"
-        f" ({_rate(result['steady_train_tokens_per_second'])} tokens/s / seq_len {result['seq_len']};"
-        f" {result['steady_windows']} windows after step {result['after_step']},"
-        f" {result['warmup_windows']} warm-up windows left out)",
+        f"plan for {where}",
+        f"  throughput  {_rate(result['steady_samples_per_second'])} samples/s steady ({result['throughput_detail']})",
         f"  training    {result['samples']:,} samples x {epochs} = {format_duration(result['train_seconds'])}",
         f"  eval        +{format_duration(result['eval_seconds'])}"
         f" ({100.0 * result['eval_overhead_fraction']:.1f}% of training, {eval_how})",
@@ -308,37 +246,55 @@ def render(result: dict) -> str:
         f" (margin {format_duration(result['margin_seconds'])}, {margin_pct:.1f}%)",
         verdict_line(result),
     ]
+    if result["next_command"] is not None:
+        lines.append(f"next: {result['next_command']}")
+    elif not result["fits"]:
+        lines.append(f"next: nothing fits: the setup alone takes {format_duration(result['setup_seconds'])}"
+                     f" of {format_duration(result['window_seconds'])}")
     return "\n".join(lines)
 
 
 def options_from_args(args: argparse.Namespace) -> PlanOptions:
     """PlanOptions from the command line's strings (durations parsed here, naming the option)."""
+    if args.warmup_windows is not None:
+        raise UsageError("--warmup-windows was replaced by --warmup N (updates, default 3, rounded up to whole"
+                         " train records)")
     return PlanOptions(
         samples=args.samples,
         window_seconds=parse_duration(args.window, "--window"),
         epochs=args.epochs,
         eval_overhead=args.eval_overhead,
         setup_seconds=parse_duration(args.setup, "--setup", allow_zero=True),
-        warmup_windows=args.warmup_windows,
+        warmup=args.warmup,
+        batch_size=args.batch_size,
+        data=args.data,
+        stratify=args.stratify,
     )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `runwatch plan`."""
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a short run's directory (15+ real steps)")
+    parser.add_argument("run_dir", metavar="RUN",
+                        help="a runwatch bench directory, a run directory with 8+ updates after the warm-up,"
+                             " a trainer_state.json, or a log with timing (sps or t)")
     parser.add_argument("--samples", type=int, required=True, metavar="N", help="samples per epoch of the long run")
     parser.add_argument("--epochs", type=float, default=1.0, metavar="E", help="epochs (default 1)")
     parser.add_argument("--window", required=True, metavar="DURATION", help="the time window: 8h, 90m, 1h30m, seconds")
     parser.add_argument("--eval-overhead", type=float, default=None, metavar="F",
                         help="eval time as a fraction of training time (default: measured from the run's val events)")
     parser.add_argument("--setup", default="0", metavar="DURATION", help="setup time of the long run (default 0)")
-    parser.add_argument("--warmup-windows", type=int, default=DEFAULT_WARMUP_WINDOWS, metavar="K",
-                        help=f"train windows left out as warm-up (default {DEFAULT_WARMUP_WINDOWS})")
+    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, metavar="N",
+                        help=f"first updates left out, rounded up to whole train records (default {DEFAULT_WARMUP})")
+    parser.add_argument("--warmup-windows", default=None, help=argparse.SUPPRESS)  # replaced by --warmup
+    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
+                        help="samples per update, for a log that carries wall time but not samples/s")
+    parser.add_argument("--data", default=None, metavar="PATH", help="the training set, named in the subsample step")
+    parser.add_argument("--stratify", default=None, metavar="FIELD", help="its label field, for the subsample step")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    """`runwatch plan`: exit 0 when the projection fits the window, 1 when it does not."""
+    """`runwatch plan`: exit 0 when the projection fits the window, 1 when it does not (2: cannot project)."""
     result = plan(args.run_dir, options_from_args(args))
     print(json.dumps(result, indent=2, allow_nan=False) if args.json else render(result))
     return 0 if result["fits"] else 1
