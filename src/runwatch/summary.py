@@ -18,7 +18,7 @@ import sys
 from typing import Any, Sequence
 
 from .errors import InvalidRunError
-from .schema import _DECODER, SessionValidator, iter_line_blocks, loads, read_manifest
+from .schema import SessionValidator, iter_line_blocks, loads, read_manifest, strict_json
 
 __all__ = ["summarize", "main"]
 
@@ -54,7 +54,7 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
     session_id = session["session_id"]
     validator = SessionValidator(manifest["run_id"], session)
     orjson_loads = _orjson.loads if fast and _orjson is not None else None
-    parse = orjson_loads or _parse
+    parse = orjson_loads or strict_json
     take = validator.take_window
     window_values = validator.window_values
 
@@ -194,11 +194,6 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
         "profiling": last["session"]["profiling_seconds"] > 0,
         "last_val": last_val,
     }
-
-
-def _parse(raw: bytes) -> Any:
-    """What schema.loads does, without its wrapping, for the common line."""
-    return _DECODER.decode(raw.decode("utf-8"))
 
 
 def _read_line(validator: SessionValidator, lineno: int, raw: bytes, rec: Any, fast: bool) -> dict | None:

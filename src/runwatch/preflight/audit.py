@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 from .corpus import Corpus, JsonlWriter, Row, open_writer
 from ..errors import DataError, UsageError
+from ..schema import strict_json
 
 __all__ = ["AuditOptions", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
 
@@ -95,10 +96,6 @@ class AuditOptions:
 # --- checking one row (in a worker, or in this process with --workers 0) --------------------------
 
 
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not valid JSON")
-
-
 def _load_function(spec: str) -> Callable[[str], Any]:
     module_name, _, name = spec.partition(":")
     try:
@@ -121,10 +118,8 @@ def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], N
         def run_check(text: str) -> Any:
             return ast.parse(text)
     elif check == "json":
-        decoder = json.JSONDecoder(parse_constant=_reject_constant)
-
         def run_check(text: str) -> Any:
-            decoder.decode(text)
+            strict_json(text)
     else:
         custom = _load_function(check)
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 import sys
 from typing import Any, Iterator, NamedTuple
 
 from ..errors import DataError
+from ..schema import orjson_misread
 
 __all__ = ["Row", "Corpus", "FORMATS", "open_writer", "JsonlWriter"]
 
@@ -32,18 +32,17 @@ except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
 
-# orjson reads an integer beyond 64 bits as a float; a line with 19+ digits in a row may hold one.
-_LONG_DIGITS = re.compile(r"\d{19}")
-
-
 def _loads(line: str) -> Any:
     """json.loads, through orjson when it is importable, with identical results either way: what
     orjson refuses (NaN, lone surrogates) or might read differently (long integers) goes to json."""
-    if _orjson is not None and not _LONG_DIGITS.search(line):
+    if _orjson is not None:
         try:
-            return _orjson.loads(line)
+            value = _orjson.loads(line)
         except ValueError:
             pass
+        else:
+            if not orjson_misread(line, value):
+                return value
     return json.loads(line)
 
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
