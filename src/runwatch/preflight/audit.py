@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -38,6 +39,7 @@ from typing import Any, Callable
 
 from .corpus import Corpus, JsonlWriter, Row, open_writer
 from ..errors import DataError, UsageError
+from ..journal import atomic_write_text
 from ..schema import strict_json
 
 __all__ = ["AuditOptions", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
@@ -326,7 +328,7 @@ def audit(input_path: str, options: AuditOptions) -> dict:
     os.makedirs(out, exist_ok=True)
     names = {"raw": f"kept.raw.{corpus.ext}", "normalized": f"kept.normalized.{corpus.ext}",
              "rejected": "rejected.jsonl", "audit": "audit.json"}
-    tmp = {k: os.path.join(out, f".{v}.tmp-{os.getpid()}") for k, v in names.items()}
+    tmp = {k: os.path.join(out, f".{v}.tmp-{os.getpid()}") for k, v in names.items() if k != "audit"}
     progress = _Progress(sys.stderr.isatty() if options.progress is None else options.progress)
     counts: dict[str, dict[str, int]] = {}
     stats = {"rows": 0, "kept": 0}
@@ -397,12 +399,13 @@ def audit(input_path: str, options: AuditOptions) -> dict:
             "out": out,
             "outputs": names,
         }
-        with open(tmp["audit"], "w", encoding="utf-8") as f:
-            f.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        for key in ("raw", "normalized", "rejected", "audit"):  # audit.json last: it marks a finished audit
+        # audit.json marks a finished audit: it goes first and comes back last, so that it never
+        # stands beside outputs it does not describe.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out, names["audit"]))
+        for key in ("raw", "normalized", "rejected"):
             os.replace(tmp[key], os.path.join(out, names[key]))
+        atomic_write_text(os.path.join(out, names["audit"]), json.dumps(report, indent=2, allow_nan=False) + "\n")
         progress.update(rows, stats["kept"], final=True)
         done = True
         return report
