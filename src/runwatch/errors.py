@@ -12,7 +12,8 @@
     ├── DataError                       a data set `audit-data` cannot read as a whole (not one bad row)
     └── CheckpointError                 a checkpoint that cannot be read back (`verify_checkpoint`)
 
-The command line maps these to exit codes in one place (`runwatch.cli.main`).
+The command line maps these to the exit codes below in one place (`runwatch.cli.main`);
+docs/FORMAT.md, "Exit codes", lists them per command.
 """
 
 from __future__ import annotations
@@ -29,7 +30,19 @@ __all__ = [
     "InsufficientRunError",
     "DataError",
     "CheckpointError",
+    "EXIT_OK",
+    "EXIT_FAIL",
+    "EXIT_USAGE",
+    "EXIT_ANOMALY",
+    "EXIT_INTERRUPTED",
 ]
+
+# --- exit codes -----------------------------------------------------------------------------------
+EXIT_OK = 0  # success: a valid run, a clean check, a completed watch, a passed smoke run
+EXIT_FAIL = 1  # a RunwatchError: an invalid run (`Invalid training run: ...`), a failed check
+EXIT_USAGE = 2  # a UsageError (ConfigError included): a command line or option that cannot work
+EXIT_ANOMALY = 7  # `watch` and `check`: an anomaly
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended (128 + 2)
 
 
 class RunwatchError(Exception):

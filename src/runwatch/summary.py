@@ -14,10 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any, Sequence
 
-from .errors import InvalidRunError
+from .errors import EXIT_OK, InvalidRunError, RunwatchError
 from .schema import SessionValidator, iter_line_blocks, loads, read_manifest, strict_json
 
 __all__ = ["summarize", "main"]
@@ -232,23 +231,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the summary of `args.run_dir` as JSON; exit status 0, or 1 with one line on stderr."""
+    """Print the summary of `args.run_dir` as JSON and return 0.
+
+    Any invalid input raises InvalidRunError (a ValueError, KeyError, OSError or RecursionError of
+    the reading becomes one), which the command line prints as `Invalid training run: ...`, exit 1.
+    """
     try:
         result = summarize(args.run_dir, args.after_step, args.expect_step)
         text = json.dumps(result, indent=2, allow_nan=False)
-    except (InvalidRunError, ValueError, KeyError, OSError, RecursionError, MemoryError) as exc:
+    except RunwatchError:
+        raise
+    except (ValueError, KeyError, OSError, RecursionError, MemoryError) as exc:
         message = str(exc) if not isinstance(exc, KeyError) else f"missing key {exc}"
-        print(f"Invalid training run: {message}", file=sys.stderr)
-        return 1
+        raise InvalidRunError(message) from None
     print(text)
-    return 0
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The standalone `scripts/summarize_training_run.py` entry point."""
-    parser = argparse.ArgumentParser(
+    """The standalone `scripts/summarize_training_run.py` entry point; returns the exit status."""
+    from .cli import run_guarded
+    from .options import Parser
+
+    parser = Parser(
         prog="summarize_training_run.py",
         description="Validate a run's latest session and print its acceptance summary as JSON.",
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run_guarded(lambda: run(parser.parse_args(argv)))
