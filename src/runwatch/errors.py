@@ -1,7 +1,7 @@
 """The one exception hierarchy of runwatch.
 
     RunwatchError                       anything runwatch raises on purpose
-    ├── InvalidRunError (ValueError)    a run directory or log breaks the contract (SPEC §1–3)
+    ├── InvalidRunError (ValueError)    a run directory or log breaks docs/FORMAT.md
     ├── UsageError                      a command line or option that cannot work (exit 2)
     │   └── ConfigError (ValueError)    a bad option, recipe or runwatch.toml value, named in the message
     ├── RunLockedError                  a second logger on a run directory in use

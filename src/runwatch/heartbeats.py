@@ -61,7 +61,7 @@ class HeartbeatConfig:
     """How often each rank rewrites its heartbeat between windows, and how often it samples where
     its main thread is (inside a collective or not)."""
 
-    # 30 s: ten refreshes within the default --rank-stall of 300 s (SPEC §5), ~0.03 writes/s a rank.
+    # 30 s: ten refreshes within the default --rank-stall of 300 s (docs/WATCHDOG.md, "Options"), ~0.03 writes/s a rank.
     every_seconds: float = 30.0
     # 10 Hz: a few microseconds of one thread a sample; enough for windows of a second or more.
     sample_seconds: float = 0.1

@@ -1,4 +1,4 @@
-"""The files of a run directory as its writer keeps them (SPEC §1): `metrics.jsonl` appended under
+"""The files of a run directory as its writer keeps them (docs/FORMAT.md, "Files"): `metrics.jsonl` appended under
 an advisory lock, `run.json` replaced atomically, a torn tail set aside on resume.
 
 `RunLogger` (metrics.py) decides what to write; a `Journal` decides how it reaches the disk. Non-zero

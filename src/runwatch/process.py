@@ -15,9 +15,9 @@ from typing import Callable
 
 __all__ = ["alive", "exit_status", "read_pid_file", "oom_line", "stop", "STOP_GRACE_SECONDS", "OOM_PATTERNS"]
 
-# SPEC §5 --stop-on-anomaly: wait at most 30 s after SIGTERM before SIGKILL.
+# --stop-on-anomaly (docs/WATCHDOG.md, "Rules on every poll"): wait at most 30 s after SIGTERM before SIGKILL.
 STOP_GRACE_SECONDS = 30.0
-# SPEC §5: an out-of-memory death shows one of these in the tail of stdout.log.
+# `oom` (docs/WATCHDOG.md, "Rules on every poll"): an out-of-memory death shows one of these in the tail of stdout.log.
 OOM_PATTERNS = ("CUDA out of memory", "OutOfMemoryError", "std::bad_alloc", "MemoryError")
 # The tail of stdout.log searched for them: a traceback and the allocator's message fit easily.
 OOM_TAIL_BYTES = 64 * 1024

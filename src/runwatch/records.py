@@ -9,7 +9,7 @@ Whatever a run wrote, readers (the watchdog, `check`, `status`, plots) see the s
 
 - Schema v1 (a run directory with `run.json`): each record goes through `schema.SessionValidator`;
   one that fails it, or holds NaN, becomes a record of kind `invalid` carrying the message.
-- Minimal telemetry (SPEC §4): `step`, `t`, `loss`, `lr`/`learning_rate`, `grad_norm`, `sps`,
+- Minimal telemetry (docs/WATCHDOG.md, "What is read"): `step`, `t`, `loss`, `lr`/`learning_rate`, `grad_norm`, `sps`,
   `eval_loss`, `eval_<metric>`, `FATAL`. A train record whose step does not exceed the previous
   train record's starts a new session (a relaunch). Sessions are keyed `session-1`, `session-2`, ...
 - `trainer_state.json`: its `log_history` entries are minimal telemetry.
@@ -48,7 +48,7 @@ try:  # optional fast path for schema v1 (orjson rejects NaN like the strict par
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
-# The canonical keys of minimal telemetry (SPEC §4-5); `eval_<metric>` is any key starting eval_.
+# The canonical keys of minimal telemetry (docs/WATCHDOG.md, "What is read"); `eval_<metric>` is any key starting eval_.
 MINIMAL_KEYS = ("step", "t", "loss", "lr", "learning_rate", "grad_norm", "sps", "eval_loss", "FATAL")
 # trainer_state.json is rewritten whole at each checkpoint; a few MB for a long run. Bound it anyway.
 MAX_STATE_BYTES = 512 * 1024 * 1024

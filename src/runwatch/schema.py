@@ -1,9 +1,9 @@
-"""Schema v1 of a run directory (SPEC §1–2): the manifest and the records of `metrics.jsonl`.
+"""Schema v1 of a run directory (docs/FORMAT.md): the manifest and the records of `metrics.jsonl`.
 
 This is the one parser and validator of records. The summary, the watchdog, `status` and the
 plots all read through it. Standard library only.
 
-Decisions where the contract is silent (documented in docs/SCHEMA.md):
+Decisions where docs/FORMAT.md is silent (documented in docs/SCHEMA.md):
 - Unknown keys in records and manifests are allowed and ignored (forward compatibility).
 - `memory` values must be ints >= 0; their names are not checked.
 - The manifest's `recipe` must hold all four named keys (`qk_clip_threshold` may be null).
@@ -259,7 +259,7 @@ def read_manifest(run_dir: str) -> dict:
 
 
 def validate_manifest(manifest: Any, where: str = "run.json") -> None:
-    """Check a manifest against SPEC §1; raise InvalidRunError naming the first problem."""
+    """Check a manifest against docs/FORMAT.md, "run.json"; raise InvalidRunError naming the first problem."""
     _obj(manifest, where, "the manifest")
     version = _get(manifest, "schema_version", where, "schema_version")
     if type(version) is not int or version != SCHEMA_VERSION:
@@ -302,7 +302,7 @@ def validate_session(session: Any, where: str, field: str) -> None:
 
 
 def window_tokens(recipe: dict, attempted: int) -> int:
-    """Tokens of `attempted` updates under `recipe` (SPEC §2 token identity)."""
+    """Tokens of `attempted` updates under `recipe` (docs/FORMAT.md, "train": the token identity)."""
     return recipe["batch_size"] * recipe["seq_len"] * recipe["gradient_accumulation_steps"] * attempted
 
 
@@ -369,7 +369,7 @@ def iter_lines(path: str, name: str = "metrics.jsonl") -> Iterator[tuple[int, by
 
 
 class SessionValidator:
-    """Validates the records of one session in order (SPEC §2 and §3 step 3).
+    """Validates the records of one session in order (docs/FORMAT.md, "metrics.jsonl", and the summary's step 3).
 
     `check(record, where)` raises InvalidRunError on the first problem; the validator keeps the
     current step and whether the session has ended. The caller skips other sessions' records.

@@ -1,4 +1,4 @@
-"""The acceptance summary (SPEC §3): what the log of a run's latest session proves.
+"""The acceptance summary (docs/FORMAT.md, "The acceptance summary"): what the log of a run's latest session proves.
 
 Streams `metrics.jsonl` a block of lines at a time through the one record validator (`schema.py`),
 so memory stays flat whatever the log's size. Standard library only; runs under `python -S`. When
@@ -39,7 +39,7 @@ def _check_int_arg(value: Any, name: str) -> int:
 
 
 def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fast: bool = True) -> dict:
-    """Validate the latest session of `run_dir` and return the acceptance summary (SPEC §3).
+    """Validate the latest session of `run_dir` and return the acceptance summary (docs/FORMAT.md).
 
     Raises InvalidRunError (a ValueError) on any invalid input.
     """
