@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Standalone acceptance summary of a runwatch run directory (SPEC §3).
+"""Standalone acceptance summary of a runwatch run directory (docs/FORMAT.md, "The acceptance summary").
 
     python -S scripts/summarize_training_run.py RUN_DIR [--after-step N] [--expect-step N]
 

@@ -1,4 +1,4 @@
-"""SPEC §2's producer invariant, by property: any sequence of logger calls gives a log the summary
+"""The producer invariant (docs/FORMAT.md, "What a writer keeps"), by property: any sequence of logger calls gives a log the summary
 accepts, and every session_end's counters equal start + the sums of the session's train windows."""
 
 from __future__ import annotations

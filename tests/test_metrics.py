@@ -1,4 +1,4 @@
-"""The run logger (SPEC §1–2, issue: the crash-safe logger)."""
+"""The run logger (docs/FORMAT.md, docs/SCHEMA.md "Writing")."""
 
 from __future__ import annotations
 

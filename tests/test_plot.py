@@ -56,7 +56,7 @@ def png_size(path) -> tuple[int, int]:
 
 
 def minimal_log(path, *, inverted: bool = False) -> str:
-    """Minimal telemetry (SPEC §4): a launch to step 300, a relaunch from 200 to 700, evals every 100."""
+    """Minimal telemetry: a launch to step 300, a relaunch from 200 to 700, evals every 100."""
     lines = []
     t = 0.0
     for launch, (first, last) in enumerate([(10, 300), (210, 700)]):

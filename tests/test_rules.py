@@ -1,4 +1,4 @@
-"""The record rules of SPEC §5 as tables: (records, options) -> findings."""
+"""The record rules of docs/WATCHDOG.md as tables: (records, options) -> findings."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_rule_table(records, opts, expected):
 
 
 ORDER_CASES = [
-    # several rules start on one record: the first in SPEC order is reported
+    # several rules start on one record: the first in the documented order is reported
     ("nonfinite_loss before nonfinite_grad", [tr(1, loss=NAN, nf=1, grad=None)], {"grad_patience": 1}, "nonfinite_loss"),
     ("nonfinite_grad before explosion", [tr(1, nf=1, grad=99.0)], {"grad_patience": 1}, "nonfinite_grad"),
     ("explosion before spike", train_series([1.0] * 6) + [tr(7, loss=9.0, grad=99.0)],

@@ -36,6 +36,19 @@ def test_public_api():
 
     assert sorted(runwatch.__all__) == sorted([
         "RunLogger", "summarize", "verify_checkpoint", "RunwatchError", "InvalidRunError", "NonFiniteLossError",
-        "RunLockedError",
+        "RunLockedError", "UsageError", "ConfigError", "LogWriteError", "RanksOutOfStepError", "InsufficientRunError",
+        "DataError", "CheckpointError",
         "__version__",
     ])
+
+
+def test_every_error_of_the_tree_is_exported():
+    """Every exception class of runwatch.errors can be caught by its name from `runwatch`."""
+    import runwatch
+    from runwatch import errors
+
+    classes = {n for n in errors.__all__ if isinstance(getattr(errors, n), type)}
+    assert classes == {n for n in runwatch.__all__ if n.endswith("Error")}
+    for name in classes:
+        assert getattr(runwatch, name) is getattr(errors, name)
+        assert issubclass(getattr(errors, name), errors.RunwatchError)

@@ -1,4 +1,4 @@
-"""The acceptance summary (SPEC §3): the corpus, the standalone script, hostile files."""
+"""The acceptance summary (docs/FORMAT.md): the corpus, the standalone script, hostile files."""
 
 from __future__ import annotations
 

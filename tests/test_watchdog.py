@@ -1,4 +1,4 @@
-"""`runwatch watch` and `runwatch check`: every exit code and verdict line of SPEC §4, against real
+"""`runwatch watch` and `runwatch check`: every exit code and verdict line of docs/WATCHDOG.md, against real
 writers in real subprocesses killed with real signals, and in-process through `cli.main`."""
 
 from __future__ import annotations

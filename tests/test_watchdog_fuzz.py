@@ -48,7 +48,7 @@ def _check(files: dict[str, bytes], target: str = "") -> tuple[int, list[str], s
 
 
 def _assert_well_formed(code: int, lines: list[str], err: str) -> str:
-    """Exit 0 or 7 and the lines SPEC §5 prescribes; return the verdict line."""
+    """Exit 0 or 7 and the lines docs/WATCHDOG.md prescribes; return the verdict line."""
     assert code in (0, 7), (code, lines, err)
     assert lines, err
     *findings, verdict = lines

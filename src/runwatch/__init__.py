@@ -5,18 +5,38 @@ standard library. `verify_checkpoint` reads a checkpoint back (torch/safetensors
 """
 
 from .checkpoint import verify_checkpoint
-from .errors import InvalidRunError, NonFiniteLossError, RunLockedError, RunwatchError
+from .errors import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    InsufficientRunError,
+    InvalidRunError,
+    LogWriteError,
+    NonFiniteLossError,
+    RanksOutOfStepError,
+    RunLockedError,
+    RunwatchError,
+    UsageError,
+)
 from .metrics import RunLogger
 from .summary import summarize
 
+# Every exception a public function raises is exported here, so callers can catch it by name.
 __all__ = [
     "RunLogger",
     "summarize",
     "verify_checkpoint",
     "RunwatchError",
     "InvalidRunError",
-    "NonFiniteLossError",
+    "UsageError",
+    "ConfigError",
     "RunLockedError",
+    "LogWriteError",
+    "NonFiniteLossError",
+    "RanksOutOfStepError",
+    "InsufficientRunError",
+    "DataError",
+    "CheckpointError",
     "__version__",
 ]
 

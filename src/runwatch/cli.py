@@ -3,20 +3,22 @@
 Each sub-command is registered by a small `_add_<name>` function that declares its options and
 names the function that runs it; heavy modules are imported only when their command runs.
 
-Exit codes (SPEC §4): 0 success, 1 invalid input or failure, 2 usage, 7 anomaly (watch/check).
+Exit codes (runwatch.errors; docs/FORMAT.md, "Exit codes"): 0 success, 1 invalid input or failure,
+2 usage, 7 anomaly (watch/check). `run_guarded` maps exceptions to them, for `runwatch` and for
+the standalone summary script alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, Sequence
 
-from .errors import EXIT_FAIL, EXIT_USAGE, InsufficientRunError, InvalidRunError, RunwatchError, UsageError
+from .errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE, InsufficientRunError, InvalidRunError, RunwatchError, UsageError
 from .options import Parser
 
-__all__ = ["main", "build_parser"]
-
+__all__ = ["main", "build_parser", "run_guarded"]
 
 
 def _run_summarize(args: argparse.Namespace) -> int:
@@ -152,9 +154,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `runwatch` with `argv` (default: sys.argv[1:]); return the exit status."""
-    try:
+
+    def command() -> int:
         args = build_parser().parse_args(argv)
         return int(args.func(args))
+
+    return run_guarded(command)
+
+
+def run_guarded(command: Callable[[], int]) -> int:
+    """Run `command` and return its exit status; an exception becomes a code and one line on stderr.
+
+    UsageError: 2. InvalidRunError: 1, `Invalid training run: <message>`. Any other RunwatchError:
+    1, `runwatch: <message>`. Ctrl-C: 130. A reader that closed our stdout (`runwatch ... | head`):
+    1 and nothing more, no traceback: the output was not all delivered, and there is no one to
+    tell. SystemExit (argparse's --help, --version) keeps its code.
+    """
+    try:
+        code = command()
+        sys.stdout.flush()  # here, not at exit: a closed pipe must be caught like any other error
+        return code
     except SystemExit as exc:  # --help, --version
         return exc.code if isinstance(exc.code, int) else 0
     except UsageError as exc:
@@ -171,6 +190,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAIL
     except KeyboardInterrupt:
         print("runwatch: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `runwatch ... | head`
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _discard_stdout()
         return EXIT_FAIL
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, as the Python docs recommend after EPIPE: the interpreter's
+    final flush of what is still buffered would otherwise fail again and print a traceback."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # replaced by something without a descriptor
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)

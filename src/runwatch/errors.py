@@ -1,7 +1,7 @@
 """The one exception hierarchy of runwatch.
 
     RunwatchError                       anything runwatch raises on purpose
-    ├── InvalidRunError (ValueError)    a run directory or log breaks the contract (SPEC §1–3)
+    ├── InvalidRunError (ValueError)    a run directory or log breaks docs/FORMAT.md
     ├── UsageError                      a command line or option that cannot work (exit 2)
     │   └── ConfigError (ValueError)    a bad option, recipe or runwatch.toml value, named in the message
     ├── RunLockedError                  a second logger on a run directory in use
@@ -12,7 +12,8 @@
     ├── DataError                       a data set `audit-data` cannot read as a whole (not one bad row)
     └── CheckpointError                 a checkpoint that cannot be read back (`verify_checkpoint`)
 
-The command line maps these to exit codes in one place (`runwatch.cli.main`).
+The command line maps these to the exit codes below in one place (`runwatch.cli.main`);
+docs/FORMAT.md, "Exit codes", lists them per command.
 """
 
 from __future__ import annotations
@@ -33,13 +34,19 @@ __all__ = [
     "InsufficientRunError",
     "DataError",
     "CheckpointError",
+    "EXIT_OK",
+    "EXIT_FAIL",
+    "EXIT_USAGE",
+    "EXIT_ANOMALY",
+    "EXIT_INTERRUPTED",
 ]
 
-# The exit codes of every command (docs/FORMAT.md, "Exit codes"); `cli.main` maps exceptions to them.
-EXIT_OK = 0  # success: completed, clean, valid, fits
-EXIT_FAIL = 1  # invalid input, a failed check, does not fit
-EXIT_USAGE = 2  # a command line or option that cannot work
-EXIT_ANOMALY = 7  # the watchdog found trouble
+# --- exit codes -----------------------------------------------------------------------------------
+EXIT_OK = 0  # success: a valid run, a clean check, a completed watch, a passed smoke run
+EXIT_FAIL = 1  # a RunwatchError: an invalid run (`Invalid training run: ...`), a failed check
+EXIT_USAGE = 2  # a UsageError (ConfigError included): a command line or option that cannot work
+EXIT_ANOMALY = 7  # `watch` and `check`: an anomaly
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended (128 + 2)
 
 
 class RunwatchError(Exception):

@@ -23,7 +23,7 @@ import stat as _stat
 from dataclasses import dataclass, field
 
 from .errors import InvalidRunError
-from .schema import MAX_LINE_BYTES, read_manifest
+from .schema import MAX_LINE_BYTES, open_regular, read_manifest
 
 __all__ = ["Batch", "LogFollower", "ManifestFollower", "tail_lines", "READ_CHUNK_BYTES"]
 
@@ -141,7 +141,7 @@ class LogFollower:
             self.size_seen = st.st_size
             return batch
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            self._fd = open_regular(self.path, self.path)
         start = self.offset
         want = min(st.st_size - start, max(self.chunk_bytes, self.max_line_bytes + 1))
         data = os.pread(self._fd, want, start)

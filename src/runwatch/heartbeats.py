@@ -24,12 +24,12 @@ import json
 import math
 import os
 import re
-import stat
 import statistics
 import time
 from typing import Any
 
 from .errors import InvalidRunError
+from .schema import loads, open_regular
 
 __all__ = [
     "HEARTBEAT_DIR",
@@ -61,7 +61,7 @@ class HeartbeatConfig:
     """How often each rank rewrites its heartbeat between windows, and how often it samples where
     its main thread is (inside a collective or not)."""
 
-    # 30 s: ten refreshes within the default --rank-stall of 300 s (SPEC §5), ~0.03 writes/s a rank.
+    # 30 s: ten refreshes within the default --rank-stall of 300 s (docs/WATCHDOG.md, "Options"), ~0.03 writes/s a rank.
     every_seconds: float = 30.0
     # 10 Hz: a few microseconds of one thread a sample; enough for windows of a second or more.
     sample_seconds: float = 0.1
@@ -112,13 +112,6 @@ def heartbeat_path(run_dir: str, rank: int) -> str:
     return os.path.join(run_dir, HEARTBEAT_DIR, f"rank-{rank}.json")
 
 
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not a valid JSON number")
-
-
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-
-
 def _field(obj: dict, key: str, kind: str, where: str) -> Any:
     value = obj.get(key)
     t = type(value)
@@ -150,14 +143,7 @@ def _field(obj: dict, key: str, kind: str, where: str) -> Any:
 
 def parse_heartbeat(data: bytes, where: str) -> Heartbeat:
     """One heartbeat file's bytes; InvalidRunError naming `where` when they are not one."""
-    try:
-        obj = _DECODER.decode(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InvalidRunError(f"{where}: invalid UTF-8 at byte {exc.start}") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidRunError(f"{where}: malformed JSON: {exc.msg} at column {exc.colno}") from None
-    except (ValueError, RecursionError) as exc:
-        raise InvalidRunError(f"{where}: malformed JSON: {exc}") from None
+    obj = loads(data, where)
     if type(obj) is not dict:
         raise InvalidRunError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     state = _field(obj, "state", "str", where)
@@ -216,10 +202,8 @@ def read_heartbeats(run_dir: str) -> tuple[dict[int, Heartbeat], list[str]]:
         where = f"{HEARTBEAT_DIR}/{name}"
         try:
             # raw reads: one syscall a file; O_NONBLOCK so that a FIFO in the way cannot block a poll
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NONBLOCK)
+            fd = open_regular(os.path.join(folder, name), where, name_directory=False)
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise InvalidRunError(f"{where}: not a regular file")
                 data = os.read(fd, MAX_HEARTBEAT_BYTES + 1)
             finally:
                 os.close(fd)

@@ -1,4 +1,4 @@
-"""The files of a run directory as its writer keeps them (SPEC §1): `metrics.jsonl` appended under
+"""The files of a run directory as its writer keeps them (docs/FORMAT.md, "Files"): `metrics.jsonl` appended under
 an advisory lock, `run.json` replaced atomically, a torn tail set aside on resume.
 
 `RunLogger` (metrics.py) decides what to write; a `Journal` decides how it reaches the disk. Non-zero
@@ -15,24 +15,47 @@ import os
 import secrets
 import stat
 import time
+from typing import IO, Any, Iterator
 
 from .errors import InvalidRunError, LogWriteError, RunLockedError
 from .schema import SCHEMA_VERSION, dumps, read_manifest
 
-__all__ = ["Journal", "NullJournal", "atomic_write_text", "utc_now", "new_run_id", "new_session_id"]
+__all__ = [
+    "Journal",
+    "NullJournal",
+    "atomic_write",
+    "atomic_write_text",
+    "utc_now",
+    "new_run_id",
+    "new_session_id",
+]
 
 _log = logging.getLogger("runwatch")
 # How far back a resume reads at a time while looking for the last newline of a torn log.
 _BACKSCAN_CHUNK = 64 * 1024
+# The watchdog's verdict: one small object (~300 bytes); 1 MiB bounds a garbage file.
 
 
-def atomic_write_text(path: str, text: str) -> None:
-    """Replace `path` with `text` atomically: a temp file beside it, fsync, os.replace. A reader
-    sees the old file or the new one, never a part; a failure leaves no temp file behind."""
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "w", *, sync_dir: bool = False) -> Iterator[IO[Any]]:
+    """Replace `path` atomically with what the body writes to the file this yields.
+
+        with atomic_write("out.png", "wb") as f:
+            fig.savefig(f, format="png")
+
+    The file is a temp file beside `path` (`<path>.tmp-<pid>`); a clean exit flushes it, fsyncs
+    it and renames it onto `path` (os.replace), so a reader sees the old file or the new one,
+    never a part. An exception in the body or in the commit removes the temp file and propagates.
+    `mode` is "w" (text, UTF-8) or "wb" (bytes). `sync_dir` fsyncs the directory after the rename,
+    so that the rename itself survives a power loss (run.json needs it; a failure there is ignored:
+    the file is already in place).
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_write: mode must be 'w' or 'wb', got {mode!r}")
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, mode, encoding="utf-8" if mode == "w" else None) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -40,6 +63,19 @@ def atomic_write_text(path: str, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if sync_dir:
+        with contextlib.suppress(OSError):
+            dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Replace `path` with `text` atomically (see `atomic_write`)."""
+    with atomic_write(path) as f:
+        f.write(text)
 
 
 def utc_now() -> str:
@@ -187,25 +223,11 @@ class Journal:
         return {"schema_version": SCHEMA_VERSION, "run_id": run_id, "created_at": utc_now(), "sessions": []}
 
     def _write_manifest(self, manifest: dict) -> None:
-        tmp = f"{self._manifest_path}.tmp-{os.getpid()}"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            with atomic_write(self._manifest_path, sync_dir=True) as f:
                 f.write(dumps(manifest) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._manifest_path)
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(exc, OSError):  # disk full, file-size limit: run.json is left as it was
-                raise LogWriteError(exc.errno, f"{self._manifest_path}: cannot write: {exc.strerror or exc}") from None
-            raise
-        with contextlib.suppress(OSError):  # make the rename durable
-            dfd = os.open(self.run_dir, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+        except OSError as exc:  # disk full, file-size limit: run.json is left as it was
+            raise LogWriteError(exc.errno, f"{self._manifest_path}: cannot write: {exc.strerror or exc}") from None
 
     def _write(self, rec: dict, sync: bool = False) -> None:
         if self._failed is not None:

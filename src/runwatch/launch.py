@@ -23,7 +23,7 @@ from .process import alive, read_pid_file
 
 __all__ = ["launch", "LAUNCH_ENV", "add_arguments", "run"]
 
-# Added to the command's environment (issue 4): line-buffered logs, no progress bars in stdout.log,
+# Added to the command's environment: line-buffered logs, no progress bars in stdout.log,
 # quiet transformers, no tokenizers fork warnings, and where the run directory is.
 LAUNCH_ENV = {
     "PYTHONUNBUFFERED": "1",

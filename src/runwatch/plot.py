@@ -19,15 +19,16 @@ used: no pyplot, no global backend switch.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
+import statistics
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidRunError, RunwatchError, UsageError
+from .journal import atomic_write
 from .options import add_flags, build, given_options
 from .verdict import read_verdict
 from .records import Target, iter_records, parser_for, resolve_target
@@ -127,7 +128,7 @@ def load_run(target: str, opts: RuleOptions) -> RunView:
         s.baseline, s.baseline_set = _baseline(rules.engine(key))
     v1 = parser.mode == "v1"
     title = parser.manifest["run_id"] if v1 and parser.manifest else os.path.basename(t.log_path)
-    verdict, problem = _final_verdict(t.run_dir)
+    verdict, problem = read_verdict(t.run_dir)
     return RunView(t, title, v1, list(sessions.values()), findings, verdict, problem)
 
 
@@ -164,19 +165,9 @@ def _baseline(engine: Rules) -> tuple[float | None, bool]:
     rule = next(r for r in engine.rules if isinstance(r, ThroughputDrop))
     if rule.baseline is not None:
         return rule.baseline, True
-    samples = sorted(rule.samples)
-    if not samples:
+    if not rule.samples:
         return None, False
-    mid = len(samples) // 2
-    return (samples[mid] if len(samples) % 2 else (samples[mid - 1] + samples[mid]) / 2), False
-
-
-def _final_verdict(run_dir: str) -> tuple[dict | None, str | None]:
-    """The watch's final verdict from watchdog.json (None while a watch is still running)."""
-    doc, problem = read_verdict(run_dir)
-    if doc is not None and doc.get("verdict") not in ("done", "anomaly"):
-        return None, None
-    return doc, problem
+    return statistics.median(rule.samples), False
 
 
 # --- drawing --------------------------------------------------------------------------------------
@@ -504,25 +495,15 @@ def snapshot(target: str, output: str | None = None, opts: RuleOptions | None = 
 
 
 def _save(fig: Any, path: str) -> None:
-    """Write the PNG to a temp file beside `path`, fsync, rename: never a half-written picture."""
+    """Write the PNG atomically (journal.atomic_write): never a half-written picture."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise UsageError(f"plot: -o {path}: directory {directory} does not exist")
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
+        with atomic_write(path, "wb") as f:
             fig.savefig(f, format="png", dpi=DPI)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise RunwatchError(f"plot: cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # --- the command line -----------------------------------------------------------------------------

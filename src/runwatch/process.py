@@ -16,9 +16,9 @@ from typing import Callable
 
 __all__ = ["alive", "exit_status", "read_pid_file", "oom_line", "stop", "STOP_GRACE_SECONDS", "OOM_PATTERNS"]
 
-# SPEC §5 --stop-on-anomaly: wait at most 30 s after SIGTERM before SIGKILL.
+# --stop-on-anomaly (docs/WATCHDOG.md, "Rules on every poll"): wait at most 30 s after SIGTERM before SIGKILL.
 STOP_GRACE_SECONDS = 30.0
-# SPEC §5: an out-of-memory death shows one of these in the tail of stdout.log.
+# `oom` (docs/WATCHDOG.md, "Rules on every poll"): an out-of-memory death shows one of these in the tail of stdout.log.
 OOM_PATTERNS = ("CUDA out of memory", "OutOfMemoryError", "std::bad_alloc", "MemoryError")
 # The tail of stdout.log searched for them: a traceback and the allocator's message fit easily.
 OOM_TAIL_BYTES = 64 * 1024
@@ -37,18 +37,21 @@ def _describe(status: int) -> str:
     return f"exit status {os.WEXITSTATUS(status)}"
 
 
-def alive(pid: int) -> bool:
-    """Whether process `pid` is running (a zombie is not)."""
+def _reap(pid: int) -> bool:
+    """Reap `pid` if it is our child and has ended, keeping how it ended; whether it was."""
     try:
         done, status = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            _reaped[pid] = _describe(status)
-            return False
-    except ChildProcessError:
-        pass  # not our child
-    except OSError:
-        pass
-    if pid in _reaped:
+    except OSError:  # ChildProcessError: not our child
+        return False
+    if done != pid:
+        return False
+    _reaped[pid] = _describe(status)
+    return True
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` is running (a zombie is not)."""
+    if _reap(pid) or pid in _reaped:
         return False
     try:
         os.kill(pid, 0)
@@ -60,9 +63,12 @@ def alive(pid: int) -> bool:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
         state = data[data.rindex(b")") + 2:data.rindex(b")") + 3]
-        return state not in (b"Z", b"X")
     except (OSError, ValueError):
         return True
+    if state in (b"Z", b"X"):
+        _reap(pid)  # our child may have ended since the first look: keep how, for exit_status
+        return False
+    return True
 
 
 def exit_status(pid: int) -> str | None:

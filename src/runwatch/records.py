@@ -9,7 +9,7 @@ Whatever a run wrote, readers (the watchdog, `check`, `status`, plots) see the s
 
 - Schema v1 (a run directory with `run.json`): each record goes through `schema.SessionValidator`;
   one that fails it, or holds NaN, becomes a record of kind `invalid` carrying the message.
-- Minimal telemetry (SPEC §4): `step`, `t`, `loss`, `lr`/`learning_rate`, `grad_norm`, `sps`,
+- Minimal telemetry (docs/WATCHDOG.md, "What is read"): `step`, `t`, `loss`, `lr`/`learning_rate`, `grad_norm`, `sps`,
   `eval_loss`, `eval_<metric>`, `FATAL`. A train record whose step does not exceed the previous
   train record's starts a new session (a relaunch). Sessions are keyed `session-1`, `session-2`, ...
 - `trainer_state.json`: its `log_history` entries are minimal telemetry.
@@ -48,7 +48,7 @@ try:  # optional fast path for schema v1 (orjson rejects NaN like the strict par
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
-# The canonical keys of minimal telemetry (SPEC §4-5); `eval_<metric>` is any key starting eval_.
+# The canonical keys of minimal telemetry (docs/WATCHDOG.md, "What is read"); `eval_<metric>` is any key starting eval_.
 MINIMAL_KEYS = ("step", "t", "loss", "lr", "learning_rate", "grad_norm", "sps", "eval_loss", "FATAL")
 # trainer_state.json is rewritten whole at each checkpoint; a few MB for a long run. Bound it anyway.
 MAX_STATE_BYTES = 512 * 1024 * 1024
@@ -190,12 +190,6 @@ def _fmt(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _lenient(raw: bytes | str) -> Any:
-    # Minimal telemetry and trainer_state.json may hold NaN/Infinity tokens (Python's json writes
-    # them): they are findings (`nonfinite_loss`), not parse errors.
-    return json.loads(raw)
-
-
 class RecordParser:
     """Turns raw lines (or trainer_state entries) into Records, keeping the per-session state.
 
@@ -290,15 +284,11 @@ class RecordParser:
         if not raw.strip():
             return None
         try:
-            obj = _lenient(raw)
-        except UnicodeDecodeError as exc:
-            return self.invalid(where, f"{where}: invalid UTF-8 at byte {exc.start}")
-        except RecursionError:
-            return self.invalid(where, f"{where}: JSON nested too deeply")
-        except ValueError as exc:
-            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-            col = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
-            return self.invalid(where, f"{where}: malformed JSON: {msg}{col}")
+            # Minimal telemetry may hold NaN/Infinity tokens (Python's json writes them): they are
+            # findings (`nonfinite_loss`), not parse errors.
+            obj = loads(raw, where, strict=False)
+        except InvalidRunError as exc:
+            return self.invalid(where, str(exc))
         return self.parse_object(obj, where)
 
     def _v1(self, raw: bytes, where: str) -> Record:
@@ -464,12 +454,7 @@ def read_trainer_state(path: str) -> list:
     """The `log_history` list of a Hugging Face trainer_state.json (NaN tokens allowed)."""
     name = os.path.basename(path)
     data = read_regular_file(path, name, MAX_STATE_BYTES)
-    try:
-        state = _lenient(data)
-    except RecursionError:
-        raise InvalidRunError(f"{name}: JSON nested too deeply") from None
-    except ValueError as exc:
-        raise InvalidRunError(f"{name}: malformed JSON: {exc}") from None
+    state = loads(data, name, strict=False)
     history = state.get("log_history") if isinstance(state, dict) else None
     if not isinstance(history, list):
         raise InvalidRunError(f"{name}: log_history must be a list, got {_json_type(history)}")

@@ -120,7 +120,7 @@ def describe(t: Target, out: dict, recs: list[Record], mtime: float | None, now:
         out["process"] = {"pid": pid, "alive": alive(pid)}
     else:  # another node of the cluster: its pids mean nothing here
         out["process"] = {"pid": pid, "alive": None, "host": host}
-    verdict, _problem = read_verdict(t.run_dir)
+    verdict, _problem = read_verdict(t.run_dir, watching=True)
     launch = _read_json(os.path.join(t.run_dir, "launch.json"))
     if isinstance(verdict, dict):
         verdict.pop("state", None)  # the watch's resumable state: not for a check-in

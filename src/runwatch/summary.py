@@ -1,4 +1,4 @@
-"""The acceptance summary (SPEC §3): what the log of a run's latest session proves.
+"""The acceptance summary (docs/FORMAT.md, "The acceptance summary"): what the log of a run's latest session proves.
 
 Streams `metrics.jsonl` a block of lines at a time through the one record validator (`schema.py`),
 so memory stays flat whatever the log's size. Standard library only; runs under `python -S`. When
@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any, Sequence
 
-from .errors import InvalidRunError
-from .schema import _DECODER, SessionValidator, iter_line_blocks, loads, read_manifest
+from .errors import EXIT_OK, InvalidRunError, RunwatchError
+from .schema import SessionValidator, iter_line_blocks, loads, read_manifest, strict_json
 
 __all__ = ["summarize", "main"]
 
@@ -40,7 +39,7 @@ def _check_int_arg(value: Any, name: str) -> int:
 
 
 def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fast: bool = True) -> dict:
-    """Validate the latest session of `run_dir` and return the acceptance summary (SPEC §3).
+    """Validate the latest session of `run_dir` and return the acceptance summary (docs/FORMAT.md).
 
     Raises InvalidRunError (a ValueError) on any invalid input.
     """
@@ -54,7 +53,7 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
     session_id = session["session_id"]
     validator = SessionValidator(manifest["run_id"], session)
     orjson_loads = _orjson.loads if fast and _orjson is not None else None
-    parse = orjson_loads or _parse
+    parse = orjson_loads or strict_json
     take = validator.take_window
     window_values = validator.window_values
 
@@ -196,11 +195,6 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
     }
 
 
-def _parse(raw: bytes) -> Any:
-    """What schema.loads does, without its wrapping, for the common line."""
-    return _DECODER.decode(raw.decode("utf-8"))
-
-
 def _read_line(validator: SessionValidator, lineno: int, raw: bytes, rec: Any, fast: bool) -> dict | None:
     """A line that `take_window` declined: `rec` as first parsed (None: it did not parse).
 
@@ -237,23 +231,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the summary of `args.run_dir` as JSON; exit status 0, or 1 with one line on stderr."""
+    """Print the summary of `args.run_dir` as JSON and return 0.
+
+    Any invalid input raises InvalidRunError (a ValueError, KeyError, OSError or RecursionError of
+    the reading becomes one), which the command line prints as `Invalid training run: ...`, exit 1.
+    """
     try:
         result = summarize(args.run_dir, args.after_step, args.expect_step)
         text = json.dumps(result, indent=2, allow_nan=False)
-    except (InvalidRunError, ValueError, KeyError, OSError, RecursionError, MemoryError) as exc:
+    except RunwatchError:
+        raise
+    except (ValueError, KeyError, OSError, RecursionError, MemoryError) as exc:
         message = str(exc) if not isinstance(exc, KeyError) else f"missing key {exc}"
-        print(f"Invalid training run: {message}", file=sys.stderr)
-        return 1
+        raise InvalidRunError(message) from None
     print(text)
-    return 0
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The standalone `scripts/summarize_training_run.py` entry point."""
-    parser = argparse.ArgumentParser(
+    """The standalone `scripts/summarize_training_run.py` entry point; returns the exit status."""
+    from .cli import run_guarded
+    from .options import Parser
+
+    parser = Parser(
         prog="summarize_training_run.py",
         description="Validate a run's latest session and print its acceptance summary as JSON.",
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run_guarded(lambda: run(parser.parse_args(argv)))

@@ -9,16 +9,17 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
 
-from .errors import EXIT_ANOMALY, EXIT_OK
+from .errors import EXIT_ANOMALY, EXIT_OK, InvalidRunError
 from .journal import atomic_write_text
 from .rules import fmt_step, verdict_class
-from .schema import read_regular_file
+from .schema import loads, read_regular_file
 
 __all__ = ["Verdict", "write_verdict", "read_verdict", "VERDICT_FILE"]
 
 VERDICT_FILE = "watchdog.json"
+# A verdict is a few hundred bytes; the watching record adds the watch's state (rule windows: a few KB).
+MAX_VERDICT_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,15 +70,24 @@ def write_verdict(run_dir: str, verdict: Verdict) -> str:
     return path
 
 
-def read_verdict(run_dir: str) -> tuple[dict | None, str | None]:
-    """`watchdog.json` as a dict (None when absent), and why it could not be read (else None)."""
+def read_verdict(run_dir: str, *, watching: bool = False) -> tuple[dict | None, str | None]:
+    """The watchdog's verdict in `run_dir/watchdog.json`, as `(verdict, problem)`.
+
+    `(verdict, None)` for a `done` or `anomaly` verdict (and for the `watching` record of a watch
+    still running when `watching=True`); `(None, None)` when there is no file, or while a watch
+    runs; `(None, problem)` when the file cannot be read or holds no verdict, `problem` one line
+    naming the file (`watchdog.json: malformed JSON: ...`). Read like run.json: a regular file
+    only (a FIFO cannot block), bounded, strict JSON.
+    """
     path = os.path.join(run_dir, VERDICT_FILE)
     if not os.path.lexists(path):
         return None, None
-    try:  # non-blocking and bounded: a FIFO named watchdog.json must not hang a check-in
-        doc: Any = json.loads(read_regular_file(path, VERDICT_FILE, 1 << 20))
-    except (OSError, ValueError) as exc:  # InvalidRunError is a ValueError
-        return None, f"{VERDICT_FILE} unreadable: {exc}"
-    if not isinstance(doc, dict) or "verdict" not in doc:
-        return None, f"{VERDICT_FILE} unreadable: no verdict"
+    try:
+        doc = loads(read_regular_file(path, VERDICT_FILE, MAX_VERDICT_BYTES), VERDICT_FILE)
+    except InvalidRunError as exc:
+        return None, str(exc)
+    if isinstance(doc, dict) and doc.get("verdict") == "watching":
+        return (doc, None) if watching else (None, None)
+    if not isinstance(doc, dict) or doc.get("verdict") not in ("done", "anomaly"):
+        return None, f"{VERDICT_FILE}: no verdict"
     return doc, None

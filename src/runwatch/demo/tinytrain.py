@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import time
 from typing import Sequence
 
 from ..auroc import auroc
+from ..journal import atomic_write
 
 VOCAB = 16
 INJECTIONS = ("nan", "stall", "crash", "slowdown", "explode")
@@ -79,11 +81,8 @@ def build_model(torch):
 
 
 def _save_checkpoint(torch, path: str, payload: dict) -> int:
-    tmp = path + ".tmp"
-    torch.save(payload, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with atomic_write(path, "wb") as f:
+        torch.save(payload, f)
     return os.path.getsize(path)
 
 
@@ -192,16 +191,8 @@ def _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, 
 
 def _link_latest(path: str, latest: str) -> None:
     """Point ckpt/latest.pt at `path` atomically (a copy of the bytes; symlinks break on some shares)."""
-    tmp = latest + ".tmp"
-    with open(path, "rb") as src, open(tmp, "wb") as dst:
-        while True:
-            block = src.read(1 << 20)
-            if not block:
-                break
-            dst.write(block)
-        dst.flush()
-        os.fsync(dst.fileno())
-    os.replace(tmp, latest)
+    with open(path, "rb") as src, atomic_write(latest, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -38,6 +39,8 @@ from typing import Any, Callable
 
 from .corpus import Corpus, JsonlWriter, Row, open_writer
 from ..errors import DataError, UsageError
+from ..journal import atomic_write_text
+from ..schema import strict_json
 
 __all__ = ["AuditOptions", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
 
@@ -95,10 +98,6 @@ class AuditOptions:
 # --- checking one row (in a worker, or in this process with --workers 0) --------------------------
 
 
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"{token} is not valid JSON")
-
-
 def _load_function(spec: str) -> Callable[[str], Any]:
     module_name, _, name = spec.partition(":")
     try:
@@ -121,10 +120,8 @@ def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], N
         def run_check(text: str) -> Any:
             return ast.parse(text)
     elif check == "json":
-        decoder = json.JSONDecoder(parse_constant=_reject_constant)
-
         def run_check(text: str) -> Any:
-            decoder.decode(text)
+            strict_json(text)
     else:
         custom = _load_function(check)
 
@@ -331,7 +328,7 @@ def audit(input_path: str, options: AuditOptions) -> dict:
     os.makedirs(out, exist_ok=True)
     names = {"raw": f"kept.raw.{corpus.ext}", "normalized": f"kept.normalized.{corpus.ext}",
              "rejected": "rejected.jsonl", "audit": "audit.json"}
-    tmp = {k: os.path.join(out, f".{v}.tmp-{os.getpid()}") for k, v in names.items()}
+    tmp = {k: os.path.join(out, f".{v}.tmp-{os.getpid()}") for k, v in names.items() if k != "audit"}
     progress = _Progress(sys.stderr.isatty() if options.progress is None else options.progress)
     counts: dict[str, dict[str, int]] = {}
     stats = {"rows": 0, "kept": 0}
@@ -402,12 +399,13 @@ def audit(input_path: str, options: AuditOptions) -> dict:
             "out": out,
             "outputs": names,
         }
-        with open(tmp["audit"], "w", encoding="utf-8") as f:
-            f.write(json.dumps(report, indent=2, allow_nan=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        for key in ("raw", "normalized", "rejected", "audit"):  # audit.json last: it marks a finished audit
+        # audit.json marks a finished audit: it goes first and comes back last, so that it never
+        # stands beside outputs it does not describe.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(out, names["audit"]))
+        for key in ("raw", "normalized", "rejected"):
             os.replace(tmp[key], os.path.join(out, names[key]))
+        atomic_write_text(os.path.join(out, names["audit"]), json.dumps(report, indent=2, allow_nan=False) + "\n")
         progress.update(rows, stats["kept"], final=True)
         done = True
         return report

@@ -12,7 +12,7 @@ Checks, in order (each PASS or FAIL):
   checkpoint file still on disk is read back now with `verify_checkpoint`.
 - `projection` (with `--samples` and `--window`): `runwatch plan` says the long run fits.
 
-The last line is `SMOKE PASS` (exit 0) or `SMOKE FAIL: <checks that failed>` (exit 1) (SPEC §4).
+The last line is `SMOKE PASS` (exit 0) or `SMOKE FAIL: <checks that failed>` (exit 1) (docs/FORMAT.md, "Exit codes").
 Standard library only, but for torch/safetensors when a checkpoint must be read back.
 """
 
