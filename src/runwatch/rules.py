@@ -1,9 +1,9 @@
-"""The watchdog's record rules (SPEC §5): records in, findings out.
+"""The watchdog's record rules (docs/WATCHDOG.md, "Rules on records"): records in, findings out.
 
 Each rule is a small unit with one method, `look(record)`, that says whether its condition holds
 at that record (a message), does not hold (None), or that the rule does not look at this record
 (`SKIP`: its condition is neither re-evaluated nor cleared there). `Rules` runs them in the order
-SPEC §5 lists, reports a rule once when its condition starts to hold and again only after it has
+docs/WATCHDOG.md lists, reports a rule once when its condition starts to hold and again only after it has
 cleared, and reports at most one finding per record: the first in that order. Everything a rule
 remembers is plain JSON (`state_dict()` / `load_state_dict()`), so a watch can be saved and resumed.
 
@@ -123,7 +123,7 @@ def _g(x: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One anomaly: its kind (SPEC §4), the step of the triggering record, and a message."""
+    """One anomaly: its kind (docs/WATCHDOG.md), the step of the triggering record, and a message."""
 
     kind: str
     step: int | float
@@ -274,7 +274,7 @@ class GradCollapse(_Streak):
         return None
 
 
-# A loss spike is judged against at least this many earlier train records of the session (SPEC §5).
+# A loss spike is judged against at least this many earlier train records of the session (docs/WATCHDOG.md, `loss_spike`).
 SPIKE_MIN_HISTORY = 5
 
 
@@ -482,7 +482,7 @@ class StuckMetric(_Metric):
         return None
 
 
-# The reporting order on one record (SPEC §5 "Details"): train rules, then eval-value rules.
+# The reporting order on one record (docs/WATCHDOG.md, "Rules on records"): train rules, then eval-value rules.
 RULE_ORDER: tuple[type[Rule], ...] = (
     InvalidLog, NonfiniteLoss, NonfiniteGrad, GradExplosion, GradCollapse, LossSpike, LossCollapse,
     LossAtChance, ThroughputDrop, SessionError, Interrupted,

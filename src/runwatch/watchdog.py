@@ -1,4 +1,4 @@
-"""The watchdog (`runwatch watch`) and its replay (`runwatch check`), SPEC §4–5.
+"""The watchdog (`runwatch watch`) and its replay (`runwatch check`) (docs/WATCHDOG.md).
 
     verdict = watch("runs/a", Options(stall=120))   # blocks; Verdict("done"|"anomaly", ...)
     result = check("runs/a")                        # every finding of the log as it stands
