@@ -3,7 +3,7 @@
 Each sub-command is registered by a small `_add_<name>` function that declares its options and
 names the function that runs it; heavy modules are imported only when their command runs.
 
-Exit codes (SPEC §4): 0 success, 1 invalid input or failure, 2 usage, 7 anomaly (watch/check).
+Exit codes (SPEC §4): 0 success, 1 invalid input or failure, 2 usage, 7 anomaly (watch/check) or gave up (supervise).
 """
 
 from __future__ import annotations
@@ -70,6 +70,14 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: launch.run(args))
 
 
+def _add_supervise(sub: argparse._SubParsersAction) -> None:
+    from . import supervise
+
+    p = sub.add_parser("supervise", help="launch a training and keep it alive: relaunch, roll back, or give up (exit 7)")
+    supervise.add_arguments(p)
+    p.set_defaults(func=lambda args: supervise.run(args))
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     from . import demo
 
@@ -123,6 +131,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_check,
     _add_status,
     _add_launch,
+    _add_supervise,
     _add_plot,
     _add_tensorboard,
     _add_preflight,
