@@ -23,6 +23,7 @@ from .process import alive, read_pid_file
 from .records import Record, RecordParser, read_trainer_state, resolve_target
 from .rules import fmt_step
 from .schema import read_manifest
+from .supervise import supervise_status
 
 __all__ = ["status", "format_status", "gpu_info", "add_arguments", "run"]
 
@@ -114,6 +115,7 @@ def status(run_dir: str, *, gpus: bool = True, now: float | None = None) -> dict
     out["watchdog"] = verdict if isinstance(verdict, dict) else None
     out["gpus"] = gpu_info() if gpus else None
     out["ranks"] = rank_status_lines(t.run_dir, now)  # multi-rank runs: at most 4 lines; else []
+    out["supervise"] = supervise_status(t.run_dir)  # a supervised run: attempt, restarts, rollbacks; else None
     return out
 
 
@@ -228,6 +230,11 @@ def format_status(st: dict) -> list[str]:
         lines.append(f"watchdog {what} step={w.get('step')}: {w.get('message')}{old}"[:160])
     else:
         lines.append("watchdog no verdict")
+    sv = st.get("supervise")
+    if sv:
+        state = "" if sv["supervisor_running"] else f" (supervisor {'not running' if sv['event'] not in ('done', 'gave_up') else sv['event'].replace('_', ' ')})"
+        lines.append(f"supervise attempt {sv['attempt']}, restarts {sv['restarts']}/{sv['max_restarts']}, "
+                     f"rollbacks {sv['rollbacks']}/{sv['max_rollbacks']}{state}")
     g = st["gpus"]
     if isinstance(g, list):
         for d in g[:8]:
