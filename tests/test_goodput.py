@@ -181,3 +181,16 @@ def test_parse_skip_steps(text, expected):
 def test_parse_skip_steps_rejects(text):
     with pytest.raises(ConfigError, match=rf"^RUNWATCH_SKIP_STEPS must be <a>-<b> with 1 <= a <= b, got '{text}'$"):
         parse_skip_steps(text)
+
+
+@pytest.mark.parametrize("module", ["runwatch.integrations.hf", "runwatch.integrations.lightning"])
+def test_callbacks_resume_auto(tmp_path, clean_env, module):
+    mod = pytest.importorskip(module)
+    run = tmp_path / "run"
+    _write_run(run, [(0, 0, [("train", 10, 10), ("ckpt", 11)])])
+    assert mod.RunwatchCallback(run).resume_from is None
+    assert mod.RunwatchCallback(run, resume="auto").resume_from == f"{run}/ckpt-10"
+    clean_env.setenv("RUNWATCH_RESUME_FROM", "/ckpt/checkpoint-5")
+    assert mod.RunwatchCallback(run, resume="auto").resume_from == "/ckpt/checkpoint-5"
+    with pytest.raises(ValueError, match=r"^RunwatchCallback.resume must be 'auto' or None, got 'yes'$"):
+        mod.RunwatchCallback(run, resume="yes")
