@@ -370,3 +370,11 @@ def test_toml_supervise_table(tmp_path, capsys):
                           str(run), "--fault", "kill@7"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 7 and res.stdout.splitlines()[-1].endswith("(gave up after 0 restarts)")
     assert _journal(run)[-1]["budgets"] == {"restarts": 0, "rollbacks": 2}
+
+
+def test_docs_table_is_generated_from_the_options():
+    from runwatch.options import markdown_table
+    from runwatch.supervise import SuperviseOptions
+
+    with open(os.path.join(os.path.dirname(HERE), "docs", "SUPERVISE.md")) as f:
+        assert markdown_table(SuperviseOptions, "supervise") in f.read()
