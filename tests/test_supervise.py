@@ -378,3 +378,14 @@ def test_docs_table_is_generated_from_the_options():
 
     with open(os.path.join(os.path.dirname(HERE), "docs", "SUPERVISE.md")) as f:
         assert markdown_table(SuperviseOptions, "supervise") in f.read()
+
+
+def test_demo_without_torch_says_what_to_install(tmp_path):
+    # python -S: no site-packages, as after `pip install runwatch` alone
+    src = os.path.join(os.path.dirname(HERE), "src")
+    res = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {src!r}); "
+                          "from runwatch.cli import main; sys.exit(main(['demo', '--dir', sys.argv[1]]))", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60, env={"PATH": os.environ.get("PATH", "")})
+    assert res.returncode == 2
+    assert res.stderr == "runwatch demo needs torch: pip install 'runwatch[torch]'\n"
+    assert os.listdir(tmp_path) == []
