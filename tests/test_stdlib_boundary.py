@@ -10,7 +10,8 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 # The modules the logger, the auditor and the watchdog need.
 CORE = ["runwatch", "runwatch.errors", "runwatch.schema", "runwatch.metrics", "runwatch.journal", "runwatch.summary",
         "runwatch.cli", "runwatch.follow", "runwatch.records", "runwatch.rules", "runwatch.watchdog",
-        "runwatch.status", "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch", "runwatch.process"]
+        "runwatch.status", "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch", "runwatch.process",
+        "runwatch.supervise", "runwatch.goodput", "runwatch.notify", "runwatch.resume"]
 # `runwatch serve`: http.server and the readers, nothing else.
 CORE += ["runwatch.serve", "runwatch.serve.server", "runwatch.serve.runs", "runwatch.serve.series", "runwatch.serve.supervision"]
 
@@ -35,7 +36,7 @@ def test_public_api():
     import runwatch
 
     assert sorted(runwatch.__all__) == sorted([
-        "RunLogger", "summarize", "verify_checkpoint", "RunwatchError", "InvalidRunError", "NonFiniteLossError",
+        "RunLogger", "summarize", "resume_checkpoint", "verify_checkpoint", "RunwatchError", "InvalidRunError", "NonFiniteLossError",
         "RunLockedError", "UsageError", "ConfigError", "LogWriteError", "RanksOutOfStepError", "InsufficientRunError",
         "DataError", "CheckpointError",
         "__version__",

@@ -1,7 +1,8 @@
 """runwatch: supervise long training runs.
 
 The logger (`RunLogger`) writes schema-v1 telemetry; `summarize` audits it. Both need only the
-standard library. `verify_checkpoint` reads a checkpoint back (torch/safetensors, imported lazily).
+standard library. `resume_checkpoint` names the checkpoint a (supervised) relaunch resumes
+from. `verify_checkpoint` reads a checkpoint back (torch/safetensors, imported lazily).
 """
 
 from .checkpoint import verify_checkpoint
@@ -19,12 +20,14 @@ from .errors import (
     UsageError,
 )
 from .metrics import RunLogger
+from .resume import resume_checkpoint
 from .summary import summarize
 
 # Every exception a public function raises is exported here, so callers can catch it by name.
 __all__ = [
     "RunLogger",
     "summarize",
+    "resume_checkpoint",
     "verify_checkpoint",
     "RunwatchError",
     "InvalidRunError",

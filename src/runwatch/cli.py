@@ -4,7 +4,8 @@ Each sub-command is registered by a small `_add_<name>` function that declares i
 names the function that runs it; heavy modules are imported only when their command runs.
 
 Exit codes (runwatch.errors; docs/FORMAT.md, "Exit codes"): 0 success, 1 invalid input or failure,
-2 usage, 7 anomaly (watch/check). `run_guarded` maps exceptions to them, for `runwatch` and for
+2 usage, 7 anomaly (watch/check) or gave up
+(supervise). `run_guarded` maps exceptions to them, for `runwatch` and for
 the standalone summary script alike.
 """
 
@@ -67,6 +68,14 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("launch", help="start a training command detached, logging to RUN_DIR; optionally watch it")
     launch.add_arguments(p)
     p.set_defaults(func=lambda args: launch.run(args))
+
+
+def _add_supervise(sub: argparse._SubParsersAction) -> None:
+    from . import supervise
+
+    p = sub.add_parser("supervise", help="launch a training and keep it alive: relaunch, roll back, or give up (exit 7)")
+    supervise.add_arguments(p)
+    p.set_defaults(func=lambda args: supervise.run(args))
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -132,6 +141,7 @@ _COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_check,
     _add_status,
     _add_launch,
+    _add_supervise,
     _add_plot,
     _add_tensorboard,
     _add_preflight,

@@ -26,6 +26,7 @@ from .rules import verdict_class
 from .verdict import read_verdict
 from .rules import fmt_step
 from .schema import read_manifest, read_regular_file
+from .supervise import supervise_status
 
 __all__ = ["status", "describe", "format_status", "gpu_info", "add_arguments", "run"]
 
@@ -139,6 +140,7 @@ def describe(t: Target, out: dict, recs: list[Record], mtime: float | None, now:
     out["last_error"] = error
     out["gpus"] = gpu_info() if gpus else None
     out["ranks"] = rank_status_lines(t.run_dir, now)  # multi-rank runs: at most 4 lines; else []
+    out["supervise"] = supervise_status(t.run_dir)  # a supervised run: attempt, restarts, rollbacks; else None
     return out
 
 
@@ -262,6 +264,11 @@ def format_status(st: dict) -> list[str]:
         lines.append("watchdog no verdict")
     if st.get("last_error"):
         lines.append(f"error    {st['last_error']}"[:160])
+    sv = st.get("supervise")
+    if sv:
+        state = "" if sv["supervisor_running"] else f" (supervisor {'not running' if sv['event'] not in ('done', 'gave_up') else sv['event'].replace('_', ' ')})"
+        lines.append(f"supervise attempt {sv['attempt']}, restarts {sv['restarts']}/{sv['max_restarts']}, "
+                     f"rollbacks {sv['rollbacks']}/{sv['max_rollbacks']}{state}")
     g = st["gpus"]
     if isinstance(g, list):
         for d in g[:8]:

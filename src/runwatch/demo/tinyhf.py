@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Sequence
 
-from .tinytrain import INJECTIONS, VOCAB
+from .tinytrain import INJECTIONS, VOCAB, parse_fault
 
 SEQ_LEN = 16
 BATCH = 16
@@ -33,7 +33,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--inject", choices=INJECTIONS, default=None)
     p.add_argument("--inject-at", type=int, default=150)
     p.add_argument("--crash-at", type=int, default=None, help="SIGKILL this process at this step (once)")
+    p.add_argument("--ckpt-every", type=int, default=None, help="save every N steps (default: --eval-every)")
+    p.add_argument("--fault", type=parse_fault, action="append", default=[], metavar="KIND@STEP",
+                   help="a fault that fires once across relaunches (crash, kill, hang, nan, sigterm); repeatable")
     return p
+
+
+def _fires(args, kind: str, step: int) -> bool:
+    """Whether the fault `kind` is due at `step` and has not fired yet in this run (once only)."""
+    if (kind, step) not in args.fault:
+        return False
+    marker = os.path.join(args.run_dir, f".fault-{kind}-{step}")
+    if os.path.exists(marker):
+        return False
+    open(marker, "w").close()
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -44,17 +58,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ..errors import NonFiniteLossError
     from ..integrations.hf import RunwatchCallback, auroc_metrics
+    from ..resume import resume_checkpoint
     from .tinytrain import make_batch
 
+    resume = resume_checkpoint(run_dir=args.run_dir)
+    # RUNWATCH_SKIP_STEPS: the Trainer replays the data order of a resumed run; leaving out the
+    # batches that led into the trouble is shifting the data past them.
+    shift = len(resume.skip) * BATCH if resume.skip else 0
+
     class Sequences(torch.utils.data.Dataset):
-        def __init__(self, n: int, seed: int) -> None:
+        def __init__(self, n: int, seed: int, shift: int = 0) -> None:
             self.x, y = make_batch(torch, 0, n, SEQ_LEN, "normal", seed=seed)
             self.y = y.long()
+            self.shift = shift
 
         def __len__(self) -> int:
             return len(self.x)
 
         def __getitem__(self, i: int) -> dict:
+            i = (i + self.shift) % len(self.x)
             return {"input_ids": self.x[i], "labels": self.y[i]}
 
     class Faulty(BertForSequenceClassification):
@@ -62,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def forward(self, input_ids=None, labels=None, **kwargs):
             out = super().forward(input_ids=input_ids, labels=labels, **kwargs)
-            if self.training and args.inject == "nan" and self.global_step >= args.inject_at:
+            if self.training and (args.inject == "nan" and self.global_step >= args.inject_at
+                                  or _fires(args, "nan", self.global_step + 1)):
                 out.loss = out.loss * float("nan")
             return out
 
@@ -85,9 +108,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 open(marker, "w").close()
                 print(f"step {state.global_step}: crashing (SIGKILL)", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
-            if fault == "stall":
+            if fault == "stall" or _fires(args, "hang", state.global_step):
                 print(f"step {state.global_step}: stalling (injected)", flush=True)
                 time.sleep(3600)
+            if _fires(args, "crash", state.global_step):
+                print(f"step {state.global_step}: crashing (injected)", flush=True)
+                os._exit(3)
+            for kind, sig in (("kill", signal.SIGKILL), ("sigterm", signal.SIGTERM)):
+                if _fires(args, kind, state.global_step):
+                    print(f"step {state.global_step}: {kind} (injected)", flush=True)
+                    os.kill(os.getpid(), sig)
             if args.step_sleep or fault == "slowdown":
                 time.sleep(args.step_sleep * (6 if fault == "slowdown" else 1) + (0.05 if fault == "slowdown" else 0))
 
@@ -100,15 +130,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir = os.path.join(args.run_dir, "hf")
     targs = TrainingArguments(
         output_dir=out_dir, max_steps=args.steps, per_device_train_batch_size=BATCH, logging_steps=10,
-        eval_strategy="steps", eval_steps=args.eval_every, save_steps=args.eval_every, learning_rate=3e-3,
+        eval_strategy="steps", eval_steps=args.eval_every, save_steps=args.ckpt_every or args.eval_every, learning_rate=3e-3,
         use_cpu=True, disable_tqdm=True, report_to="none", seed=0, dataloader_num_workers=0,
     )
-    trainer = Trainer(model=model, args=targs, train_dataset=Sequences(8000, 0), eval_dataset=Sequences(256, 1),
+    trainer = Trainer(model=model, args=targs, train_dataset=Sequences(8000, 0, shift), eval_dataset=Sequences(256, 1),
                       compute_metrics=auroc_metrics,
                       callbacks=[RunwatchCallback(args.run_dir, seq_len=SEQ_LEN), Pace()])
-    resume = os.path.isdir(out_dir) and any(n.startswith("checkpoint-") for n in os.listdir(out_dir))
+    # RUNWATCH_RESUME_FROM after a rollback, else the run's latest verified checkpoint; else the
+    # Trainer's own latest in output_dir, if any
+    latest = os.path.isdir(out_dir) and any(n.startswith("checkpoint-") for n in os.listdir(out_dir))
+    if resume.path:
+        print(f"resuming from {resume.path}" + (f" (rollback {resume.rollback})" if resume.rollback else ""), flush=True)
     try:
-        trainer.train(resume_from_checkpoint=True if resume else None)
+        trainer.train(resume_from_checkpoint=resume.path or (True if latest else None))
     except NonFiniteLossError as exc:
         print(str(exc), file=sys.stderr, flush=True)
         return 1

@@ -7,9 +7,17 @@ token 2?), so the loss starts near ln 2 and the validation AUROC climbs towards 
 hundred steps. Checkpoints go to RUN_DIR/ckpt/ with the logger's state inside; a second start on the
 same RUN_DIR resumes from the latest one as a new session. Nothing is downloaded.
 
-Faults for demos and tests: `--inject KIND --inject-at STEP`; `--labels inverted|random` gives a
+Faults for demos and tests: `--inject KIND --inject-at STEP` (from that step on, every time);
+`--fault KIND@STEP` (repeatable) fires once across relaunches (a marker file in RUN_DIR remembers it):
+`crash` (the process exits at once, no session_end), `kill` (SIGKILL), `hang` (sleeps for an hour),
+`nan` (a NaN loss), `spike` (the logged loss 20x for two windows), `sigterm` (a preemption),
+`exit_hang` (the run completes, then the process never exits). `--labels inverted|random` gives a
 run whose metric is inverted (the held-out labels stay true) or that never learns (labels are noise
 everywhere); `--crash-at STEP` kills the process (SIGKILL) once, to show a crash and a resume.
+
+Resuming: `runwatch.resume_checkpoint()` names the checkpoint (RUNWATCH_RESUME_FROM after a
+supervised rollback, else the run's latest verified one); the batches of RUNWATCH_SKIP_STEPS are
+left out (the data position moves past them and is saved in later checkpoints).
 """
 
 from __future__ import annotations
@@ -27,6 +35,18 @@ from ..journal import atomic_write
 
 VOCAB = 16
 INJECTIONS = ("nan", "stall", "crash", "slowdown", "explode")
+FAULTS = ("crash", "kill", "hang", "nan", "spike", "sigterm", "exit_hang")
+# A spike multiplies the logged loss by this for this many windows (the loss_spike rule needs 2).
+SPIKE_FACTOR = 20.0
+SPIKE_WINDOWS = 2
+
+
+def parse_fault(text: str) -> tuple[str, int]:
+    """`"nan@120"` → ("nan", 120); argparse turns the ValueError into a usage error."""
+    kind, at, step = text.partition("@")
+    if kind not in FAULTS or not at or not step.isdigit():
+        raise argparse.ArgumentTypeError(f"expected KIND@STEP with KIND in {', '.join(FAULTS)}, got {text!r}")
+    return kind, int(step)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--inject", choices=INJECTIONS, default=None)
     p.add_argument("--inject-at", type=int, default=300)
     p.add_argument("--crash-at", type=int, default=None, help="SIGKILL this process at this step (once)")
+    p.add_argument("--fault", type=parse_fault, action="append", default=[], metavar="KIND@STEP",
+                   help=f"a fault that fires once across relaunches ({', '.join(FAULTS)}); repeatable")
     p.add_argument("--seed", type=int, default=0)
     return p
 
@@ -97,18 +119,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
     model = build_model(torch)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    from ..resume import resume_checkpoint
+
     ckpt_dir = os.path.join(args.run_dir, "ckpt")
     os.makedirs(ckpt_dir, exist_ok=True)
     latest = os.path.join(ckpt_dir, "latest.pt")
+    resume = resume_checkpoint(default=latest if os.path.exists(latest) else None, run_dir=args.run_dir)
     resume_from = None
     step = 0
-    if os.path.exists(latest):
-        state = torch.load(latest, weights_only=True)
+    data_offset = 0
+    if resume.path is not None:
+        state = torch.load(resume.path, weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         resume_from = state["runwatch"]
         step = resume_from["step"]
-        print(f"resuming from {latest} at step {step}", flush=True)
+        data_offset = int(state.get("data_offset", 0))
+        how = f" (rollback {resume.rollback})" if resume.rollback else ""
+        print(f"resuming from {resume.path} at step {step}{how}", flush=True)
 
     recipe = {
         "batch_size": args.batch_size,
@@ -130,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     window=args.window, resume_from=resume_from)
     try:
         with log:
-            _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, latest, crash_marker)
+            _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, latest, crash_marker,
+                   resume.skip, data_offset)
     except NonFiniteLossError as exc:
         print(str(exc), file=sys.stderr, flush=True)
         return 1
@@ -138,16 +167,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted; session ended (reason interrupted)", file=sys.stderr, flush=True)
         return 130
     print(f"done: {args.steps} steps, run directory {args.run_dir}", flush=True)
+    if _fires(args, "exit_hang", args.steps):
+        print("training done; not exiting (injected)", flush=True)
+        time.sleep(3600)
     return 0
 
 
-def _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, latest, crash_marker) -> None:
+def _fires(args, kind: str, step: int) -> bool:
+    """Whether the fault `kind` is due at `step` and has not fired yet in this run (once only)."""
+    if (kind, step) not in args.fault:
+        return False
+    marker = os.path.join(args.run_dir, f".fault-{kind}-{step}")
+    if os.path.exists(marker):
+        return False
+    open(marker, "w").close()
+    return True
+
+
+def _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, latest, crash_marker,
+           skip=None, data_offset=0) -> None:
     """The loop: one optimizer update a step, eval and checkpoints on schedule, faults on request."""
+    spike_until = -1
     while step < args.steps:
-        x, y = make_batch(torch, step, args.batch_size, args.seq_len, args.labels, seed=args.seed)
+        if skip is not None and step + 1 == skip.start:
+            data_offset += len(skip)  # leave out the batches that led into the trouble
+            print(f"skipping the batches of steps {skip.start}-{skip.stop - 1}", flush=True)
+        x, y = make_batch(torch, step + data_offset, args.batch_size, args.seq_len, args.labels, seed=args.seed)
         loss = loss_fn(model(x), y)
         fault = args.inject if args.inject and step >= args.inject_at else None
-        if fault == "nan":
+        if _fires(args, "spike", step + 1):
+            spike_until = step + SPIKE_WINDOWS * args.window
+        shown = loss.detach() * SPIKE_FACTOR if step < spike_until else None
+        if fault == "nan" or _fires(args, "nan", step + 1):
+            print(f"step {step + 1}: NaN loss (injected)", flush=True)
             loss = loss * float("nan")
         scale = 1e4 if fault == "explode" else 1.0
         opt.zero_grad(set_to_none=True)
@@ -156,7 +208,20 @@ def _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, 
         opt.step()
         step += 1
         # grad_norm is the pre-clip norm; `explode` scales the loss so it is 1e4x too large
-        log.step(loss=loss, lr=opt.param_groups[0]["lr"], grad_norm=grad_norm, clipped=grad_norm > scale)
+        log.step(loss=loss if shown is None else shown, lr=opt.param_groups[0]["lr"], grad_norm=grad_norm,
+                 clipped=grad_norm > scale)
+        if _fires(args, "hang", step):
+            print(f"step {step}: hanging (injected)", flush=True)
+            time.sleep(3600)
+        if _fires(args, "crash", step):
+            print(f"step {step}: crashing (injected)", flush=True)
+            os._exit(3)
+        if _fires(args, "kill", step):
+            print(f"step {step}: killed (SIGKILL, injected)", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if _fires(args, "sigterm", step):
+            print(f"step {step}: preempted (SIGTERM, injected)", flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
         if fault == "stall":
             print(f"step {step}: stalling (injected)", flush=True)
             time.sleep(3600)
@@ -182,7 +247,7 @@ def _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, 
             t0 = time.perf_counter()
             path = os.path.join(ckpt_dir, f"step-{step}.pt")
             size = _save_checkpoint(torch, path, {"model": model.state_dict(), "opt": opt.state_dict(),
-                                                  "runwatch": log.state_dict()})
+                                                  "runwatch": log.state_dict(), "data_offset": data_offset})
             reloaded = torch.load(path, weights_only=True)
             build_model(torch).load_state_dict(reloaded["model"])  # read back and loaded: verified
             _link_latest(path, latest)

@@ -319,6 +319,18 @@ class _Session:
             self.log.close("error", "Trainer.train() ended without on_train_end (an exception)")
 
 
+def _resume_from(resume: str | None, run_dir: str | None) -> str | None:
+    """The checkpoint a `resume="auto"` callback names (a framework loads it before any callback runs,
+    so the script passes it on)."""
+    if resume is None:
+        return None
+    if resume != "auto":
+        raise ValueError(f"RunwatchCallback.resume must be 'auto' or None, got {resume!r}")
+    from ..resume import resume_checkpoint
+
+    return resume_checkpoint(run_dir=run_dir).path
+
+
 class RunwatchCallback(TrainerCallback):
     """Writes a schema-v1 run directory from a `transformers.Trainer` (only on the main process).
 
@@ -329,12 +341,16 @@ class RunwatchCallback(TrainerCallback):
         seq_len: tokens per sequence for the recipe; None infers it from the Trainer's token count
             when `include_num_input_tokens_seen` is on, else 1 (tokens count samples).
         fsync: fsync the log after every record.
+        resume: "auto" sets `resume_from` to `runwatch.resume_checkpoint().path` (a supervised
+            rollback's checkpoint, else the run's latest verified one, else None), for
+            `trainer.train(resume_from_checkpoint=callback.resume_from)`; None leaves it None.
     """
 
     def __init__(self, run_dir: str | os.PathLike | None = None, window: int | None = None,
-                 seq_len: int | None = None, *, fsync: bool = False) -> None:
+                 seq_len: int | None = None, *, fsync: bool = False, resume: str | None = None) -> None:
         self.options = CallbackOptions(run_dir=None if run_dir is None else os.fspath(run_dir),
                                        window=window, seq_len=seq_len, fsync=fsync)
+        self.resume_from = _resume_from(resume, self.options.run_dir)
         self._session: Any = _NO_SESSION
         self.run_dir: str | None = None  # the run directory, once a training has begun
 

@@ -197,6 +197,18 @@ class _Session:
                 self.strategy.checkpoint_io = self.inner_io
 
 
+def _resume_from(resume: str | None, run_dir: str | None) -> str | None:
+    """The checkpoint a `resume="auto"` callback names (a framework loads it before any callback runs,
+    so the script passes it on)."""
+    if resume is None:
+        return None
+    if resume != "auto":
+        raise ValueError(f"RunwatchCallback.resume must be 'auto' or None, got {resume!r}")
+    from ..resume import resume_checkpoint
+
+    return resume_checkpoint(run_dir=run_dir).path
+
+
 class RunwatchCallback(Callback):
     """Writes a schema-v1 run directory from a Lightning `Trainer.fit()` (only on global rank 0).
 
@@ -207,12 +219,17 @@ class RunwatchCallback(Callback):
         batch_size: sequences per batch on one device; None reads the training DataLoader's.
         val_prefix: validation metrics are the logged `<prefix>_*` / `<prefix>/*` values.
         fsync: fsync the log after every record.
+        resume: "auto" sets `resume_from` to `runwatch.resume_checkpoint().path` (a supervised
+            rollback's checkpoint, else the run's latest verified one, else None), for
+            `trainer.fit(model, ckpt_path=callback.resume_from)`; None leaves it None.
     """
 
     def __init__(self, run_dir: str | os.PathLike | None = None, window: int | None = None, seq_len: int | None = None,
-                 *, batch_size: int | None = None, val_prefix: str = "val", fsync: bool = False) -> None:
+                 *, batch_size: int | None = None, val_prefix: str = "val", fsync: bool = False,
+                 resume: str | None = None) -> None:
         self.options = CallbackOptions(run_dir=None if run_dir is None else os.fspath(run_dir), window=window,
                                        seq_len=seq_len, fsync=fsync)
+        self.resume_from = _resume_from(resume, self.options.run_dir)
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):
             raise ValueError(f"RunwatchCallback.batch_size must be an int >= 1 or None, got {batch_size!r}")
         if not isinstance(val_prefix, str) or not val_prefix:

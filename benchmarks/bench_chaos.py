@@ -1,0 +1,155 @@
+"""Chaos benchmark of `runwatch supervise` (see benchmarks/README.md, section "Supervise: chaos").
+
+    python benchmarks/bench_chaos.py [--seeds 3] [--steps 400] [--ckpt-every 50 25] [--json OUT]
+
+A real tiny training (`python -m runwatch.demo.tinytrain`, torch on the CPU) runs under
+`runwatch supervise`, with one fault injected at a random step of every 100 (each fires once,
+whatever the relaunches), the kinds drawn in turn from crash (exit without session_end), SIGKILL,
+hang, NaN loss, loss spike and SIGTERM (preemption), and a hang at exit after the last step. Per
+fault kind: whether the supervisor's verdict named it, the time from the fault to the verdict, from
+the verdict to the next train record of the relaunched session, and the steps redone or thrown
+away. Per run: goodput (steps kept / steps run) and wall time against a fault-free run of the same
+seed, and the bound the checkpoint interval sets: with a fault every F steps at a uniformly random
+step and a checkpoint every C, each fault costs about C/2 steps, so goodput <= F / (F + C/2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+sys.path.insert(0, SRC)
+
+from runwatch.records import load_sessions  # noqa: E402
+
+KINDS = ("crash", "kill", "hang", "nan", "spike", "sigterm")
+EXPECTED = {"crash": "process_exit", "kill": "process_exit", "hang": "stall", "nan": "nonfinite_loss",
+            "spike": "loss_spike", "sigterm": "interrupted", "exit_hang": "done"}
+FAULT_EVERY = 100
+SUPERVISE = ["--poll", "0.2", "--stall", "3", "--startup-grace", "120", "--backoff", "0.5", "--exit-grace", "2"]
+
+
+def _plan(seed: int, steps: int) -> list[tuple[str, int]]:
+    rng = random.Random(seed)
+    faults = []
+    for i, start in enumerate(range(0, steps - FAULT_EVERY + 1, FAULT_EVERY)):
+        kind = KINDS[(seed * 4 + i) % len(KINDS)]
+        faults.append((kind, start + rng.randint(10, FAULT_EVERY - 10)))
+    return faults + [("exit_hang", steps)]
+
+
+def _run(run_dir: str, steps: int, ckpt: int, faults: list[tuple[str, int]]) -> tuple[int, float, str]:
+    cmd = [sys.executable, "-m", "runwatch", "supervise", run_dir, *SUPERVISE, "--restarts", "20", "--rollbacks", "10",
+           "--", sys.executable, "-m", "runwatch.demo.tinytrain", run_dir, "--steps", str(steps), "--ckpt-every",
+           str(ckpt), "--eval-every", "100", "--step-sleep", "0.01"]
+    for kind, step in faults:
+        cmd += ["--fault", f"{kind}@{step}"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=SRC)
+    t0 = time.time()
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    return res.returncode, time.time() - t0, (res.stdout.strip().splitlines() or [""])[-1]
+
+
+def _faults(run_dir: str, faults: list[tuple[str, int]]) -> list[dict]:
+    """Per fault: detected, seconds to detect and to recover, steps lost."""
+    with open(os.path.join(run_dir, "supervise.jsonl")) as f:
+        journal = [json.loads(line) for line in f]
+    verdicts = [r for r in journal if r["event"] == "verdict"]
+    sessions = load_sessions(run_dir)
+    out = []
+    for kind, step in faults:
+        marker = os.path.join(run_dir, f".fault-{kind}-{step}")
+        if not os.path.exists(marker):
+            out.append({"kind": kind, "step": step, "fired": False})
+            continue
+        fired = os.stat(marker).st_mtime
+        v = next((r for r in verdicts if r["time"] >= fired), None)
+        row = {"kind": kind, "step": step, "fired": True, "verdict": v and v["kind"] or (v and "done"),
+               "detected": v is not None and (v["kind"] or "done") == EXPECTED[kind]}
+        if v is not None:
+            row["detect_seconds"] = round(v["time"] - fired, 2)
+            relaunch = next((r for r in journal if r["time"] >= v["time"] and r["event"] in ("relaunch", "rollback")), None)
+            start = None
+            row["recover_seconds"] = None
+            if relaunch is not None:  # the session the relaunch opened: the first that starts after it
+                later = [s for s in sessions if s.records and s.records[0].time is not None
+                         and s.records[0].time > relaunch["time"]]
+                start = later[0].start_step if later else None
+                first = next((r.time for r in later[0].records if r.kind == "train"), None) if later else None
+                row["recover_seconds"] = round(first - v["time"], 2) if first is not None else None
+            lost_to = v["step"] if kind in ("nan", "spike") else step
+            row["steps_lost"] = max(0, lost_to - start) if start is not None else 0
+        out.append(row)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--ckpt-every", type=int, nargs="+", default=[50, 25])
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    base = tempfile.mkdtemp(prefix="runwatch-chaos-")
+    results = []
+    try:
+        for ckpt in args.ckpt_every:
+            for seed in range(args.seeds):
+                clean = os.path.join(base, f"c{ckpt}-s{seed}-clean")
+                code0, wall0, _ = _run(clean, args.steps, ckpt, [])
+                run_dir = os.path.join(base, f"c{ckpt}-s{seed}")
+                faults = _plan(seed, args.steps)
+                code, wall, last = _run(run_dir, args.steps, ckpt, faults)
+                with open(os.path.join(run_dir, "supervise.jsonl")) as f:
+                    final = [json.loads(line) for line in f][-1]
+                row = {"ckpt_every": ckpt, "seed": seed, "exit": code, "last_line": last, "wall_seconds": round(wall, 1),
+                       "clean_exit": code0, "clean_wall_seconds": round(wall0, 1), "goodput": final.get("goodput"),
+                       "faults": _faults(run_dir, faults)}
+                results.append(row)
+                g = row["goodput"] or {}
+                print(f"ckpt {ckpt} seed {seed}: exit {code} ({last}); goodput {g.get('ratio')} "
+                      f"({g.get('steps_kept')}/{g.get('steps_run')}), wall {wall:.1f} s vs {wall0:.1f} s fault-free",
+                      flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print("\nper fault kind (all runs):")
+    print("| kind | fired | detected | detect s (median) | recover s (median) | steps lost (median) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for kind in (*KINDS, "exit_hang"):
+        rows = [f for r in results for f in r["faults"] if f["kind"] == kind and f["fired"]]
+        if not rows:
+            continue
+
+        def med(key: str) -> str:
+            vals = [f[key] for f in rows if f.get(key) is not None]
+            return f"{statistics.median(vals):g}" if vals else "-"
+
+        print(f"| {kind} | {len(rows)} | {sum(f['detected'] for f in rows)} | {med('detect_seconds')} | "
+              f"{med('recover_seconds')} | {med('steps_lost')} |")
+    print("\nper configuration:")
+    print("| checkpoint every | runs | completed | goodput (median, min) | bound F/(F+C/2) | wall vs fault-free (median) |")
+    print("| ---: | ---: | ---: | --- | ---: | ---: |")
+    for ckpt in args.ckpt_every:
+        rows = [r for r in results if r["ckpt_every"] == ckpt]
+        ratios = [r["goodput"]["ratio"] for r in rows if r["goodput"] and r["goodput"]["ratio"] is not None]
+        slow = [r["wall_seconds"] / r["clean_wall_seconds"] for r in rows]
+        bound = FAULT_EVERY / (FAULT_EVERY + ckpt / 2)
+        print(f"| {ckpt} | {len(rows)} | {sum(r['exit'] == 0 for r in rows)} | "
+              f"{statistics.median(ratios):.3f}, {min(ratios):.3f} | {bound:.3f} | {statistics.median(slow):.2f}x |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

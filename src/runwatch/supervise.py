@@ -1,0 +1,568 @@
+"""`runwatch supervise RUN_DIR [watch options] [--restarts N] ... -- CMD ...`: keep a long run alive.
+
+Launches CMD as `runwatch launch` does, watches it with every watch rule, and acts on each
+verdict by its class (docs/SUPERVISE.md):
+
+    done        wait --exit-grace for the process to exit (stop it if it lingers); exit 0
+    transient   stop it; back off; relaunch CMD unchanged (it resumes from its latest checkpoint)
+    divergence  stop it; relaunch with RUNWATCH_RESUME_FROM / _ROLLBACK / _SKIP_STEPS pointing at
+                the latest checkpoint before the trouble began
+    fatal       stop it; exit 7 -- as does a spent budget (--restarts, --rollbacks)
+
+Every action goes to `RUN_DIR/supervise.jsonl` (one JSON object a line); the last record (`done` or
+`gave_up`) carries the run's goodput. One supervisor a run directory (`supervise.lock`, held with
+flock for the supervisor's life); a supervisor started again after it was killed adopts the
+training that still runs and continues its budgets from `supervise.jsonl`. Standard library only
+(Apprise for --notify, imported when asked for).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fcntl
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import process as _proc
+from .errors import InvalidRunError, UsageError
+from .follow import tail_lines
+from .goodput import goodput, latest_checkpoint, rollback_target
+from .launch import launch
+from .notify import Notifier, mask_url
+from .options import INT_0, NON_NEGATIVE, TEXTS, Parser, add_flags, given_options, option, read_toml, validate
+from .records import iter_records, load_sessions, resolve_target
+from .resume import RESUME_ENV
+from .rules import fmt_step
+from .watchdog import Options, Verdict, Watcher, load_options, write_verdict
+
+__all__ = ["SuperviseOptions", "Supervisor", "supervise_status", "add_arguments", "run", "JOURNAL", "LOCK",
+           "MAX_BACKOFF_SECONDS", "EVENTS"]
+
+JOURNAL = "supervise.jsonl"
+LOCK = "supervise.lock"
+# The back-off doubles with each consecutive transient relaunch up to this (ten minutes: long enough
+# for a node to be drained or a file system to come back, short enough not to waste a night).
+MAX_BACKOFF_SECONDS = 600.0
+# Below this much free space the run directory cannot take a checkpoint of even a small model: refuse
+# to start rather than launch a training that fails at its first save.
+MIN_FREE_BYTES = 16 * 2**20
+# Lines of stdout.log that go with an anomaly's notification.
+NOTIFY_TAIL_LINES = 20
+EVENTS = ("launch", "verdict", "stop", "relaunch", "rollback", "done", "gave_up", "notify_failed")
+_NOTIFIED = ("verdict", "rollback", "relaunch", "done", "gave_up")
+EXIT_USAGE = 2
+
+_SUP = ("supervise",)
+
+
+@dataclass(frozen=True)
+class SuperviseOptions:
+    """The supervisor's own options (the watch options are `watchdog.Options`); `runwatch.toml`
+    sets them in its `[supervise]` table."""
+
+    restarts: int = option(5, INT_0, "transient relaunches in all before giving up", metavar="N", commands=_SUP)
+    rollbacks: int = option(2, INT_0, "divergence relaunches (rollbacks) in all before giving up", metavar="N",
+                            commands=_SUP)
+    backoff: float = option(10.0, NON_NEGATIVE, "seconds to wait before a transient relaunch, doubling each "
+                            "consecutive time up to 600", metavar="S", commands=_SUP)
+    exit_grace: float = option(300.0, NON_NEGATIVE, "seconds a completed run's process may take to exit before it "
+                               "is stopped", metavar="S", commands=_SUP)
+    notify: tuple[str, ...] = option((), TEXTS, "an Apprise URL to notify of each verdict, relaunch, rollback and "
+                                     "the end (runwatch[notify])", metavar="URL", commands=_SUP)
+
+    def __post_init__(self) -> None:
+        validate(self, "supervise")
+
+
+def load_supervise_options(run_dir: str | None, given: dict[str, Any]) -> SuperviseOptions:
+    """Options from `run_dir/runwatch.toml` ([supervise] table), then `given` on top."""
+    merged = read_toml(run_dir, SuperviseOptions, "supervise", table="supervise")
+    merged.update({k: v for k, v in given.items() if v is not None and v != ()})
+    return SuperviseOptions(**merged)
+
+
+# --- the journal ----------------------------------------------------------------------------------
+
+
+def _last_record(run_dir: str) -> dict | None:
+    """The last complete record of `supervise.jsonl`, read from the end; None when there is none."""
+    path = os.path.join(run_dir, JOURNAL)
+    try:
+        lines, _ = tail_lines(path, 1)
+    except OSError:
+        return None
+    try:
+        rec = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def supervise_status(run_dir: str) -> dict | None:
+    """The supervision's state for `runwatch status`: attempt, restarts and rollbacks with their
+    budgets, the last event, and whether the supervisor still runs; None when never supervised."""
+    last = _last_record(run_dir)
+    if last is None:
+        return None
+    budgets = last.get("budgets") if isinstance(last.get("budgets"), dict) else {}
+    sup = last.get("supervisor")
+    running = last.get("event") not in ("done", "gave_up") and type(sup) is int and _proc.alive(sup)
+    return {"attempt": last.get("attempt"), "restarts": last.get("restarts"), "rollbacks": last.get("rollbacks"),
+            "max_restarts": budgets.get("restarts"), "max_rollbacks": budgets.get("rollbacks"),
+            "event": last.get("event"), "supervisor_pid": sup, "supervisor_running": running}
+
+
+class _SessionWatcher(Watcher):
+    """A Watcher that leaves out the first `stale` records of the log: those written before the
+    relaunch, so the new session's watch never sees the old session's trouble again."""
+
+    def __init__(self, target: str, opts: Options, *, stale: int, **kwargs: Any) -> None:
+        super().__init__(target, opts, **kwargs)
+        self.stale = stale
+        self.seen = 0
+        self.fresh = 0  # records of the new process applied
+
+    def _apply(self, rec: Any) -> Verdict | None:
+        self.seen += 1
+        if self.seen <= self.stale:
+            return None
+        self.fresh += 1
+        return super()._apply(rec)
+
+
+# --- the supervisor -------------------------------------------------------------------------------
+
+
+class Supervisor:
+    """One supervision of RUN_DIR; `run()` returns the exit status (0 done, 7 gave up or fatal)."""
+
+    def __init__(self, run_dir: str, cmd: list[str], watch: Options | None = None,
+                 opts: SuperviseOptions | None = None, *, stop_grace: float = _proc.STOP_GRACE_SECONDS,
+                 out: Callable[[str], None] | None = None, log: Callable[[str], None] | None = None) -> None:
+        if not cmd:
+            raise UsageError("supervise: no command given (runwatch supervise RUN_DIR -- CMD ...)")
+        self.run_dir = os.path.abspath(os.fspath(run_dir))
+        self.cmd = list(cmd)
+        self.watch = watch or Options()
+        self.opts = opts or SuperviseOptions()
+        self.stop_grace = stop_grace
+        self.out = out or (lambda line: print(line, flush=True))
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.host = socket.gethostname()
+        self.started = time.time()
+        self.attempt = 0
+        self.restarts = self.rollbacks = self.streak = 0
+        self.pid: int | None = None
+        self.env: dict[str, str] = {}  # the RUNWATCH_* of the current attempt (a rollback's)
+        self.checkpoints_at_launch = 0  # checkpoint events in the log when the attempt began
+        self.stale = 0  # records in the log when the attempt began
+        self.fresh = 0  # records the attempt wrote, as far as its watch has read
+        self.interrupted: int | None = None
+        self.notifier: Notifier | None = None
+        self._lock_fd: int | None = None
+
+    # --- the run directory ---------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Check the run directory can be written, take the lock; UsageError before launching anything."""
+        d = self.run_dir
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"supervise: cannot create {d}: {exc.strerror or exc}") from None
+        if not os.path.isdir(d):
+            raise UsageError(f"supervise: {d}: not a directory")
+        path = os.path.join(d, LOCK)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise UsageError(f"supervise: cannot write to {d}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            raise UsageError(f"supervise: {d}: another supervisor (pid {holder or '?'}) is running there") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            os.fsync(fd)
+            st = os.statvfs(d)
+        except OSError as exc:
+            os.close(fd)
+            raise UsageError(f"supervise: cannot write to {d}: {exc.strerror or exc}") from None
+        free = st.f_bavail * st.f_frsize
+        if free < MIN_FREE_BYTES:
+            os.close(fd)
+            raise UsageError(f"supervise: {d}: only {free} bytes free on its file system "
+                             f"(at least {MIN_FREE_BYTES} needed for logs and checkpoints)")
+        self._lock_fd = fd
+
+    def _record(self, event: str, verdict: Verdict | None = None, **fields: Any) -> dict:
+        """Append one action to supervise.jsonl (one write of one whole line)."""
+        rec: dict[str, Any] = {"time": round(time.time(), 3), "event": event, "attempt": self.attempt, "pid": self.pid,
+                               "kind": None, "class": None, "step": None, "checkpoint": None}
+        if verdict is not None:
+            rec.update(kind=verdict.kind, step=verdict.step, message=verdict.message)
+            rec["class"] = verdict.cls
+            if verdict.verdict == "anomaly":
+                rec["onset"] = verdict.step if verdict.onset is None else verdict.onset
+        rec.update(fields)
+        rec.update(restarts=self.restarts, rollbacks=self.rollbacks,
+                   budgets={"restarts": self.opts.restarts, "rollbacks": self.opts.rollbacks},
+                   streak=self.streak, env=self.env, checkpoints_at_launch=self.checkpoints_at_launch,
+                   supervisor=os.getpid())
+        line = json.dumps(rec, allow_nan=False) + "\n"
+        fd = os.open(os.path.join(self.run_dir, JOURNAL), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if event in _NOTIFIED and self.notifier is not None:
+            self._notify(event, rec, verdict)
+        return rec
+
+    def _notify(self, event: str, rec: dict, verdict: Verdict | None) -> None:
+        line = rec.get("line") or (verdict.line() if verdict is not None else f"{event} attempt {self.attempt}")
+        body = [line, f"event: {event} (attempt {self.attempt}, restarts {self.restarts}/{self.opts.restarts}, "
+                      f"rollbacks {self.rollbacks}/{self.opts.rollbacks})", f"run: {self.run_dir}", f"host: {self.host}"]
+        if rec.get("checkpoint"):
+            body.append(f"checkpoint: {rec['checkpoint']}")
+        if verdict is not None and verdict.verdict == "anomaly":
+            body.append("last lines of stdout.log:")
+            body.extend(self._stdout_tail())
+        title = f"runwatch {event}: {os.path.basename(self.run_dir)}"
+        for failure in self.notifier.send(title, "\n".join(body)):  # type: ignore[union-attr]
+            self.log(f"runwatch supervise: notification to {failure['url']} failed: {failure['error']}")
+            notifier, self.notifier = self.notifier, None  # the failure's own record is not notified
+            try:
+                self._record("notify_failed", url=failure["url"], error=failure["error"], about=event)
+            finally:
+                self.notifier = notifier
+
+    def _stdout_tail(self) -> list[str]:
+        try:
+            lines, _ = tail_lines(os.path.join(self.run_dir, "stdout.log"), NOTIFY_TAIL_LINES)
+        except OSError:
+            return ["(no stdout.log)"]
+        return [raw.decode("utf-8", "replace")[:300] for raw in lines]
+
+    def _log_facts(self) -> tuple[int, int]:
+        """(records, checkpoint events) in the log as it stands."""
+        target = resolve_target(self.run_dir)
+        if not os.path.exists(target.log_path):
+            return 0, 0
+        n = cps = 0
+        try:
+            for rec in iter_records(target, maps=self.watch.maps):
+                n += 1
+                cps += rec.kind == "checkpoint"
+        except InvalidRunError:
+            pass
+        return n, cps
+
+    def _sessions(self) -> list:
+        try:
+            return load_sessions(self.run_dir, maps=self.watch.maps) if os.path.exists(
+                resolve_target(self.run_dir).log_path) else []
+        except InvalidRunError:
+            return []
+
+    def _latest_checkpoint(self) -> str | None:
+        cp = latest_checkpoint(self._sessions(), cwd=os.getcwd())
+        return cp.path if cp is not None else None
+
+    # --- actions -------------------------------------------------------------------------------
+
+    def _launch(self, event: str, env: dict[str, str], **fields: Any) -> None:
+        self.stale, self.checkpoints_at_launch = self._log_facts()
+        full = {k: v for k, v in os.environ.items() if k not in RESUME_ENV}
+        full.update(env)
+        self.env = dict(env)
+        self.attempt += 1
+        self.fresh = 0
+        info = launch(self.run_dir, self.cmd, env=full)
+        self.pid = info["pid"]
+        fields.setdefault("checkpoint", env.get("RUNWATCH_RESUME_FROM") or self._latest_checkpoint())
+        self.log(f"runwatch supervise: {event}: attempt {self.attempt}, pid {self.pid}"
+                 + (f", resuming from {env['RUNWATCH_RESUME_FROM']}, skipping steps {env['RUNWATCH_SKIP_STEPS']}"
+                    if env else ""))
+        self._record(event, command=self.cmd if event == "launch" else None, **fields)
+
+    def _stop(self, why: str) -> None:
+        if self.pid is None or not _proc.alive(self.pid):
+            return
+        note = _proc.stop(self.pid, self.run_dir, self.stop_grace).replace("runwatch watch:", "runwatch supervise:")
+        note = f"{note} ({why})"
+        self.log(note)
+        self._record("stop", message=note)
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep, waking for a signal; False when the supervisor was asked to stop."""
+        end = time.monotonic() + seconds
+        while self.interrupted is None:
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(left, 0.2))
+        return False
+
+    def _watch(self) -> Verdict | None:
+        w = _SessionWatcher(self.run_dir, dataclasses.replace(self.watch, pid=self.pid), stale=self.stale, log=self.log)
+        w.started = self.started  # --timeout is the whole supervision's
+        while True:
+            v = w.poll_once()
+            self.fresh = w.fresh
+            if v is not None:
+                return v
+            if not self._sleep(self.watch.poll):
+                return None
+
+    def _finish(self, event: str, verdict: Verdict, line: str, **fields: Any) -> None:
+        figures = goodput(self._sessions(), restarts=self.restarts, rollbacks=self.rollbacks)
+        self._record(event, verdict, line=line, goodput=figures, checkpoint=self._latest_checkpoint(), **fields)
+        ratio = "n/a" if figures["ratio"] is None else f"{figures['ratio']:.3f}"
+        lost = "n/a" if figures["seconds_lost"] is None else f"{figures['seconds_lost']:.1f} s"
+        self.log(f"runwatch supervise: goodput {ratio}: {fmt_step(figures['steps_kept'])} steps kept of "
+                 f"{fmt_step(figures['steps_run'])} run; {self.restarts} restarts, {self.rollbacks} rollbacks, "
+                 f"{lost} lost")
+        self.out(line)
+
+    def _give_up(self, verdict: Verdict, why: str | None) -> int:
+        self._stop("giving up")
+        line = verdict.line() + (f" ({why})" if why else "")
+        self._finish("gave_up", verdict, line)
+        return verdict.exit_code_with(self.watch.exit_transient)
+
+    def _done(self, verdict: Verdict) -> int:
+        end = time.monotonic() + self.opts.exit_grace
+        while self.pid is not None and _proc.alive(self.pid) and time.monotonic() < end and self.interrupted is None:
+            time.sleep(0.1)
+        if self.pid is not None and _proc.alive(self.pid):
+            self._stop(f"still running {self.opts.exit_grace:g} s after the run completed")
+        self._finish("done", verdict, verdict.line())
+        return 0
+
+    def _act(self, v: Verdict) -> int | None:
+        """Do what the verdict's class asks; an exit status, or None once relaunched."""
+        if v.verdict == "done":
+            return self._done(v)
+        cls = v.cls
+        self._stop(f"{v.kind}, {cls}")
+        if cls == "transient" and self.attempt == 1 and self.fresh == 0 and v.kind == "process_exit" \
+                and self.restarts == 0 and self.rollbacks == 0:
+            # A command that dies before its first record on its first launch (a typo, an import
+            # error) does the same on every relaunch: say so instead of looping.
+            last = _last_output_line(self.run_dir)
+            self._finish("gave_up", v, v.line() + " (not relaunched: it ended before its first record)")
+            raise UsageError(f"supervise: {' '.join(self.cmd)}: ended before writing its first record "
+                             f"({v.message}); not relaunched" + (f". Last output: {last}" if last else ""))
+        if cls == "transient":
+            if self.restarts >= self.opts.restarts:
+                return self._give_up(v, f"gave up after {self.restarts} restarts")
+            _, cps = self._log_facts()
+            progressed = cps > self.checkpoints_at_launch
+            if progressed:
+                self.streak = 0
+            wait = min(MAX_BACKOFF_SECONDS, self.opts.backoff * 2 ** self.streak) if self.opts.backoff else 0.0
+            self.streak += 1
+            env = self.env if self.env and not progressed else {}  # a rollback not yet checkpointed past
+            self.log(f"runwatch supervise: {v.kind} ({cls}); relaunching in {wait:g} s")
+            if not self._sleep(wait):
+                return None
+            self.restarts += 1
+            self._launch("relaunch", env, backoff_seconds=wait)
+            return None
+        if cls == "divergence":
+            if self.rollbacks >= self.opts.rollbacks:
+                return self._give_up(v, f"gave up after {self.rollbacks} rollbacks")
+            sessions = self._sessions()
+            cwd = _launch_cwd(self.run_dir)
+            rb = rollback_target(sessions, v.kind, v.step, v.onset, cwd=cwd)
+            if rb is None:
+                onset = v.step if v.onset is None else v.onset
+                return self._give_up(v, f"no checkpoint before step {fmt_step(onset)} to roll back to")
+            self.rollbacks += 1
+            env = {"RUNWATCH_RESUME_FROM": rb.checkpoint.path, "RUNWATCH_ROLLBACK": str(self.rollbacks),
+                   "RUNWATCH_SKIP_STEPS": rb.skip_text}
+            self.log(f"runwatch supervise: {v.kind} ({cls}) from step {fmt_step(rb.first_bad_step)}; rolling back to "
+                     f"{rb.checkpoint.path} (step {fmt_step(rb.checkpoint.step)})")
+            self._launch("rollback", env, checkpoint=rb.checkpoint.path, checkpoint_step=rb.checkpoint.step,
+                         skip_steps=rb.skip_text)
+            return None
+        return self._give_up(v, None)
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def _begin(self) -> Verdict | None:
+        """Adopt the training that still runs, take up an action cut short, or launch afresh."""
+        last = _last_record(self.run_dir)
+        ongoing = last is not None and last.get("event") not in ("done", "gave_up")
+        if ongoing:
+            self.attempt = int(last.get("attempt") or 0)
+            self.restarts = int(last.get("restarts") or 0)
+            self.rollbacks = int(last.get("rollbacks") or 0)
+            self.streak = int(last.get("streak") or 0)
+            self.env = dict(last.get("env") or {})
+            self.checkpoints_at_launch = int(last.get("checkpoints_at_launch") or 0)
+        pid = _proc.read_pid_file(os.path.join(self.run_dir, "pid"))
+        if pid is not None and _proc.alive(pid):
+            info = _read_json(os.path.join(self.run_dir, "launch.json"))
+            command = info.get("command") if isinstance(info, dict) else None
+            if command != self.cmd:
+                shown = " ".join(command) if isinstance(command, list) else "unknown"
+                raise UsageError(f"supervise: {self.run_dir}: process {pid} launched there runs another command "
+                                 f"({shown}); stop it or use another run directory")
+            if _proc.launched_group(pid, self.run_dir) is None:
+                raise UsageError(f"supervise: {self.run_dir}: process {pid} in RUN_DIR/pid is not the one "
+                                 f"launch.json describes; remove RUN_DIR/pid if the training is gone")
+            self.pid = pid
+            self.attempt = self.attempt or 1
+            self.log(f"runwatch supervise: adopting the running process {pid} (attempt {self.attempt})")
+            self._record("launch", adopted=True, checkpoint=self._latest_checkpoint())
+            return None
+        if ongoing and last.get("event") in ("verdict", "stop") and last.get("kind"):
+            # The supervisor was stopped between a verdict and its action: take the action up.
+            self.pid = last.get("pid")
+            self.log(f"runwatch supervise: taking up the action on the recorded verdict {last['kind']}")
+            return Verdict("anomaly", last["kind"], last.get("step") or 0, last.get("message") or "",
+                           time.time(), last.get("onset"))
+        if ongoing and pid is not None:
+            self.pid = pid  # gone meanwhile: the watch judges how it ended (done, or process_exit)
+            self.log(f"runwatch supervise: process {pid} of attempt {self.attempt} has ended; judging its log")
+            self._record("launch", adopted=True, checkpoint=self._latest_checkpoint())
+            return None
+        self.attempt = self.restarts = self.rollbacks = self.streak = 0
+        self.env = {}
+        self._launch("launch", {})
+        return None
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.interrupted = signum
+
+    def run(self) -> int:
+        """Supervise until done (0), fatal or out of budget (7, or --exit-transient's code)."""
+        self._prepare()
+        handlers: dict[int, Any] = {}
+        try:
+            self.notifier = Notifier(self.opts.notify) if self.opts.notify else None
+            if self.notifier is not None:
+                self.log("runwatch supervise: notifying " + ", ".join(mask_url(u) for u in self.opts.notify))
+            try:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    handlers[sig] = signal.signal(sig, self._on_signal)
+            except ValueError:  # not the main thread: no handlers (the caller stops us)
+                pass
+            verdict = self._begin()
+            while True:
+                if verdict is None:
+                    verdict = self._watch()
+                    if verdict is None:
+                        return self._interrupted()
+                    self.log(f"runwatch supervise: {verdict.line()}")
+                    try:
+                        write_verdict(self.run_dir, verdict)
+                    except OSError as exc:
+                        self.log(f"runwatch supervise: could not write watchdog.json: {exc.strerror or exc}")
+                    self._record("verdict", verdict, line=verdict.line())
+                code = self._act(verdict)
+                if code is not None:
+                    return code
+                if self.interrupted is not None:
+                    return self._interrupted()
+                verdict = None
+        finally:
+            for sig, old in handlers.items():
+                signal.signal(sig, old)
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def _interrupted(self) -> int:
+        """SIGTERM/SIGINT: stop the training (it ends its session as interrupted), end the supervision."""
+        name = signal.Signals(self.interrupted or signal.SIGTERM).name
+        self._stop(f"the supervisor received {name}")
+        sessions = [s for s in self._sessions() if s.records]
+        step = sessions[-1].records[-1].step if sessions else 0
+        v = Verdict("anomaly", "interrupted", step, f"the supervisor received {name}; the training was stopped",
+                    time.time())
+        self._finish("gave_up", v, v.line())
+        return v.exit_code_with(self.watch.exit_transient)
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+
+
+def _launch_cwd(run_dir: str) -> str | None:
+    info = _read_json(os.path.join(run_dir, "launch.json"))
+    cwd = info.get("cwd") if isinstance(info, dict) else None
+    return cwd if isinstance(cwd, str) else None
+
+
+def _last_output_line(run_dir: str) -> str | None:
+    """The last non-empty line of stdout.log that runwatch did not write itself."""
+    try:
+        lines, _ = tail_lines(os.path.join(run_dir, "stdout.log"), NOTIFY_TAIL_LINES)
+    except OSError:
+        return None
+    for raw in reversed(lines):
+        text = raw.decode("utf-8", "replace").strip()
+        if text and not text.startswith("--- runwatch launch"):
+            return text[:200]
+    return None
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def _declare(p: argparse.ArgumentParser) -> None:
+    add_flags(p, Options, "watch", skip=("pid",))
+    add_flags(p, SuperviseOptions, "supervise")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    # As for `launch`: everything from RUN_DIR on is split at the first `--` by `run`.
+    _declare(p)
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="RUN_DIR [options] -- CMD ...",
+                   help="the run directory (created if missing), watch and supervise options, then the training command")
+
+
+def _split(args: argparse.Namespace) -> list[str]:
+    rest = list(args.rest)
+    if "--" not in rest:
+        raise UsageError("supervise: expected RUN_DIR [options] -- CMD ...")
+    i = rest.index("--")
+    head, cmd = rest[:i], rest[i + 1:]
+    sub = Parser(prog="runwatch supervise", add_help=False)
+    _declare(sub)
+    sub.add_argument("run_dir", metavar="RUN_DIR")
+    given = {k: v for k, v in vars(args).items() if v is not None and k != "rest"}
+    sub.parse_args(head, namespace=args)
+    for k, v in given.items():  # options given before RUN_DIR
+        if getattr(args, k) in (None, False):
+            setattr(args, k, v)
+    if not cmd:
+        raise UsageError("supervise: no command given (runwatch supervise RUN_DIR -- CMD ...)")
+    return cmd
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = _split(args)
+    run_dir = os.path.abspath(args.run_dir)
+    toml_dir = run_dir if os.path.isdir(run_dir) else None
+    watch = load_options(toml_dir, given_options(args, Options), command="watch")
+    opts = load_supervise_options(toml_dir, given_options(args, SuperviseOptions))
+    return Supervisor(run_dir, cmd, watch, opts).run()
