@@ -37,9 +37,10 @@ from .goodput import goodput, latest_checkpoint, rollback_target
 from .launch import launch
 from .notify import Notifier, mask_url
 from .options import INT_0, NON_NEGATIVE, TEXTS, Parser, add_flags, given_options, option, read_toml, validate
-from .records import iter_records, load_sessions, resolve_target
+from .records import load_sessions, resolve_target
 from .resume import RESUME_ENV
 from .rules import fmt_step
+from .verdict import read_verdict
 from .watchdog import Options, Verdict, Watcher, load_options, write_verdict
 
 __all__ = ["SuperviseOptions", "Supervisor", "supervise_status", "add_arguments", "run", "JOURNAL", "LOCK",
@@ -119,24 +120,6 @@ def supervise_status(run_dir: str) -> dict | None:
             "event": last.get("event"), "supervisor_pid": sup, "supervisor_running": running}
 
 
-class _SessionWatcher(Watcher):
-    """A Watcher that leaves out the first `stale` records of the log: those written before the
-    relaunch, so the new session's watch never sees the old session's trouble again."""
-
-    def __init__(self, target: str, opts: Options, *, stale: int, **kwargs: Any) -> None:
-        super().__init__(target, opts, **kwargs)
-        self.stale = stale
-        self.seen = 0
-        self.fresh = 0  # records of the new process applied
-
-    def _apply(self, rec: Any) -> Verdict | None:
-        self.seen += 1
-        if self.seen <= self.stale:
-            return None
-        self.fresh += 1
-        return super()._apply(rec)
-
-
 # --- the supervisor -------------------------------------------------------------------------------
 
 
@@ -162,8 +145,10 @@ class Supervisor:
         self.pid: int | None = None
         self.env: dict[str, str] = {}  # the RUNWATCH_* of the current attempt (a rollback's)
         self.checkpoints_at_launch = 0  # checkpoint events in the log when the attempt began
-        self.stale = 0  # records in the log when the attempt began
         self.fresh = 0  # records the attempt wrote, as far as its watch has read
+        self.watcher: Watcher | None = None  # the current attempt's watch
+        self.state: dict | None = None  # where the log was read to (Watcher.state_dict)
+        self.new_process = False  # the next watch is of a newly launched process
         self.interrupted: int | None = None
         self.notifier: Notifier | None = None
         self._lock_fd: int | None = None
@@ -255,19 +240,16 @@ class Supervisor:
             return ["(no stdout.log)"]
         return [raw.decode("utf-8", "replace")[:300] for raw in lines]
 
-    def _log_facts(self) -> tuple[int, int]:
-        """(records, checkpoint events) in the log as it stands."""
-        target = resolve_target(self.run_dir)
-        if not os.path.exists(target.log_path):
-            return 0, 0
-        n = cps = 0
-        try:
-            for rec in iter_records(target, maps=self.watch.maps):
-                n += 1
-                cps += rec.kind == "checkpoint"
-        except InvalidRunError:
-            pass
-        return n, cps
+    def _drained(self, w: Watcher | None = None) -> Watcher:
+        """A watcher positioned at the end of the log as it stands (its writer is gone), with the
+        checkpoint events counted: the next attempt's watch continues from its state."""
+        if w is None:
+            w = Watcher(self.run_dir, self.watch, poll_checks=[], log=lambda msg: None)
+            if self.state is not None:
+                w.load_state_dict(self.state)
+        w.drain()
+        self.state = w.state_dict()
+        return w
 
     def _sessions(self) -> list:
         try:
@@ -283,7 +265,8 @@ class Supervisor:
     # --- actions -------------------------------------------------------------------------------
 
     def _launch(self, event: str, env: dict[str, str], **fields: Any) -> None:
-        self.stale, self.checkpoints_at_launch = self._log_facts()
+        self.checkpoints_at_launch = self._drained(self.watcher).checkpoints
+        self.new_process = True
         full = {k: v for k, v in os.environ.items() if k not in RESUME_ENV}
         full.update(env)
         self.env = dict(env)
@@ -316,13 +299,19 @@ class Supervisor:
         return False
 
     def _watch(self) -> Verdict | None:
-        w = _SessionWatcher(self.run_dir, dataclasses.replace(self.watch, pid=self.pid), stale=self.stale, log=self.log)
+        """Watch the current attempt from where the last watch left the log (no re-reading)."""
+        w = Watcher(self.run_dir, dataclasses.replace(self.watch, pid=self.pid), log=self.log)
+        if self.state is not None and w.load_state_dict(self.state) and self.new_process:
+            w.expect_new_session()
+        self.new_process = False
         w.started = self.started  # --timeout is the whole supervision's
+        self.watcher = w
         while True:
             v = w.poll_once()
-            self.fresh = w.fresh
+            self.fresh = w.applied
             if v is not None:
                 return v
+            w.heartbeat()  # watchdog.json: the supervisor's liveness and the state to resume from
             if not self._sleep(self.watch.poll):
                 return None
 
@@ -368,8 +357,7 @@ class Supervisor:
         if cls == "transient":
             if self.restarts >= self.opts.restarts:
                 return self._give_up(v, f"gave up after {self.restarts} restarts")
-            _, cps = self._log_facts()
-            progressed = cps > self.checkpoints_at_launch
+            progressed = self._drained(self.watcher).checkpoints > self.checkpoints_at_launch
             if progressed:
                 self.streak = 0
             wait = min(MAX_BACKOFF_SECONDS, self.opts.backoff * 2 ** self.streak) if self.opts.backoff else 0.0
@@ -426,6 +414,9 @@ class Supervisor:
                                  f"launch.json describes; remove RUN_DIR/pid if the training is gone")
             self.pid = pid
             self.attempt = self.attempt or 1
+            watching, _problem = read_verdict(self.run_dir, watching=True)
+            if watching is not None and watching.get("verdict") == "watching" and isinstance(watching.get("state"), dict):
+                self.state = watching["state"]  # where the killed supervisor's watch had read to
             self.log(f"runwatch supervise: adopting the running process {pid} (attempt {self.attempt})")
             self._record("launch", adopted=True, checkpoint=self._latest_checkpoint())
             return None

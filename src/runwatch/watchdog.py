@@ -141,6 +141,8 @@ class Watcher:
         self._pid: int | None = self.opts.pid
         self.remote_host: str | None = None  # the host launch.json names, when it is not this one
         self.applied = 0  # records applied so far (the watching record is rewritten when it grows)
+        self.checkpoints = 0  # checkpoint events read so far (carried in the state)
+        self._watching_at, self._watching_count = -math.inf, -1
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -261,6 +263,8 @@ class Watcher:
         self.have_record = True
         self.last_step = rec.step
         self.applied += 1
+        if rec.kind == "checkpoint":
+            self.checkpoints += 1
         finding = self.rules.observe(rec)
         if finding is not None:
             if self.catching_up and self.parser.mode == "minimal":
@@ -397,15 +401,11 @@ class Watcher:
         opts = self.opts
         self.log(f"runwatch watch: {self.target.log_path} (poll {opts.poll:g} s, stall {opts.stall:g} s, "
                  f"startup grace {opts.startup_grace:g} s)")
-        written_at, written_count = -math.inf, -1
         while True:
             v = self.poll_once()
             if v is not None:
                 break
-            now = self.clock()
-            if self.applied != written_count or now - written_at >= liveness.WATCHING_EVERY_SECONDS:
-                written_at, written_count = now, self.applied
-                self._write_watching(now)
+            self.heartbeat()
             time.sleep(opts.poll)
         try:
             write_verdict(self.run_dir, v)
@@ -419,6 +419,41 @@ class Watcher:
                 self.log(_proc.stop(pid, self.run_dir, self.stop_grace))
         return v
 
+
+    def heartbeat(self) -> None:
+        """Rewrite the `watching` record when a poll applied records, or 30 s after the last one."""
+        now = self.clock()
+        if self.applied != self._watching_count or now - self._watching_at >= liveness.WATCHING_EVERY_SECONDS:
+            self._watching_at, self._watching_count = now, self.applied
+            self._write_watching(now)
+
+    def drain(self) -> None:
+        """Read what is left of the log without judging it: its writer is gone and its verdict was
+        reached (a relaunch's watch then starts after it, from `state_dict()`)."""
+        if not self._open():
+            return
+        if self.follower is None:  # trainer_state.json, rewritten whole: parse the entries not yet seen
+            history = read_trainer_state(self.target.log_path)
+            for i in range(self._state_count, len(history)):
+                self.parser.parse_object(history[i], f"log_history[{i}]")
+            self._state_count = len(history)
+            return
+        while True:
+            batch = self.follower.poll()
+            if batch.reset:
+                return
+            for lineno, raw in batch.lines:
+                rec = self.parser.parse_line(lineno, raw)
+                if rec is not None and rec.kind == "checkpoint":
+                    self.checkpoints += 1
+            if not batch.more:
+                return
+
+    def expect_new_session(self) -> None:
+        """A new process was launched on this log: judge its start under the startup grace."""
+        self.have_record = False
+        self.pending = None
+        self.grace_anchor = self.clock()
 
     def _write_watching(self, now: float) -> None:
         """The watchdog's own heartbeat in watchdog.json, with the state a restarted watch resumes from."""
@@ -442,6 +477,7 @@ class Watcher:
             "parser": self.parser.state_dict() if self.parser is not None else None,
             "rules": self.rules.state_dict(),
             "trainer_state_entries": self._state_count,
+            "checkpoints": self.checkpoints,
         }
 
     def load_state_dict(self, state: dict) -> bool:
@@ -455,6 +491,7 @@ class Watcher:
         if self.follower is not None and state["follower"] is not None:
             self.follower.load_state_dict(state["follower"])
         self._state_count = int(state.get("trainer_state_entries") or 0)
+        self.checkpoints = int(state.get("checkpoints") or 0)
         self.current = state["current"]
         self.rules.load_state_dict(state["rules"])
         self.have_record = bool(state["have_record"])
