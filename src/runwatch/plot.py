@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidRunError, RunwatchError, UsageError
+from .readers import ReadOptions, read_options
 from .records import Target, iter_records, parser_for, resolve_target
 from .rules import Finding, Rules, ThroughputDrop, fmt_step
 from .watchdog import Options
@@ -105,9 +106,9 @@ class RunView:
     verdict_problem: str | None  # why watchdog.json could not be read
 
 
-def load_run(target: str, opts: Options) -> RunView:
+def load_run(target: str, opts: Options, read: ReadOptions | None = None) -> RunView:
     """Read `target` through the one record parser and replay the watchdog's rules over it."""
-    t = resolve_target(target)
+    t = resolve_target(target, read)
     if not os.path.exists(t.log_path):
         raise UsageError(f"plot: {target}: no metrics.jsonl or trainer_state.json")
     parser = parser_for(t, opts.maps)
@@ -476,7 +477,7 @@ def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
 # --- the snapshot ---------------------------------------------------------------------------------
 
 
-def snapshot(target: str, output: str | None = None, opts: Options | None = None) -> dict:
+def snapshot(target: str, output: str | None = None, opts: Options | None = None, read: ReadOptions | None = None) -> dict:
     """Draw `target` (a run dir, a JSONL log or a trainer_state.json) into a PNG, atomically.
 
     Returns {"path", "panels", "sessions", "findings", "verdict", "size"}. Default: RUN_DIR/snapshot.png.
@@ -489,7 +490,7 @@ def snapshot(target: str, output: str | None = None, opts: Options | None = None
         import matplotlib  # noqa: F401
     except ImportError:
         raise RunwatchError("plot needs matplotlib: pip install 'runwatch[plot]'") from None
-    view = load_run(target, opts)
+    view = load_run(target, opts, read)
     if not any(s.points() for s in view.sessions):
         raise InvalidRunError(f"{view.target.log_path}: no train or eval records to plot")
     if not view.sessions[-1].points():  # the latest session has only a checkpoint/end so far
@@ -549,8 +550,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not os.path.exists(args.target):
         raise UsageError(f"plot: {args.target}: no such run directory or log")
-    opts = watchdog.options_from_args(args, resolve_target(args.target).run_dir, "check")
-    info = snapshot(args.target, args.output, opts)
+    read = read_options(args)
+    opts = watchdog.options_from_args(args, resolve_target(args.target, read).run_dir, "check")
+    info = snapshot(args.target, args.output, opts, read)
     if args.json:
         print(json.dumps(info, indent=2, allow_nan=False, ensure_ascii=False))
     else:

@@ -25,6 +25,8 @@ from .errors import InvalidRunError, UsageError
 from .follow import LogFollower, ManifestFollower
 from .heartbeats import RankMonitor
 from .journal import atomic_write_text
+from .readers import READER_FORMATS, ReadOptions, open_reader, to_records
+from .readers import add_arguments as add_read_arguments, read_options
 from .records import Record, RecordParser, Target, parse_maps, parser_for, read_trainer_state, resolve_target
 from .rules import Finding, Rules, fmt_step
 from . import process as _proc
@@ -225,10 +227,12 @@ class Watcher:
 
     def __init__(self, target: str, opts: Options | None = None, *, stop_grace: float = _proc.STOP_GRACE_SECONDS,
                  poll_checks: list[Callable[["Watcher"], Finding | None]] | None = None,
-                 clock: Callable[[], float] = time.time, log: Callable[[str], None] | None = None) -> None:
+                 clock: Callable[[], float] = time.time, log: Callable[[str], None] | None = None,
+                 read: ReadOptions | None = None) -> None:
         self.opts = opts or Options()
         self.target_arg = os.fspath(target)
-        self.target: Target = resolve_target(self.target_arg)
+        self.read = read  # --format, --pattern, --run (readers.ReadOptions)
+        self.target: Target = resolve_target(self.target_arg, read)
         self.run_dir = self.target.run_dir
         self.stop_grace = stop_grace
         self.poll_checks = list(POLL_CHECKS if poll_checks is None else poll_checks)
@@ -240,6 +244,7 @@ class Watcher:
         self.parser: RecordParser | None = None
         self.manifest: ManifestFollower | None = None
         self.follower: LogFollower | None = None
+        self.reader: Any = None  # a readers.Reader for TensorBoard, MLflow, CSV and text logs
         self.current: str | None = None  # the session being judged
         self.have_record = False  # a record of the current session was applied
         self.last_step: int | float = 0
@@ -258,7 +263,7 @@ class Watcher:
         """Set up the reader once the log exists; False while it does not."""
         if self.parser is not None:
             return True
-        self.target = resolve_target(self.target_arg)  # the target or a trainer_state.json may have appeared
+        self.target = resolve_target(self.target_arg, self.read)  # the target or a trainer_state.json may have appeared
         self.run_dir = self.target.run_dir
         if not os.path.exists(self.target.log_path):
             return False
@@ -269,6 +274,10 @@ class Watcher:
             # decide between schema v1 and minimal telemetry only once the log has bytes.
             return False
         maps = self.opts.maps
+        if t.format in READER_FORMATS:  # other tools' logs: one reader a format, minimal telemetry out
+            self.parser = parser_for(t, maps)
+            self.reader = open_reader(t.format, t.log_path, t.read, maps)
+            return True
         if t.format == "jsonl" and t.schema_v1():
             self.manifest = ManifestFollower(t.run_dir)
             self.manifest.poll()
@@ -325,6 +334,22 @@ class Watcher:
             if not batch.more:
                 return None
 
+    def _read_reader(self, final: bool = False) -> Verdict | None:
+        """Judge what is new in a log read through `readers`; `final`: also the step held back."""
+        while True:
+            chunk = self.reader.poll()
+            if chunk.reset:
+                self.log(f"runwatch watch: {self.target.log_path}: a file was {chunk.reset}; reading it again")
+            if chunk.grew and not self.catching_up:
+                self.last_growth = self.clock()
+            items = chunk.items + self.reader.finish() if final and not chunk.more else chunk.items
+            for rec in to_records(self.parser, items):
+                v = self._apply(rec)
+                if v is not None:
+                    return v
+            if not chunk.more:
+                return None
+
     def _read_trainer_state(self) -> Verdict | None:
         """trainer_state.json is rewritten whole: judge the entries beyond those seen."""
         try:
@@ -353,6 +378,8 @@ class Watcher:
         return None
 
     def _mtime(self) -> float:
+        if self.reader is not None:
+            return self.reader.mtime()
         try:
             return os.stat(self.target.log_path).st_mtime
         except OSError:
@@ -387,14 +414,17 @@ class Watcher:
     def _anomaly(self, kind: str, step: Any, message: str) -> Verdict:
         return self._verdict("anomaly", kind, step, message)
 
-    def _read(self) -> Verdict | None:
-        """Read and judge new records; a Verdict when one decides the watch."""
+    def _read(self, final: bool = False) -> Verdict | None:
+        """Read and judge new records; a Verdict when one decides the watch (`final`: the
+        process is gone, so a step a reader holds back is complete)."""
         if self.manifest is not None and self.manifest.poll():
             self.parser.set_manifest(self.manifest.manifest)
         if self.parser is not None and self.parser.mode == "v1" and self.parser.latest_session() != self.current:
             self._switch(self.parser.latest_session())
         if not self._open():
             return None
+        if self.reader is not None:
+            return self._read_reader(final)
         return self._read_log() if self.follower is not None else self._read_trainer_state()
 
     def poll_once(self) -> Verdict | None:
@@ -459,7 +489,7 @@ class Watcher:
         if pid is None or _proc.alive(pid):
             return None
         # The process is gone: read the log to its end first; a normal session_end means done.
-        v = self._read()
+        v = self._read(final=True)
         if v is not None:
             return v
         if self.pending is not None:
@@ -508,7 +538,7 @@ class CheckResult:
 
     findings: list[Finding]
     last_step: int | float
-    torn_line: int | None = None
+    torn_line: int | str | None = None  # a line number; other formats: where (a str)
 
     @property
     def exit_code(self) -> int:
@@ -520,7 +550,7 @@ class CheckResult:
         return out
 
 
-def check(target: str, options: Options | None = None) -> CheckResult:
+def check(target: str, options: Options | None = None, read: ReadOptions | None = None) -> CheckResult:
     """Replay every session of `target` as it stands (a torn last line is left out)."""
     from .records import iter_records
 
@@ -528,7 +558,7 @@ def check(target: str, options: Options | None = None) -> CheckResult:
     target = os.fspath(target)
     if not os.path.exists(target):
         raise UsageError(f"check: {target}: no such run directory or log")
-    t = resolve_target(target)
+    t = resolve_target(target, read)
     if not os.path.exists(t.log_path):
         raise UsageError(f"check: {target}: no metrics.jsonl or trainer_state.json")
     findings: list[Finding] = []
@@ -605,6 +635,8 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     if command != "check":
         p.add_argument("--stop-on-anomaly", action="store_true", default=None,
                        help="on an anomaly, stop the training (SIGTERM, then SIGKILL after 30 s)")
+    if command != "launch":
+        add_read_arguments(p)  # --format, --pattern, --run (readers)
 
 
 def options_from_args(args: argparse.Namespace, run_dir: str | None, command: str) -> Options:
@@ -616,9 +648,10 @@ def options_from_args(args: argparse.Namespace, run_dir: str | None, command: st
 
 
 def run_watch(args: argparse.Namespace) -> int:
-    run_dir = resolve_target(args.target).run_dir
+    read = read_options(args)
+    run_dir = resolve_target(args.target, read).run_dir
     opts = options_from_args(args, run_dir, "watch")
-    v = Watcher(args.target, opts).run()
+    v = Watcher(args.target, opts, read=read).run()
     print(v.line(), flush=True)
     return v.exit_code
 
@@ -626,9 +659,12 @@ def run_watch(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     if not os.path.exists(args.target):
         raise UsageError(f"check: {args.target}: no such run directory or log")
-    opts = options_from_args(args, resolve_target(args.target).run_dir, "check")
-    result = check(args.target, opts)
-    if result.torn_line is not None:
+    read = read_options(args)
+    opts = options_from_args(args, resolve_target(args.target, read).run_dir, "check")
+    result = check(args.target, opts, read)
+    if isinstance(result.torn_line, str):
+        print(f"runwatch check: left out {result.torn_line} (not complete yet)", file=sys.stderr)
+    elif result.torn_line is not None:
         print(f"runwatch check: left out the torn last line {result.torn_line} (no newline yet)", file=sys.stderr)
     if getattr(args, "json", False):
         print(json.dumps({"findings": [f.to_json() for f in result.findings], "last_step": result.last_step,
