@@ -134,7 +134,10 @@ def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
     """
     target = os.fspath(target)
     read = read or ReadOptions()
-    found = detect(target, read)
+    # A run directory (metrics.jsonl) or a Hugging Face output directory (trainer_state.json) is read
+    # as before, whatever else it holds (the HF Trainer's TensorBoard files, say), unless --format says.
+    own = read.format is None and os.path.isdir(target) and _find_trainer_state(target) is not None
+    found = None if own else detect(target, read)
     if found is not None:
         fmt, log, run_dir = found
         return Target(run_dir, log, fmt, read)

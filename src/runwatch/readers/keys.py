@@ -123,7 +123,7 @@ class StepGrouper:
         self.where = ""
         self.wall: float | None = None
         self.shape: frozenset[str] | None = None  # non-eval keys of the last step closed by a later one
-        self.released: int | float | None = None  # a step released early by `settled()`
+        self.eval_wall: float | None = None  # the latest wall time of the step's eval values
 
     def add(self, step: int | float, wall: float | None, key: str, value: Any, where: str) -> list[tuple[str, dict]]:
         out: list[tuple[str, dict]] = []
@@ -135,7 +135,10 @@ class StepGrouper:
             self.step, self.where = step, where
         self.values[key] = value
         if wall is not None:
-            self.wall = wall if self.wall is None or wall > self.wall else self.wall
+            if self.keys.eval_name(key) is None:
+                self.wall = wall if self.wall is None or wall > self.wall else self.wall
+            else:
+                self.eval_wall = wall if self.eval_wall is None or wall > self.eval_wall else self.eval_wall
         return out
 
     def pending(self) -> bool:
@@ -152,28 +155,32 @@ class StepGrouper:
         have = {k for k in self.values if self.keys.eval_name(k) is None}
         if not self.shape <= have:
             return []
-        self.released = self.step
         return self._emit()
 
     def _emit(self) -> list[tuple[str, dict]]:
         rec: dict[str, Any] = {"step": self.step}
-        if self.wall is not None:
-            rec["t"] = self.wall
+        wall = self.wall if self.wall is not None else self.eval_wall
+        if wall is not None:
+            rec["t"] = wall
         rec.update(self.values)
+        parts = split_train_eval(self.keys.canonical(rec))
+        if len(parts) == 2 and self.eval_wall is not None:
+            parts[1]["t"] = self.eval_wall  # each part keeps the time of its own values
         where = self.where
-        self.step, self.values, self.wall = None, {}, None
-        return [(where, r) for r in split_train_eval(self.keys.canonical(rec))]
+        self.step, self.values, self.wall, self.eval_wall = None, {}, None, None
+        return [(where, r) for r in parts]
 
     def state_dict(self) -> dict:
         """The held step as plain JSON (non-finite values as strings)."""
         return {"step": self.step, "values": {k: _enc(v) for k, v in self.values.items()}, "where": self.where,
-                "wall": self.wall, "shape": sorted(self.shape) if self.shape is not None else None}
+                "wall": self.wall, "eval_wall": self.eval_wall, "shape": sorted(self.shape) if self.shape is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         self.step = state["step"]
         self.values = {k: _dec(v) for k, v in state["values"].items()}
         self.where = state["where"]
         self.wall = state["wall"]
+        self.eval_wall = state["eval_wall"]
         self.shape = frozenset(state["shape"]) if state["shape"] is not None else None
 
 
