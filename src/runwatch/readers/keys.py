@@ -90,12 +90,13 @@ class KeyMap:
         return out
 
 
-def split_train_eval(rec: dict[str, Any]) -> list[dict[str, Any]]:
+def split_train_eval(rec: dict[str, Any], keys: KeyMap) -> list[dict[str, Any]]:
     """A step's grouped values as the records a JSONL producer writes: the train part (with `loss`)
-    and the eval part (the `eval_*` keys) apart, so that rules see them as they would there."""
+    and the eval part (the eval values, under both names) apart, so that rules see them as they
+    would there."""
     if "loss" not in rec:
         return [rec]
-    evals = [k for k in rec if k.startswith("eval_")]
+    evals = [k for k in rec if k.startswith("eval_") or keys.eval_name(k) is not None]
     if not evals:
         return [rec]
     ev = {"step": rec["step"]}
@@ -163,7 +164,7 @@ class StepGrouper:
         if wall is not None:
             rec["t"] = wall
         rec.update(self.values)
-        parts = split_train_eval(self.keys.canonical(rec))
+        parts = split_train_eval(self.keys.canonical(rec), self.keys)
         if len(parts) == 2 and self.eval_wall is not None:
             parts[1]["t"] = self.eval_wall  # each part keeps the time of its own values
         where = self.where
