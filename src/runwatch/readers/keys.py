@@ -125,6 +125,7 @@ class StepGrouper:
         self.wall: float | None = None
         self.shape: frozenset[str] | None = None  # non-eval keys of the last step closed by a later one
         self.eval_wall: float | None = None  # the latest wall time of the step's eval values
+        self.eval_where = ""  # where the step's first eval value was
 
     def add(self, step: int | float, wall: float | None, key: str, value: Any, where: str) -> list[tuple[str, dict]]:
         out: list[tuple[str, dict]] = []
@@ -135,11 +136,14 @@ class StepGrouper:
         if self.step is None:
             self.step, self.where = step, where
         self.values[key] = value
-        if wall is not None:
-            if self.keys.eval_name(key) is None:
-                self.wall = wall if self.wall is None or wall > self.wall else self.wall
-            else:
-                self.eval_wall = wall if self.eval_wall is None or wall > self.eval_wall else self.eval_wall
+        if self.keys.eval_name(key) is None:
+            if wall is not None and (self.wall is None or wall > self.wall):
+                self.wall = wall
+        else:
+            if not self.eval_where:
+                self.eval_where = where
+            if wall is not None and (self.eval_wall is None or wall > self.eval_wall):
+                self.eval_wall = wall
         return out
 
     def pending(self) -> bool:
@@ -165,16 +169,18 @@ class StepGrouper:
             rec["t"] = wall
         rec.update(self.values)
         parts = split_train_eval(self.keys.canonical(rec), self.keys)
-        if len(parts) == 2 and self.eval_wall is not None:
-            parts[1]["t"] = self.eval_wall  # each part keeps the time of its own values
-        where = self.where
-        self.step, self.values, self.wall, self.eval_wall = None, {}, None, None
-        return [(where, r) for r in parts]
+        out = [(self.where, parts[0])]
+        if len(parts) == 2:
+            if self.eval_wall is not None:
+                parts[1]["t"] = self.eval_wall  # each part keeps the time and place of its own values
+            out.append((self.eval_where or self.where, parts[1]))
+        self.step, self.values, self.wall, self.eval_wall, self.eval_where = None, {}, None, None, ""
+        return out
 
     def state_dict(self) -> dict:
         """The held step as plain JSON (non-finite values as strings)."""
         return {"step": self.step, "values": {k: _enc(v) for k, v in self.values.items()}, "where": self.where,
-                "wall": self.wall, "eval_wall": self.eval_wall, "shape": sorted(self.shape) if self.shape is not None else None}
+                "wall": self.wall, "eval_wall": self.eval_wall, "eval_where": self.eval_where, "shape": sorted(self.shape) if self.shape is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
         self.step = state["step"]
@@ -182,6 +188,7 @@ class StepGrouper:
         self.where = state["where"]
         self.wall = state["wall"]
         self.eval_wall = state["eval_wall"]
+        self.eval_where = state["eval_where"]
         self.shape = frozenset(state["shape"]) if state["shape"] is not None else None
 
 

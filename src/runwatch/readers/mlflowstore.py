@@ -190,8 +190,9 @@ class FileStoreReader:
         self.grouper = StepGrouper(keys)
 
     def _scan(self) -> None:
-        for root, _dirs, names in os.walk(self.metrics_dir):
-            for n in names:
+        for root, dirs, names in os.walk(self.metrics_dir):
+            dirs.sort()  # a stable order of keys whatever the file system lists first
+            for n in sorted(names):
                 path = os.path.join(root, n)
                 key = os.path.relpath(path, self.metrics_dir).replace(os.sep, "/")
                 if key not in self.files:
