@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import glob
 import json
-import math
 import os
 import shutil
 
@@ -268,12 +267,12 @@ def test_hf_trainer_report_to_tensorboard(tmp_path):
     train = [(r.step, r.loss, r.lr, r.grad_mean) for r in recs if r.kind == "train"]
     want = [(h["step"], h["loss"], h["learning_rate"], h["grad_norm"]) for h in history if "loss" in h]
     assert [t[0] for t in train] == [w[0] for w in want] == [5, 10, 15, 20]
-    for got, exp in zip(train, want):
+    for got, exp in zip(train, want, strict=True):
         assert got[1:] == pytest.approx(exp[1:], rel=1e-6)  # event files hold float32
     evals = [(r.step, r.eval_loss, r.metrics.get("auroc")) for r in recs if r.kind == "eval" and r.eval_loss is not None]
     want_eval = [(h["step"], h["eval_loss"], h["eval_auroc"]) for h in history if "eval_loss" in h]
     assert [e[0] for e in evals] == [10, 20]
-    for got, exp in zip(evals, want_eval):
+    for got, exp in zip(evals, want_eval, strict=True):
         assert got == pytest.approx(exp, rel=1e-6)
     assert check(str(tmp_path / "runs"), Options(metric_after_step=10**6)).findings == []
     shutil.rmtree(tmp_path / "runs")

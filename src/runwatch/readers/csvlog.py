@@ -98,7 +98,7 @@ class CsvReader:
                 self.skip -= 1
                 self.rows += 1
                 continue
-            rec = {k: number(v) for k, v in zip(self.header, cells) if v != ""}
+            rec = {k: number(v) for k, v in zip(self.header, cells, strict=False) if v != ""}
             out.append((where, self.keys.canonical(rec)))
             self.rows += 1
         return chunk

@@ -15,6 +15,7 @@ one train record and one eval record a step. Standard library only.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 __all__ = ["ALIASES", "EVAL_PREFIXES", "KeyMap", "StepGrouper", "split_train_eval"]
@@ -193,7 +194,7 @@ class StepGrouper:
 
 
 def _enc(v: Any) -> Any:
-    if type(v) is float and v != v or v in (float("inf"), float("-inf")):
+    if type(v) is float and not math.isfinite(v):
         return repr(v)  # 'nan', 'inf', '-inf': strict JSON has no NaN
     return v
 
