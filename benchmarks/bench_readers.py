@@ -192,6 +192,8 @@ def make_store(rows: int) -> tuple[str, str]:
     db = os.path.join(d, "mlflow.db")
     shutil.copyfile(os.path.join(ROOT, "tests", "data", "readers", "mlflow.db"), db)
     con = sqlite3.connect(db)
+    con.execute("PRAGMA page_size = 4096")  # the test store is packed in 512-byte pages; MLflow's default is 4096
+    con.execute("VACUUM")
     exp = con.execute("SELECT experiment_id FROM runs LIMIT 1").fetchone()[0]
     run = "bench" + "0" * 27
     con.execute("INSERT INTO runs (run_uuid, name, status, start_time, lifecycle_stage, experiment_id) "

@@ -316,3 +316,18 @@ def test_format_tensorboard_overrides_detection(tmp_path):
     assert t.format == "tensorboard"
     assert [r.step for r in iter_records(t)] == [1, 2, 3]
     assert math.isclose([r.loss for r in iter_records(t)][-1], 1 / 3, rel_tol=1e-6)
+
+
+def test_when_the_process_is_gone_the_held_step_is_judged_before_the_verdict(tmp_path):
+    """The last step (a NaN) is held back while the writer may add to it; once the process has
+    exited it is complete: the verdict is the NaN, not process_exit."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    write_events(tmp_path, range(1, 6), nan_at=5)
+    watcher = Watcher(str(tmp_path), Options(pid=proc.pid, stall=1e6, startup_grace=1e6), log=lambda m: None,
+                      poll_checks=[])
+    v = watcher.poll_once()
+    assert v is not None and (v.kind, v.step, v.message) == ("nonfinite_loss", 5, "train loss is NaN")
