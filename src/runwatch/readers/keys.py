@@ -16,7 +16,7 @@ one train record and one eval record a step. Standard library only.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["ALIASES", "EVAL_PREFIXES", "KeyMap", "StepGrouper", "split_train_eval"]
 
@@ -41,6 +41,7 @@ class KeyMap:
     def __init__(self, maps: dict[str, str] | None = None) -> None:
         self.maps = dict(maps or {})
         self._eval_cache: dict[str, str | None] = {}
+        self._plans: dict[tuple[str, ...], list[tuple[str, str | None]]] = {}
 
     def eval_name(self, key: str) -> str | None:
         """`eval/auroc` → `eval_auroc`; None for a key that is not an eval value."""
@@ -61,6 +62,26 @@ class KeyMap:
 
     def canonical(self, obj: dict[str, Any]) -> dict[str, Any]:
         """A copy of `obj` with the canonical keys set (originals kept)."""
+        # Which key feeds which canonical key depends only on the keys present, and a log repeats
+        # the same few key sets: work the assignments out once a key set.
+        names = tuple(obj)
+        plan = self._plans.get(names)
+        if plan is None:
+            probe = dict.fromkeys(names, 0)
+            plan = [(canon, src) for canon, src in self._plan(probe)]
+            if len(self._plans) < 1024:
+                self._plans[names] = plan
+        out = dict(obj)
+        for canon, src in plan:
+            if src is None:
+                out.pop(canon, None)
+            else:
+                out[canon] = obj[src]
+        return out
+
+    def _plan(self, obj: dict[str, Any]) -> list[tuple[str, str | None]]:
+        """(canonical key, the key it is read from, or None: absent) for a record with `obj`'s keys."""
+        plan: list[tuple[str, str | None]] = []
         out = dict(obj)
         maps = self.maps
         for canon, names in ALIASES.items():
@@ -70,34 +91,35 @@ class KeyMap:
                 continue
             for name in names:
                 if name in obj:
-                    out[canon] = obj[name]
+                    out[canon] = 0
+                    plan.append((canon, name))
                     break
             else:
                 if canon == "lr":
                     for key in obj:
                         if key.startswith("lr-"):
-                            out["lr"] = obj[key]
+                            out["lr"] = 0
+                            plan.append(("lr", key))
                             break
         for key in obj:
             if key.startswith("eval_"):
                 continue
             name = self.eval_name(key)
             if name is not None and name not in obj and name not in maps and name not in out:
-                out[name] = obj[key]
+                out[name] = 0
+                plan.append((name, key))
         for canon, source in maps.items():  # a mapped key is read only from its SOURCE
-            out.pop(canon, None)
-            if source in obj:
-                out[canon] = obj[source]
-        return out
+            plan.append((canon, source if source in obj else None))
+        return plan
 
 
-def split_train_eval(rec: dict[str, Any], keys: KeyMap) -> list[dict[str, Any]]:
+def split_train_eval(rec: dict[str, Any], is_eval: Callable[[str], bool]) -> list[dict[str, Any]]:
     """A step's grouped values as the records a JSONL producer writes: the train part (with `loss`)
     and the eval part (the eval values, under both names) apart, so that rules see them as they
     would there."""
     if "loss" not in rec:
         return [rec]
-    evals = [k for k in rec if k.startswith("eval_") or keys.eval_name(k) is not None]
+    evals = [k for k in rec if k.startswith("eval_") or is_eval(k)]
     if not evals:
         return [rec]
     ev = {"step": rec["step"]}
@@ -124,7 +146,8 @@ class StepGrouper:
         self.values: dict[str, Any] = {}
         self.where = ""
         self.wall: float | None = None
-        self.shape: frozenset[str] | None = None  # non-eval keys of the last step closed by a later one
+        self._prev: dict[str, Any] | None = None  # the values of the last step closed by a later one
+        self._is_eval: dict[str, bool] = {}
         self.eval_wall: float | None = None  # the latest wall time of the step's eval values
         self.eval_where = ""  # where the step's first eval value was
 
@@ -132,12 +155,17 @@ class StepGrouper:
         out: list[tuple[str, dict]] = []
         if self.step is not None and (step != self.step or key in self.values):
             if step != self.step:
-                self.shape = frozenset(k for k in self.values if self.keys.eval_name(k) is None)
+                self._prev = self.values  # its shape is worked out only if `settled` asks
             out = self._emit()
         if self.step is None:
             self.step, self.where = step, where
         self.values[key] = value
-        if self.keys.eval_name(key) is None:
+        is_eval = self._is_eval.get(key)
+        if is_eval is None:
+            is_eval = self.keys.eval_name(key) is not None
+            if len(self._is_eval) < 4096:
+                self._is_eval[key] = is_eval
+        if not is_eval:
             if wall is not None and (self.wall is None or wall > self.wall):
                 self.wall = wall
         else:
@@ -154,12 +182,23 @@ class StepGrouper:
         """The held step's records (at the end of a replay)."""
         return self._emit() if self.step is not None else []
 
+    def _eval_key(self, key: str) -> bool:
+        known = self._is_eval.get(key)
+        return known if known is not None else self.keys.eval_name(key) is not None
+
+    @property
+    def shape(self) -> frozenset[str] | None:
+        """The non-eval keys of the last step that a later step closed (None before one did)."""
+        if self._prev is None:
+            return None
+        return frozenset(k for k in self._prev if self.keys.eval_name(k) is None)
+
     def settled(self) -> list[tuple[str, dict]]:
         """The held step's records if it already has the previous step's non-eval keys; else []."""
-        if self.step is None or self.shape is None:
+        shape = self.shape
+        if self.step is None or shape is None:
             return []
-        have = {k for k in self.values if self.keys.eval_name(k) is None}
-        if not self.shape <= have:
+        if not all(k in self.values for k in shape):
             return []
         return self._emit()
 
@@ -169,7 +208,7 @@ class StepGrouper:
         if wall is not None:
             rec["t"] = wall
         rec.update(self.values)
-        parts = split_train_eval(self.keys.canonical(rec), self.keys)
+        parts = split_train_eval(self.keys.canonical(rec), self._eval_key)
         out = [(self.where, parts[0])]
         if len(parts) == 2:
             if self.eval_wall is not None:
@@ -190,7 +229,7 @@ class StepGrouper:
         self.wall = state["wall"]
         self.eval_wall = state["eval_wall"]
         self.eval_where = state["eval_where"]
-        self.shape = frozenset(state["shape"]) if state["shape"] is not None else None
+        self._prev = dict.fromkeys(state["shape"]) if state["shape"] is not None else None
 
 
 def _enc(v: Any) -> Any:
