@@ -24,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from runwatch.readers import tfevents  # noqa: E402
+from runwatch.readers import tfevents, tfrecord  # noqa: E402
 from runwatch.readers.keys import KeyMap  # noqa: E402
 from runwatch.readers.mlflowstore import SqliteReader  # noqa: E402
 from runwatch.records import iter_records, resolve_target  # noqa: E402
@@ -34,8 +34,8 @@ TAGS = ("train/loss", "train/learning_rate", "train/grad_norm", "train/samples_p
 
 def _record(data: bytes) -> bytes:
     header = struct.pack("<Q", len(data))
-    return (header + struct.pack("<I", tfevents.masked_crc32c(header)) + data
-            + struct.pack("<I", tfevents.masked_crc32c(data)))
+    return (header + struct.pack("<I", tfrecord.masked_crc32c(header)) + data
+            + struct.pack("<I", tfrecord.masked_crc32c(data)))
 
 
 def make_event_file(mb: int) -> tuple[str, int]:
@@ -125,12 +125,12 @@ def bench_tensorboard(mb: int, repeat: int) -> None:
         for name, fn in peers:
             if fn is None:
                 def fn(path=path):
-                    saved = tfevents.crc32c
-                    tfevents.crc32c = tfevents._crc32c_py
+                    saved = tfrecord.crc32c
+                    tfrecord.crc32c = tfrecord._crc32c_py
                     try:
                         return runwatch_reader(path, "none")
                     finally:
-                        tfevents.crc32c = saved
+                        tfrecord.crc32c = saved
             times = []
             for _ in range(repeat):
                 try:

@@ -12,7 +12,7 @@ import pytest
 
 from runwatch.cli import main
 from runwatch.readers import ReadOptions
-from runwatch.readers import tfevents
+from runwatch.readers import tfevents, tfrecord
 from runwatch.readers.keys import KeyMap
 from runwatch.records import iter_records, resolve_target
 from runwatch.watchdog import Options, Watcher, check
@@ -63,21 +63,21 @@ def record_spans(data: bytes) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("data, crc", [(b"", 0), (b"123456789", 0xE3069283), (b"\x00" * 32, 0x8A9136AA),
                                        (b"\xff" * 32, 0x62A8AB43), (bytes(range(32)), 0x46DD794E)])
 def test_crc32c_known_values(data, crc):
-    assert tfevents._crc32c_py(data) == crc
-    assert tfevents.crc32c(data) == crc
+    assert tfrecord._crc32c_py(data) == crc
+    assert tfrecord.crc32c(data) == crc
 
 
 def test_crc32c_pure_python_equals_the_c_one_at_every_length():
     rnd = bytes((i * 131 + 7) % 256 for i in range(300))
     for n in range(len(rnd)):
-        assert tfevents._crc32c_py(rnd[:n]) == tfevents.crc32c(rnd[:n]), n
+        assert tfrecord._crc32c_py(rnd[:n]) == tfrecord.crc32c(rnd[:n]), n
 
 
 def test_masked_crc_is_tensorflows():
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
     for data in (b"", b"abc", struct.pack("<Q", 42)):
-        assert tfevents.masked_crc32c(data) == masked_crc32c(data)
+        assert tfrecord.masked_crc32c(data) == masked_crc32c(data)
 
 
 @pytest.mark.parametrize("new_style", [False, True], ids=["simple_value", "tensor"])
@@ -106,7 +106,7 @@ def test_scalars_equal_tensorboards_event_accumulator(tmp_path, new_style):
             expected |= {(tag, e.step, e.wall_time, e.value) for e in acc.Scalars(tag)}
     assert len(expected) == 78
     for decoder in ("pure", "pb2"):
-        ef = tfevents.EventFile(path, decoder=tfevents.event_decoder(decoder) if decoder == "pb2" else tfevents.decode_event)
+        ef = tfevents.EventFile(path, decoder=tfrecord.event_decoder(decoder) if decoder == "pb2" else tfrecord.decode_event)
         events, error, *_ = ef.poll()
         assert error is None
         got = {(tag, step, wall, value) for _off, wall, step, scalars in events for tag, value in scalars}

@@ -11,7 +11,7 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 CORE = ["runwatch", "runwatch.errors", "runwatch.schema", "runwatch.metrics", "runwatch.journal", "runwatch.summary",
         "runwatch.cli", "runwatch.follow", "runwatch.records", "runwatch.rules", "runwatch.watchdog",
         "runwatch.status", "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch", "runwatch.process",
-        "runwatch.readers", "runwatch.readers.keys", "runwatch.readers.tfevents", "runwatch.readers.mlflowstore",
+        "runwatch.readers", "runwatch.readers.keys", "runwatch.readers.tfevents", "runwatch.readers.tfrecord", "runwatch.readers.mlflowstore",
         "runwatch.readers.csvlog", "runwatch.readers.textlog"]
 
 
