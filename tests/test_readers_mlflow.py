@@ -160,6 +160,12 @@ def test_file_store_lines_grouped_by_step(tmp_path):
     assert items[-1][1]["loss"] == 0.25
 
 
+def test_run_with_a_file_store_is_a_usage_error(capsys):
+    assert main(["check", FILE_RUN, "--run", "abc"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"read.run applies to an SQLite store; {FILE_RUN} is a file-store run directory (one run)")
+
+
 def test_file_store_bad_line_names_file_and_line(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(FILE_RUN, run)

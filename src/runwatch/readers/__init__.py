@@ -186,6 +186,8 @@ def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
                 return None
     if fmt == "mlflow" and is_dir and not os.path.isdir(os.path.join(path, "metrics")):
         return ("mlflow", os.path.join(path, "mlflow.db"), run_dir)
+    if fmt == "mlflow" and is_dir and read.run is not None:
+        raise UsageError(f"read.run applies to an SQLite store; {path} is a file-store run directory (one run)")
     if fmt in ("csv", "text") and is_dir:
         raise UsageError(f"read.format {fmt}: {path} is a directory, expected a file")
     return (fmt, path, run_dir)

@@ -263,9 +263,7 @@ class FileStoreReader:
 def open_mlflow(path: str, keys: KeyMap, run: str | None) -> SqliteReader | FileStoreReader:
     """The reader of an SQLite store file or a file-store run directory."""
     if os.path.isdir(path):
-        if run is not None:
-            raise InvalidRunError(f"{path}: --run applies to an SQLite store; a file-store run directory is one run")
-        return FileStoreReader(path, keys)
+        return FileStoreReader(path, keys)  # one run (`readers.detect` refuses --run for it)
     return SqliteReader(path, keys, run)
 
 
