@@ -11,7 +11,9 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 CORE = ["runwatch", "runwatch.errors", "runwatch.schema", "runwatch.metrics", "runwatch.journal", "runwatch.summary",
         "runwatch.cli", "runwatch.follow", "runwatch.records", "runwatch.rules", "runwatch.watchdog",
         "runwatch.status", "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch", "runwatch.process",
-        "runwatch.supervise", "runwatch.goodput", "runwatch.notify", "runwatch.resume"]
+        "runwatch.supervise", "runwatch.goodput", "runwatch.notify", "runwatch.resume",
+        "runwatch.readers", "runwatch.readers.keys", "runwatch.readers.tfevents", "runwatch.readers.tfrecord", "runwatch.readers.mlflowstore",
+        "runwatch.readers.csvlog", "runwatch.readers.textlog"]
 # `runwatch serve`: http.server and the readers, nothing else.
 CORE += ["runwatch.serve", "runwatch.serve.server", "runwatch.serve.runs", "runwatch.serve.series", "runwatch.serve.supervision"]
 

@@ -31,6 +31,8 @@ from .errors import InvalidRunError, RunwatchError, UsageError
 from .journal import atomic_write
 from .options import add_flags, build, given_options
 from .verdict import read_verdict
+from .readers import ReadOptions, read_options
+from .readers import add_arguments as add_read_arguments
 from .records import Target, iter_records, parser_for, resolve_target
 from .rules import Finding, Replay, RuleOptions, Rules, ThroughputDrop, fmt_step
 
@@ -107,9 +109,9 @@ class RunView:
     verdict_problem: str | None  # why watchdog.json could not be read
 
 
-def load_run(target: str, opts: RuleOptions) -> RunView:
+def load_run(target: str, opts: RuleOptions, read: ReadOptions | None = None) -> RunView:
     """Read `target` through the one record parser and replay the watchdog's rules over it."""
-    t = resolve_target(target)
+    t = resolve_target(target, read)
     if not os.path.exists(t.log_path):
         raise UsageError(f"plot: {target}: no metrics.jsonl or trainer_state.json")
     parser = parser_for(t, opts.maps)
@@ -460,7 +462,7 @@ def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
 # --- the snapshot ---------------------------------------------------------------------------------
 
 
-def snapshot(target: str, output: str | None = None, opts: RuleOptions | None = None) -> dict:
+def snapshot(target: str, output: str | None = None, opts: RuleOptions | None = None, read: ReadOptions | None = None) -> dict:
     """Draw `target` (a run dir, a JSONL log or a trainer_state.json) into a PNG, atomically.
 
     Returns {"path", "panels", "sessions", "findings", "verdict", "size"}. Default: RUN_DIR/snapshot.png.
@@ -473,7 +475,7 @@ def snapshot(target: str, output: str | None = None, opts: RuleOptions | None = 
         import matplotlib  # noqa: F401
     except ImportError:
         raise RunwatchError("plot needs matplotlib: pip install 'runwatch[plot]'") from None
-    view = load_run(target, opts)
+    view = load_run(target, opts, read)
     if not any(s.points() for s in view.sessions):
         raise InvalidRunError(f"{view.target.log_path}: no train or eval records to plot")
     if not view.sessions[-1].points():  # the latest session has only a checkpoint/end so far
@@ -513,6 +515,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """`runwatch plot TARGET [-o PNG] [--json]` plus the thresholds of `runwatch check`."""
     p.add_argument("target", metavar="RUN_DIR|FILE", help="a run directory, a JSONL log or a trainer_state.json")
     add_flags(p, RuleOptions, "plot")
+    add_read_arguments(p)  # --format, --pattern, --run
     p.add_argument("-o", "--output", default=None, metavar="PNG", help="where to write (default RUN_DIR/snapshot.png)")
     p.add_argument("--json", action="store_true", help="print path, panels, sessions and findings as JSON")
 
@@ -520,8 +523,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not os.path.exists(args.target):
         raise UsageError(f"plot: {args.target}: no such run directory or log")
-    opts = build(RuleOptions, resolve_target(args.target).run_dir, given_options(args, RuleOptions), "plot")
-    info = snapshot(args.target, args.output, opts)
+    read = read_options(args)
+    opts = build(RuleOptions, resolve_target(args.target, read).run_dir, given_options(args, RuleOptions), "plot")
+    info = snapshot(args.target, args.output, opts, read)
     if args.json:
         print(json.dumps(info, indent=2, allow_nan=False, ensure_ascii=False))
     else:

@@ -14,6 +14,8 @@ Whatever a run wrote, readers (the watchdog, `check`, `status`, plots) see the s
   train record's starts a new session (a relaunch). Sessions are keyed `session-1`, `session-2`, ...
 - `trainer_state.json`: its `log_history` entries are minimal telemetry.
 - `--map CANONICAL=SOURCE`: a mapped key is read only from SOURCE; every map reads the original record.
+- TensorBoard event files, MLflow stores, CSV and text logs: `readers` turns them into minimal
+  telemetry (`Target.format` names the reader; `--format`, `--pattern`, `--run` are `readers.ReadOptions`).
 
 Standard library only (orjson is used for schema v1 when importable; same results).
 """
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .errors import InvalidRunError, UsageError
+from .readers import READER_FORMATS, ReadOptions, detect, open_reader, to_records
 from .schema import SessionValidator, read_regular_file, loads, orjson_misread, read_manifest
 
 __all__ = [
@@ -107,7 +110,10 @@ class Target:
 
     run_dir: str
     log_path: str
-    format: str  # "jsonl" (schema v1 when run.json exists beside it, else minimal) or "trainer_state"
+    # "jsonl" (schema v1 when run.json exists beside it, else minimal), "trainer_state", or a
+    # `readers` format: "tensorboard", "mlflow", "csv", "text"
+    format: str
+    read: ReadOptions = ReadOptions()
 
     @property
     def manifest_path(self) -> str:
@@ -119,13 +125,26 @@ class Target:
                 and os.path.lexists(self.manifest_path))  # a broken run.json is still one: say so
 
 
-def resolve_target(target: str) -> Target:
+def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
     """A run directory, a JSONL file or a trainer_state.json → Target (the path may not exist yet).
 
     A directory without `metrics.jsonl` but with `trainer_state.json` is read through the latter
-    (also one level down, in its latest `checkpoint-N/`).
+    (also one level down, in its latest `checkpoint-N/`). Other tools' logs (TensorBoard, MLflow,
+    CSV, text) are detected by `readers.detect`, or named by `read.format`.
     """
     target = os.fspath(target)
+    read = read or ReadOptions()
+    # A run directory (metrics.jsonl) or a Hugging Face output directory (trainer_state.json) is read
+    # as before, whatever else it holds (the HF Trainer's TensorBoard files, say), unless --format says.
+    own = read.format is None and os.path.isdir(target) and _find_trainer_state(target) is not None
+    found = None if own else detect(target, read)
+    if found is not None:
+        fmt, log, run_dir = found
+        return Target(run_dir, log, fmt, read)
+    if read.format == "jsonl" and os.path.isdir(target):
+        return Target(target, os.path.join(target, "metrics.jsonl"), "jsonl", read)
+    if read.format == "jsonl":
+        return Target(os.path.dirname(os.path.abspath(target)), target, "jsonl", read)
     if not os.path.exists(target) and not target.endswith(FILE_SUFFIXES):
         target_is_dir = True  # not there yet: a run directory, unless it is named like a log file
     else:
@@ -195,10 +214,12 @@ class RecordParser:
 
     mode "v1" needs the manifest (`manifest=` or `refresh=`, a callable returning the current one
     when a record names a session it does not know); mode "minimal" reads minimal telemetry.
+    `apply_maps=False`: the records come from a `readers` reader, which applied `maps` already.
     """
 
     def __init__(self, mode: str, *, manifest: dict | None = None, maps: dict[str, str] | None = None,
-                 refresh: Callable[[], dict | None] | None = None, name: str = "metrics.jsonl") -> None:
+                 refresh: Callable[[], dict | None] | None = None, name: str = "metrics.jsonl",
+                 apply_maps: bool = True) -> None:
         if mode not in ("v1", "minimal"):
             raise ValueError(f"RecordParser.mode must be 'v1' or 'minimal', got {mode!r}")
         if mode == "v1" and maps:
@@ -206,6 +227,7 @@ class RecordParser:
         self.mode = mode
         self.name = name
         self.maps = maps or {}
+        self.apply_maps = apply_maps
         self.refresh = refresh
         self.manifest = manifest
         self._validators: dict[str, SessionValidator] = {}
@@ -268,6 +290,13 @@ class RecordParser:
         return self._entries.get(key)
 
     # --- parsing ------------------------------------------------------------------------------
+
+    def new_session(self) -> None:
+        """The next record starts a new session (minimal telemetry: a new event file, a new run)."""
+        if self.mode == "minimal" and self.session is not None:
+            self._relaunches += 1
+            self.session = f"session-{self._relaunches}"
+            self._last_train_step = None
 
     def invalid(self, where: str, message: str, step: int | float | None = None) -> Record:
         """A record of kind `invalid` in the current session."""
@@ -361,7 +390,7 @@ class RecordParser:
         """One minimal-telemetry object (a JSONL line's or a log_history entry) → a Record."""
         if type(obj) is not dict:
             return self.invalid(where, f"{where}: a record must be a JSON object, got {_json_type(obj)}")
-        if self.maps:
+        if self.maps and self.apply_maps:
             view = dict(obj)
             for canon in self.maps:
                 view.pop(canon, None)
@@ -465,20 +494,26 @@ def parser_for(target: Target, maps: dict[str, str] | None = None) -> RecordPars
     """The RecordParser for `target` as it stands (reads run.json for a schema-v1 run)."""
     if target.format == "jsonl" and target.schema_v1():
         return RecordParser("v1", manifest=read_manifest(target.run_dir), maps=maps)
-    name = os.path.basename(target.log_path)
+    name = os.path.basename(os.path.normpath(target.log_path))
+    if target.format in READER_FORMATS:
+        return RecordParser("minimal", maps=maps, name=name, apply_maps=False)  # the reader maps the keys
     return RecordParser("minimal", maps=maps, name=name)
 
 
 def iter_records(target: str | Target, *, maps: dict[str, str] | None = None,
-                 on_torn: Callable[[int], None] | None = None, parser: RecordParser | None = None) -> Iterator[Record]:
+                 on_torn: Callable[[Any], None] | None = None, parser: RecordParser | None = None) -> Iterator[Record]:
     """Every record of `target` in log order (invalid lines as kind `invalid`).
 
-    A torn final line (no newline yet) is left out; `on_torn(lineno)` is told about it. `parser`
-    (from `parser_for`) lets the caller see the sessions' start steps.
+    A torn final line (no newline yet) is left out; `on_torn(lineno)` is told about it (other
+    formats: `on_torn(where)`, a str). `parser` (from `parser_for`) lets the caller see the sessions'
+    start steps.
     """
     t = target if isinstance(target, Target) else resolve_target(target)
     if parser is None:
         parser = parser_for(t, maps)
+    if t.format in READER_FORMATS:
+        yield from _iter_reader(t, parser, on_torn)
+        return
     if t.format == "trainer_state":
         name = os.path.basename(t.log_path)
         for i, entry in enumerate(read_trainer_state(t.log_path)):
@@ -505,6 +540,26 @@ def iter_records(target: str | Target, *, maps: dict[str, str] | None = None,
                 break
         if follower.pending_bytes() and on_torn is not None:
             on_torn(follower.lineno + 1)
+
+
+def _iter_reader(t: Target, parser: RecordParser, on_torn: Callable[[Any], None] | None) -> Iterator[Record]:
+    from .readers.mlflowstore import wait_unlocked
+
+    reader = open_reader(t.format, t.log_path, t.read, parser.maps)
+    try:
+        while True:
+            chunk = wait_unlocked(reader, reader.poll())
+            if not chunk.exists:
+                raise InvalidRunError(f"{os.path.basename(t.log_path)}: missing ({t.log_path})")
+            yield from to_records(parser, chunk.items)
+            if not chunk.more:
+                break
+        yield from to_records(parser, reader.finish())
+        torn = reader.torn()
+        if torn is not None and on_torn is not None:
+            on_torn(torn)
+    finally:
+        reader.close()
 
 
 def load_sessions(target: str | Target, *, maps: dict[str, str] | None = None) -> list[Session]:

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 
 from .errors import EXIT_ANOMALY, EXIT_OK, InvalidRunError, UsageError
+from .readers import ReadOptions
 from .records import iter_records, parser_for, resolve_target
 from .rules import Finding, Replay, RuleOptions, fmt_step
 
@@ -21,7 +22,7 @@ class CheckResult:
 
     findings: list[Finding]
     last_step: int | float
-    torn_line: int | None = None
+    torn_line: int | str | None = None  # a line number; other formats: where (a str)
 
     @property
     def exit_code(self) -> int:
@@ -40,13 +41,14 @@ class CheckResult:
         return out
 
 
-def check(target: str, options: RuleOptions | None = None) -> CheckResult:
-    """Replay every session of `target` as it stands (a torn last line is left out)."""
+def check(target: str, options: RuleOptions | None = None, read: ReadOptions | None = None) -> CheckResult:
+    """Replay every session of `target` as it stands (a torn last line is left out); `read`: how
+    to read a log runwatch did not write (`--format`, `--pattern`, `--run`)."""
     opts = options or RuleOptions()
     target = os.fspath(target)
     if not os.path.exists(target):
         raise UsageError(f"check: {target}: no such run directory or log")
-    t = resolve_target(target)
+    t = resolve_target(target, read)
     if not os.path.exists(t.log_path):
         raise UsageError(f"check: {target}: no metrics.jsonl or trainer_state.json")
     findings: list[Finding] = []
@@ -54,7 +56,7 @@ def check(target: str, options: RuleOptions | None = None) -> CheckResult:
         parser = parser_for(t, opts.maps)
     except InvalidRunError as exc:
         return CheckResult([Finding("invalid_log", 0, str(exc))], 0)
-    torn: list[int] = []
+    torn: list[int | str] = []
     rules = Replay(opts, parser.start_step)
     last_step: int | float = parser.start_step(parser.latest_session()) or 0 if parser.mode == "v1" else 0
     try:

@@ -76,7 +76,7 @@ class RuleOptions:
                                    commands=_RECORD_COMMANDS)
 
     map: tuple[str, ...] = option((), TEXTS, "read a minimal telemetry key from another key of the log",
-                                  metavar="CANONICAL=SOURCE", commands=_RECORD_COMMANDS,
+                                  metavar="CANONICAL=SOURCE", commands=(*_RECORD_COMMANDS, "status"),
                                   expect="a list of CANONICAL=SOURCE strings")
 
     def __post_init__(self) -> None:

@@ -8,6 +8,7 @@ At most ~20 short lines; `--json` prints the same facts as JSON. Standard librar
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -21,8 +22,10 @@ from .follow import tail_lines
 from .heartbeats import rank_status_lines
 from .liveness import is_local_host, last_error, process_host, watchdog_liveness
 from .process import alive, read_pid_file
-from .records import Record, RecordParser, Target, read_trainer_state, resolve_target
-from .rules import verdict_class
+from .readers import READER_FORMATS, ReadOptions, add_arguments as add_read_arguments, read_options
+from .records import Record, RecordParser, Target, iter_records, parse_maps, parser_for, read_trainer_state, resolve_target
+from .options import add_flags
+from .rules import RuleOptions, verdict_class
 from .verdict import read_verdict
 from .rules import fmt_step
 from .schema import read_manifest, read_regular_file
@@ -43,20 +46,32 @@ def _read_json(path: str) -> Any:
         return None
 
 
-def status(run_dir: str, *, gpus: bool = True, now: float | None = None) -> dict:
+def status(run_dir: str, *, gpus: bool = True, now: float | None = None, read: ReadOptions | None = None,
+           maps: dict[str, str] | None = None) -> dict:
     """The facts of one check-in as a dict (what `runwatch status --json` prints)."""
     if not os.path.exists(run_dir):
         raise UsageError(f"status: {run_dir}: no such run directory or log")
     now = time.time() if now is None else now
-    t = resolve_target(run_dir)
+    t = resolve_target(run_dir, read)
     out: dict[str, Any] = {"run_dir": t.run_dir, "log": t.log_path, "run_id": None, "session_id": None,
                            "sessions": None, "max_steps": None}
     recs: list[Record] = []
     torn = False
     mtime = None
-    if t.format == "trainer_state" and os.path.exists(t.log_path):
+    if t.format in READER_FORMATS and os.path.exists(t.log_path):
+        # Binary and grouped formats cannot be read back from their end: read them through, keep the tail.
+        tail: collections.deque[Record] = collections.deque(maxlen=TAIL_RECORDS)
+        torn_where: list = []
+        for rec in iter_records(t, parser=parser_for(t, maps), on_torn=torn_where.append):
+            if rec.kind != "invalid":
+                if tail and tail[-1].session != rec.session:
+                    tail.clear()
+                tail.append(rec)
+        recs, torn = list(tail), bool(torn_where)
+        mtime = os.stat(t.log_path).st_mtime
+    elif t.format == "trainer_state" and os.path.exists(t.log_path):
         history = read_trainer_state(t.log_path)
-        parser = RecordParser("minimal", name=os.path.basename(t.log_path))
+        parser = RecordParser("minimal", name=os.path.basename(t.log_path), maps=maps)
         recs = [r for r in (parser.parse_object(e, "") for e in history[-TAIL_RECORDS:]) if r is not None]
         state = _read_json(t.log_path)
         if isinstance(state, dict) and isinstance(state.get("max_steps"), int) and state["max_steps"] > 0:
@@ -75,7 +90,7 @@ def status(run_dir: str, *, gpus: bool = True, now: float | None = None) -> dict
             parser = RecordParser("v1", manifest=manifest)
             recs = [r for r in (parser.parse_unchecked(raw) for raw in lines) if r is not None and r.session == session["session_id"]]
         else:
-            parser = RecordParser("minimal", name=os.path.basename(t.log_path))
+            parser = RecordParser("minimal", name=os.path.basename(t.log_path), maps=maps)
             parsed = [r for r in (parser.parse_line(0, raw) for raw in lines) if r is not None and r.kind != "invalid"]
             last_session = parsed[-1].session if parsed else None
             recs = [r for r in parsed if r.session == last_session]
@@ -92,7 +107,7 @@ def describe(t: Target, out: dict, recs: list[Record], mtime: float | None, now:
     last = recs[-1] if recs else None
     lt = trains[-1] if trains else None
     out["step"] = last.step if last else None
-    when = last.time if last is not None and t.schema_v1() else mtime
+    when = last.time if last is not None and (t.schema_v1() or t.format in READER_FORMATS and last.time) else mtime
     out["age_seconds"] = round(now - when, 1) if last is not None and when is not None else None
     out["loss"] = _num(lt.loss) if lt else None
     out["lr"] = _num(lt.lr) if lt else None
@@ -288,10 +303,12 @@ def format_status(st: dict) -> list[str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (or a JSONL log / trainer_state.json)")
     p.add_argument("--json", action="store_true", help="print the check-in as JSON")
+    add_flags(p, RuleOptions, "status")  # --map
+    add_read_arguments(p)  # --format, --pattern, --run (readers)
 
 
 def run(args: argparse.Namespace) -> int:
-    st = status(args.run_dir)
+    st = status(args.run_dir, read=read_options(args), maps=parse_maps(getattr(args, "map", None)))
     if args.json:
         print(json.dumps(st, indent=2, allow_nan=False))
     else:

@@ -25,12 +25,14 @@ from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, a
 from .follow import LogFollower, ManifestFollower
 from .heartbeats import RankMonitor
 from .journal import atomic_write_text
-from .replay import CheckResult, check
-from .verdict import Verdict, write_verdict
 from . import liveness
 from .liveness import PhaseLimits, parse_phase_limits
+from .readers import READER_FORMATS, ReadOptions, open_reader, read_options, to_records
+from .readers import add_arguments as add_read_arguments
 from .records import Record, RecordParser, Target, parser_for, read_trainer_state, resolve_target
+from .replay import CheckResult, check
 from .rules import Finding, RuleOptions, Rules, fmt_step
+from .verdict import Verdict, write_verdict
 from . import process as _proc
 
 __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
@@ -113,10 +115,12 @@ class Watcher:
 
     def __init__(self, target: str, opts: Options | None = None, *, stop_grace: float = _proc.STOP_GRACE_SECONDS,
                  poll_checks: list[Callable[["Watcher"], Finding | None]] | None = None,
-                 clock: Callable[[], float] = time.time, log: Callable[[str], None] | None = None) -> None:
+                 clock: Callable[[], float] = time.time, log: Callable[[str], None] | None = None,
+                 read: ReadOptions | None = None) -> None:
         self.opts = opts or Options()
         self.target_arg = os.fspath(target)
-        self.target: Target = resolve_target(self.target_arg)
+        self.read = read  # --format, --pattern, --run (readers.ReadOptions)
+        self.target: Target = resolve_target(self.target_arg, read)
         self.run_dir = self.target.run_dir
         self.stop_grace = stop_grace
         self.poll_checks = list(POLL_CHECKS if poll_checks is None else poll_checks)
@@ -128,6 +132,7 @@ class Watcher:
         self.parser: RecordParser | None = None
         self.manifest: ManifestFollower | None = None
         self.follower: LogFollower | None = None
+        self.reader: Any = None  # a readers.Reader for TensorBoard, MLflow, CSV and text logs
         self.current: str | None = None  # the session being judged
         self.have_record = False  # a record of the current session was applied
         self.last_step: int | float = 0
@@ -150,7 +155,7 @@ class Watcher:
         """Set up the reader once the log exists; False while it does not."""
         if self.parser is not None:
             return True
-        self.target = resolve_target(self.target_arg)  # the target or a trainer_state.json may have appeared
+        self.target = resolve_target(self.target_arg, self.read)  # the target or a trainer_state.json may have appeared
         self.run_dir = self.target.run_dir
         if not os.path.exists(self.target.log_path):
             return False
@@ -161,6 +166,10 @@ class Watcher:
             # decide between schema v1 and minimal telemetry only once the log has bytes.
             return False
         maps = self.opts.maps
+        if t.format in READER_FORMATS:  # other tools' logs: one reader a format, minimal telemetry out
+            self.parser = parser_for(t, maps)
+            self.reader = open_reader(t.format, t.log_path, t.read, maps)
+            return True
         if t.format == "jsonl" and t.schema_v1():
             self.manifest = ManifestFollower(t.run_dir)
             self.manifest.poll()
@@ -217,6 +226,22 @@ class Watcher:
             if not batch.more:
                 return None
 
+    def _read_reader(self, final: bool = False) -> Verdict | None:
+        """Judge what is new in a log read through `readers`; `final`: also the step held back."""
+        while True:
+            chunk = self.reader.poll()
+            if chunk.reset:
+                self.log(f"runwatch watch: {self.target.log_path}: a file was {chunk.reset}; reading it again")
+            if chunk.grew and not self.catching_up:
+                self.last_growth = self.clock()
+            items = chunk.items + self.reader.finish() if final and not chunk.more else chunk.items
+            for rec in to_records(self.parser, items):
+                v = self._apply(rec)
+                if v is not None:
+                    return v
+            if not chunk.more:
+                return None
+
     def _read_trainer_state(self) -> Verdict | None:
         """trainer_state.json is rewritten whole: judge the entries beyond those seen."""
         try:
@@ -245,6 +270,8 @@ class Watcher:
         return None
 
     def _mtime(self) -> float:
+        if self.reader is not None:
+            return self.reader.mtime()
         try:
             return os.stat(self.target.log_path).st_mtime
         except OSError:
@@ -298,14 +325,17 @@ class Watcher:
             message = f"{message}; last error: {last}"
         return Verdict("anomaly", kind, step, message, self.clock(), onset, last)
 
-    def _read(self) -> Verdict | None:
-        """Read and judge new records; a Verdict when one decides the watch."""
+    def _read(self, final: bool = False) -> Verdict | None:
+        """Read and judge new records; a Verdict when one decides the watch (`final`: the
+        process is gone, so a step a reader holds back is complete)."""
         if self.manifest is not None and self.manifest.poll():
             self.parser.set_manifest(self.manifest.manifest)
         if self.parser is not None and self.parser.mode == "v1" and self.parser.latest_session() != self.current:
             self._switch(self.parser.latest_session())
         if not self._open():
             return None
+        if self.reader is not None:
+            return self._read_reader(final)
         return self._read_log() if self.follower is not None else self._read_trainer_state()
 
     def poll_once(self) -> Verdict | None:
@@ -381,7 +411,7 @@ class Watcher:
         if pid is None or (self.opts.pid is None and self.remote_host is not None) or _proc.alive(pid):
             return None
         # The process is gone: read the log to its end first; a normal session_end means done.
-        v = self._read()
+        v = self._read(final=True)
         if v is not None:
             return v
         if self.pending is not None:
@@ -512,6 +542,8 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     if command != "launch":
         p.add_argument("target", metavar="RUN_DIR|FILE", help="a run directory, a JSONL log or a trainer_state.json")
     add_flags(p, Options, "check" if command == "check" else "watch", skip=("pid",) if command == "launch" else ())
+    if command != "launch":
+        add_read_arguments(p)  # --format, --pattern, --run (readers.ReadOptions)
 
 
 def options_from_args(args: argparse.Namespace, run_dir: str | None, command: str) -> Options:
@@ -520,9 +552,10 @@ def options_from_args(args: argparse.Namespace, run_dir: str | None, command: st
 
 
 def run_watch(args: argparse.Namespace) -> int:
-    run_dir = resolve_target(args.target).run_dir
+    read = read_options(args)
+    run_dir = resolve_target(args.target, read).run_dir
     opts = options_from_args(args, run_dir, "watch")
-    v = Watcher(args.target, opts).run()
+    v = Watcher(args.target, opts, read=read).run()
     if getattr(args, "json", False):
         print(json.dumps(v.to_json(), indent=2, allow_nan=False))
     print(v.line(), flush=True)
@@ -532,9 +565,12 @@ def run_watch(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     if not os.path.exists(args.target):
         raise UsageError(f"check: {args.target}: no such run directory or log")
-    opts = options_from_args(args, resolve_target(args.target).run_dir, "check")
-    result = check(args.target, opts)
-    if result.torn_line is not None:
+    read = read_options(args)
+    opts = options_from_args(args, resolve_target(args.target, read).run_dir, "check")
+    result = check(args.target, opts, read)
+    if isinstance(result.torn_line, str):
+        print(f"runwatch check: left out {result.torn_line} (not complete yet)", file=sys.stderr)
+    elif result.torn_line is not None:
         print(f"runwatch check: left out the torn last line {result.torn_line} (no newline yet)", file=sys.stderr)
     if getattr(args, "json", False):
         first = result.findings[0] if result.findings else None

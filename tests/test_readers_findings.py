@@ -1,0 +1,278 @@
+"""One run, every format, the same findings; and the logs of real producers (Lightning, HF Trainer)."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import shutil
+
+import pytest
+
+from runwatch.cli import main
+from runwatch.readers import ReadOptions
+from runwatch.records import iter_records, resolve_target
+from runwatch.watchdog import Options, Watcher, check
+
+pytest.importorskip("torch.utils.tensorboard", reason="the [torch] extra is not installed")
+pytest.importorskip("tensorboard", reason="the [tensorboard] extra is not installed")
+
+from torch.utils.tensorboard import SummaryWriter  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "readers")
+TRAJECTORY = os.path.join(DATA, "trajectory.jsonl")
+TEXT_PATTERNS = (r"^step=(?P<step>\d+) loss=(?P<loss>\S+) lr=(?P<lr>\S+) gnorm=(?P<grad_norm>\S+) sps=(?P<sps>\S+)",
+                 r"^eval step=(?P<step>\d+) loss=(?P<eval_loss>\S+) auroc=(?P<eval_auroc>\S+)")
+
+# What `check` finds in the trajectory (tests/data/make_mlflow_stores.py made it to hold these).
+EXPECTED = [
+    ("loss_spike", 320, "loss 8.515 > 3 x median 1.864 of the previous 15 train records for 2 consecutive records"),
+    ("stuck_metric", 500, "auroc 0.625 < metric-min 0.7: the model looks stuck near chance"),
+    ("grad_explosion", 540, "gradient norm 80 > 50 for 3 consecutive train records"),
+    ("throughput_drop", 660, "throughput 40 < 75 ((1 - 0.25) x baseline 100) for 3 consecutive train records"),
+    ("nonfinite_loss", 800, "train loss is NaN"),
+]
+
+
+def trajectory() -> list[dict]:
+    with open(TRAJECTORY) as f:
+        return [json.loads(line) for line in f]
+
+
+# Each producer's names for the canonical keys.
+TB_TAGS = {"loss": "train/loss", "lr": "lr-AdamW", "grad_norm": "train/grad_norm", "sps": "train/samples_per_sec",
+           "eval_loss": "val/loss", "eval_auroc": "val/auroc"}
+CSV_COLUMNS = {"step": "step", "loss": "train_loss", "lr": "lr-AdamW", "grad_norm": "grad_norm", "sps": "throughput",
+               "eval_loss": "val_loss", "eval_auroc": "val_auroc"}
+
+
+class TensorBoardWriter:
+    def __init__(self, root) -> None:
+        self.root = str(root)
+        self.w = SummaryWriter(self.root, max_queue=1000)
+
+    def write(self, rec: dict) -> None:
+        for key, value in rec.items():
+            if key in TB_TAGS:
+                self.w.add_scalar(TB_TAGS[key], value, rec["step"], walltime=rec["t"])
+        self.w.flush()
+
+    def close(self) -> str:
+        self.w.close()
+        return self.root
+
+
+class CsvWriter:
+    def __init__(self, root) -> None:
+        self.path = os.path.join(str(root), "metrics.csv")
+        with open(self.path, "w", newline="") as f:
+            csv.writer(f).writerow(CSV_COLUMNS.values())
+
+    def write(self, rec: dict) -> None:
+        with open(self.path, "a", newline="") as f:
+            csv.writer(f).writerow([rec.get(k, "") for k in CSV_COLUMNS])
+
+    def close(self) -> str:
+        return self.path
+
+
+class TextWriter:
+    def __init__(self, root) -> None:
+        self.path = os.path.join(str(root), "train.log")
+        with open(self.path, "w") as f:
+            f.write("starting\n")
+
+    def write(self, rec: dict) -> None:
+        with open(self.path, "a") as f:
+            if "loss" in rec:
+                f.write(f"step={rec['step']} loss={rec['loss']!r} lr={rec['lr']} gnorm={rec['grad_norm']} sps={rec['sps']}\n")
+            else:
+                f.write(f"eval step={rec['step']} loss={rec['eval_loss']!r} auroc={rec['eval_auroc']}\n")
+
+    def close(self) -> str:
+        return self.path
+
+
+def written(writer_cls, root) -> str:
+    os.makedirs(root, exist_ok=True)
+    w = writer_cls(root)
+    for rec in trajectory():
+        w.write(rec)
+    return w.close()
+
+
+def findings(target: str, read: ReadOptions | None = None) -> list[tuple]:
+    return [(f.kind, f.step, f.message) for f in check(target, Options(), read).findings]
+
+
+def test_the_jsonl_trajectory_holds_the_expected_findings():
+    assert findings(TRAJECTORY) == EXPECTED
+
+
+@pytest.mark.parametrize("make", [
+    lambda tmp: (written(TensorBoardWriter, tmp / "tb"), None),
+    lambda tmp: (written(CsvWriter, tmp / "csv"), None),
+    lambda tmp: (written(TextWriter, tmp / "text"), ReadOptions(pattern=TEXT_PATTERNS)),
+    lambda tmp: (os.path.join(DATA, "mlflow.db"), None),
+    lambda tmp: (os.path.join(DATA, "mlruns-run"), None),
+], ids=["tensorboard", "csv", "text", "mlflow-sqlite", "mlflow-file-store"])
+def test_every_format_gives_the_same_findings(tmp_path, make):
+    target, read = make(tmp_path)
+    assert findings(target, read) == EXPECTED
+
+
+@pytest.mark.parametrize("writer_cls, read", [
+    (TensorBoardWriter, None), (CsvWriter, None), (TextWriter, ReadOptions(pattern=TEXT_PATTERNS)),
+], ids=["tensorboard", "csv", "text"])
+def test_watch_of_a_growing_log_stops_where_jsonl_does(tmp_path, writer_cls, read):
+    """Written a record at a time with a poll after each (and an idle one): the first anomaly, at its step."""
+    clock = [1000.0]
+    w = writer_cls(tmp_path)
+    watcher = Watcher(str(w.root if isinstance(w, TensorBoardWriter) else w.path), Options(stall=1e6, startup_grace=1e6),
+                      clock=lambda: clock[0], log=lambda m: None, poll_checks=[], read=read)
+    jsonl = tmp_path / "same.jsonl"
+    jsonl.write_text("")
+    jwatch = Watcher(str(jsonl), Options(stall=1e6, startup_grace=1e6), clock=lambda: clock[0], log=lambda m: None,
+                     poll_checks=[])
+    verdicts: dict[str, object] = {}
+    for rec in trajectory():
+        w.write(rec)
+        with open(jsonl, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        for _ in range(2):
+            clock[0] += 5
+            for name, wt in (("format", watcher), ("jsonl", jwatch)):
+                if name not in verdicts:
+                    v = wt.poll_once()
+                    if v is not None:
+                        verdicts[name] = v
+        if len(verdicts) == 2:
+            break
+    w.close()
+    got = {k: (v.kind, v.step, v.message) for k, v in verdicts.items()}
+    assert got["format"] == got["jsonl"] == EXPECTED[0]
+
+
+def test_plot_draws_a_tensorboard_directory(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the [plot] extra is not installed")
+    root = written(TensorBoardWriter, tmp_path / "tb")
+    out = tmp_path / "snap.png"
+    assert main(["plot", root, "-o", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert os.path.getsize(out) > 0 and "loss" in info["panels"]
+    assert [(f["kind"], f["step"]) for f in info["findings"]] == [(k, s) for k, s, _m in EXPECTED]
+
+
+def test_status_of_a_tensorboard_directory(tmp_path, capsys):
+    root = written(TensorBoardWriter, tmp_path / "tb")
+    assert main(["status", root, "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert (st["step"], st["loss"], st["last_eval"]["step"]) == (800, "nan", 800)
+    assert st["last_eval"]["metrics"] == {"auroc": 0.625}
+
+
+# --- real producers ----------------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_lightning_tensorboard_and_csv_loggers_read_alike(tmp_path):
+    """A real Lightning fit logging to TensorBoardLogger and CSVLogger: the same records from both."""
+    L = pytest.importorskip("lightning", reason="the [lightning] extra is not installed")
+    import torch
+    from lightning.pytorch.callbacks import LearningRateMonitor
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    class Model(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self.net(x).squeeze(-1), y))
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+    torch.manual_seed(0)
+    x = torch.randn(640, 8)
+    y = x.sum(1)
+    data = torch.utils.data.TensorDataset(x, y)
+    trainer = L.Trainer(max_steps=60, accelerator="cpu", devices=1, enable_progress_bar=False, enable_model_summary=False,
+                        log_every_n_steps=10, val_check_interval=30, check_val_every_n_epoch=None,
+                        num_sanity_val_steps=0, default_root_dir=str(tmp_path), callbacks=[LearningRateMonitor()],
+                        logger=[TensorBoardLogger(str(tmp_path), name="tb"), CSVLogger(str(tmp_path), name="csv")])
+    trainer.fit(Model(), torch.utils.data.DataLoader(data, batch_size=16), torch.utils.data.DataLoader(data, batch_size=64))
+    tb = list(iter_records(str(tmp_path / "tb")))
+    (csv_path,) = glob.glob(str(tmp_path / "csv" / "version_*" / "metrics.csv"))
+    cs = list(iter_records(csv_path))
+
+    def train(recs):
+        return [(r.step, r.loss) for r in recs if r.kind == "train"]
+
+    def evals(recs):
+        return [(r.step, r.eval_loss) for r in recs if r.has_eval and r.eval_loss is not None]
+
+    assert len(train(tb)) == 6 and train(tb) == train(cs)
+    # LearningRateMonitor's value joins the step's record in TensorBoard; in the CSV it is a row of its own
+    assert [r.lr for r in tb if r.kind == "train"] == [pytest.approx(1e-2)] * 6
+    assert [r.raw["lr-AdamW"] for r in cs if r.kind == "other" and "lr-AdamW" in r.raw][:1] == [pytest.approx(1e-2)]
+    assert len(evals(tb)) == 2 and evals(tb) == evals(cs)
+    assert check(str(tmp_path / "tb")).findings == [] and check(csv_path).findings == []
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_hf_trainer_report_to_tensorboard(tmp_path):
+    """A real Trainer.train() with report_to="tensorboard": its event files read as its log_history."""
+    pytest.importorskip("transformers", reason="the [hf] extra is not installed")
+    pytest.importorskip("accelerate", reason="the [hf] extra is not installed")
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+    from runwatch.integrations.hf import auroc_metrics
+
+    class Sequences(torch.utils.data.Dataset):
+        def __init__(self, n: int, seed: int) -> None:
+            g = torch.Generator().manual_seed(seed)
+            self.x = torch.randint(0, 16, (n, 16), generator=g)
+            self.y = ((self.x == 1).sum(1) > (self.x == 2).sum(1)).long()
+
+        def __len__(self) -> int:
+            return len(self.x)
+
+        def __getitem__(self, i: int) -> dict:
+            return {"input_ids": self.x[i], "labels": self.y[i]}
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=16, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=16, num_labels=2)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=20, per_device_train_batch_size=16, logging_steps=5,
+                             eval_strategy="steps", eval_steps=10, save_strategy="no", learning_rate=3e-3,
+                             use_cpu=True, disable_tqdm=True, report_to="tensorboard", seed=0, dataloader_num_workers=0)
+    trainer = Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Sequences(640, 0),
+                      eval_dataset=Sequences(64, 1), compute_metrics=auroc_metrics)
+    trainer.train()
+    history = trainer.state.log_history
+    recs = list(iter_records(resolve_target(str(tmp_path / "runs"))))
+    train = [(r.step, r.loss, r.lr, r.grad_mean) for r in recs if r.kind == "train"]
+    want = [(h["step"], h["loss"], h["learning_rate"], h["grad_norm"]) for h in history if "loss" in h]
+    assert [t[0] for t in train] == [w[0] for w in want] == [5, 10, 15, 20]
+    for got, exp in zip(train, want, strict=True):
+        assert got[1:] == pytest.approx(exp[1:], rel=1e-6)  # event files hold float32
+    evals = [(r.step, r.eval_loss, r.metrics.get("auroc")) for r in recs if r.kind == "eval" and r.eval_loss is not None]
+    want_eval = [(h["step"], h["eval_loss"], h["eval_auroc"]) for h in history if "eval_loss" in h]
+    assert [e[0] for e in evals] == [10, 20]
+    for got, exp in zip(evals, want_eval, strict=True):
+        assert got == pytest.approx(exp, rel=1e-6)
+    assert check(str(tmp_path / "runs"), Options(metric_after_step=10**6)).findings == []
+    shutil.rmtree(tmp_path / "runs")
