@@ -399,3 +399,38 @@ def test_browser_updates_without_reload(server, root, chromium, tmp_path, page, 
         b.wait_for(f"({probe}).includes('{last + 17}')")
         assert b.evaluate("window.__sameDocument") == 42  # the same document: no reload
         assert b.evaluate("performance.getEntriesByType('navigation').length") == 1
+
+
+def test_other_tools_logs_are_runs_read_incrementally(tmp_path):
+    """TensorBoard event files and a CSV log of steps are listed and read like any run; a data
+    table and another SQLite file are not runs."""
+    import csv
+
+    torch_tb = pytest.importorskip("torch.utils.tensorboard")
+    tb_dir = tmp_path / "tb" / "version_0"
+    w = torch_tb.SummaryWriter(str(tb_dir))
+    for step in range(1, 31):
+        w.add_scalar("train/loss", 2.0 - step / 100, step)
+        w.add_scalar("lr", 1e-3, step)
+    w.close()
+    (tmp_path / "lit").mkdir()
+    with open(tmp_path / "lit" / "metrics.csv", "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["step", "train_loss", "lr-AdamW"])
+        for step in range(1, 21):
+            out.writerow([step, 1.5, 1e-3])
+    (tmp_path / "data.csv").write_text("text,label\nhello,1\n")
+    (tmp_path / "other.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
+    runs = dict(find_runs(str(tmp_path)))
+    assert sorted(runs) == ["lit/metrics.csv", "tb"]
+    from runwatch.serve.runs import RunView
+
+    for rel, target in runs.items():
+        view = RunView(rel, target)
+        while view.refresh():
+            pass
+        assert view.error is None, view.error
+        assert view.records > 0 and view.tail[-1].kind == "train"
+        # nothing new: a refresh applies nothing
+        records = view.records
+        assert view.refresh() is False and view.records == records

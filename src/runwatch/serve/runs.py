@@ -33,9 +33,11 @@ from ..records import (
     RecordParser,
     Target,
     iter_records,
+    parser_for,
     resolve_target,
 )
 from ..liveness import watchdog_liveness
+from ..readers import READER_FORMATS, ReadOptions, detect, open_reader, to_records
 from ..options import build
 from ..rules import RuleOptions, Rules
 from ..schema import read_regular_file
@@ -79,12 +81,28 @@ def run_target(path: str) -> Target | None:
     name = os.path.basename(path)
     if stat.S_ISDIR(st.st_mode):
         if not any(os.path.lexists(os.path.join(path, n)) for n in ("metrics.jsonl", "run.json", "trainer_state.json")):
-            t = resolve_target(path)  # a HF output folder: checkpoint-N/trainer_state.json
-            return t if t.format == "trainer_state" else None
+            # a HF output folder (checkpoint-N/trainer_state.json), TensorBoard or MLflow logs
+            t = resolve_target(path)
+            return t if t.format == "trainer_state" or t.format in READER_FORMATS else None
         return resolve_target(path)
     if name.endswith(".jsonl") and name not in NOT_LOGS and name != "metrics.jsonl":
         return resolve_target(path)
-    return None
+    found = detect(path, ReadOptions())  # an event file, an MLflow store, a CSV
+    if found is None or (found[0] == "mlflow" and name != "mlflow.db"):
+        return None  # any other SQLite file is not taken for a store
+    if found[0] == "csv" and not _csv_log(path):
+        return None  # a data table, not a log of steps
+    return resolve_target(path)
+
+
+def _csv_log(path: str) -> bool:
+    """A CSV whose header names a `step` column (Lightning's CSVLogger, a hand-written log)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64 * 1024).split(b"\n", 1)[0]
+    except OSError:
+        return False
+    return b"step" in [c.strip().strip(b'"') for c in head.split(b",")]
 
 
 def find_runs(root: str, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, Target]]:
@@ -182,6 +200,9 @@ class RunView:
         self._sig: tuple | None = None  # a re-read file's (inode, size, mtime_ns)
         self._sig_error: str | None = None  # why that version of the file cannot be read
         self._entries = 0  # trainer_state.json entries applied
+        if getattr(self, "reader", None) is not None:
+            self.reader.close()
+        self.reader: Any = None  # a readers.Reader for other tools' logs
         self.version += 1
 
     # --- reading ----------------------------------------------------------------------------
@@ -213,6 +234,8 @@ class RunView:
         t = self.target
         if t.format == "trainer_state":
             return self._refresh_state()
+        if t.format in READER_FORMATS:
+            return self._refresh_reader()
         if t.format != "jsonl":
             return self._refresh_whole()
         if self.parser is None:
@@ -322,6 +345,29 @@ class RunView:
                 self._apply(rec)
         self._entries = len(history)
         self.version += 1
+
+    def _refresh_reader(self) -> bool:
+        """Other tools' logs (TensorBoard, MLflow, CSV, text): the format's reader reads only what
+        is new, as `watch` does. The step a reader holds back until a later one starts is shown
+        once that step starts (a chart is one step behind, never wrong)."""
+        if self.reader is None:
+            with self.lock:
+                self.parser = parser_for(self.target, self.opts.maps)
+            self.reader = open_reader(self.target.format, self.target.log_path, self.target.read, self.opts.maps)
+        while True:
+            chunk = self.reader.poll()  # the read: outside the lock
+            if chunk.reset:
+                with self.lock:
+                    self._reset()
+                return True
+            items = chunk.items
+            for i in range(0, len(items), APPLY_LINES):
+                with self.lock:
+                    for rec in to_records(self.parser, items[i:i + APPLY_LINES]):
+                        self._apply(rec)
+                    self.version += 1
+            if not chunk.more:
+                return False
 
     def _refresh_whole(self) -> bool:
         """A format without an incremental reader here: read it again whole when its file changed."""
