@@ -253,7 +253,7 @@ def test_a_frame_inside_backward_counts_as_waiting_and_user_code_does_not():
     assert is_waiting_frame(sys._getframe()) is False
 
 
-def test_a_single_process_keeps_no_heartbeats_even_under_a_one_rank_group(tmp_path):
+def test_a_one_rank_group_is_a_single_process(tmp_path):
     assert process_group() is None
     dist = torch.distributed
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
@@ -264,8 +264,11 @@ def test_a_single_process_keeps_no_heartbeats_even_under_a_one_rank_group(tmp_pa
             for _ in range(5):
                 log.step(loss=torch.tensor(1.0), lr=0.1, grad_norm=torch.tensor(0.5))
             assert log.state_dict()["step"] == 5  # closes the window, as a single process does
-        assert sorted(os.listdir(run_dir)) == ["metrics.jsonl", "run.json"]
+        assert sorted(os.listdir(run_dir)) == ["heartbeats", "metrics.jsonl", "run.json"]
         assert summarize(run_dir)["updates"] == 5
+        beats, problems = read_heartbeats(run_dir)  # a world of one: rank 0, no refresh thread
+        assert problems == [] and list(beats) == [0]
+        assert (beats[0].world_size, beats[0].state, beats[0].step, beats[0].where) == (1, "ended", 5, None)
     finally:
         dist.destroy_process_group()
 

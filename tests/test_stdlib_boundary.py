@@ -10,7 +10,8 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 # The modules the logger, the auditor and the watchdog need.
 CORE = ["runwatch", "runwatch.errors", "runwatch.schema", "runwatch.metrics", "runwatch.journal", "runwatch.summary",
         "runwatch.cli", "runwatch.follow", "runwatch.records", "runwatch.rules", "runwatch.watchdog",
-        "runwatch.status", "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch", "runwatch.process"]
+        "runwatch.status", "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch", "runwatch.process",
+        "runwatch.convert", "runwatch.window", "runwatch.signals", "runwatch.hardware", "runwatch.recipe"]
 
 
 def test_core_imports_only_the_standard_library():
