@@ -194,6 +194,22 @@ def test_a_nan_on_one_rank_ends_the_session_on_every_rank(launch):
     assert {b.state for b in beats.values()} == {"ended"}
 
 
+@pytest.mark.parametrize("slow_rank", [0, 1])
+def test_windows_close_on_time_together_whichever_rank_is_slow(launch, slow_rank):
+    # Rank 0's clock decides, and every rank learns it at the same update: one window sequence.
+    run, run_dir = launch(2, "--steps", "12", "--window", "1000", "--max-window-seconds", "0.4",
+                          "--slow-rank", str(slow_rank), "--slow-seconds", "0.15")
+    assert run.wait() == 0, run.output()
+    summary = summarize(run_dir, expect_step=12)
+    assert summary["completed"] and summary["updates"] == 12
+    train = [r for r in _records(run_dir) if r["event"] == "train"]
+    assert 2 <= len(train) <= 12 and all(r["attempted"] < 1000 for r in train)
+    assert all(r["train_seconds"] >= 0.4 for r in train[:-1])  # closed on time, not early
+    beats, problems = read_heartbeats(run_dir)
+    assert problems == [] and sorted(beats) == [0, 1]
+    assert {(b.state, b.window, b.step, b.phase) for b in beats.values()} == {("ended", len(train), 12, None)}
+
+
 # --- in-process parts: the heartbeat writer, the stack sampler, the single-process paths ------------
 
 from runwatch import RunLogger  # noqa: E402
