@@ -303,6 +303,11 @@ class RunLogger:
         }
 
     @property
+    def closed(self) -> bool:
+        """Whether the session has ended."""
+        return self._closed
+
+    @property
     def current_step(self) -> int:
         """Successful updates so far (written windows only)."""
         return self._step

@@ -19,7 +19,8 @@ from ..journal import atomic_write_text
 from ..metrics import RunLogger
 from ..schema import dumps, loads
 
-__all__ = ["CallbackOptions", "STATE_FILE", "NO_SESSION", "write_state", "read_state", "resume_state", "feed", "folder_bytes"]
+__all__ = ["CallbackOptions", "STATE_FILE", "NO_SESSION", "PhaseHolder", "write_state", "read_state", "resume_state", "feed",
+           "folder_bytes"]
 
 # The file a callback writes into each checkpoint folder it sees saved (HF Trainer); Lightning keeps
 # the same dict under this key of the checkpoint.
@@ -34,7 +35,7 @@ class CallbackOptions:
     run_dir: the run directory; None reads `RUNWATCH_RUN_DIR` (set by `runwatch launch`), else a
         `runwatch` folder in the framework's output directory.
     window: attempted updates per train window. None: the HF Trainer's logging interval; for
-        Lightning, RunLogger's default (10).
+        Lightning, RunLogger's default (`RUNWATCH_WINDOW`, else 10).
     seq_len: tokens per sequence, for the recipe's token count; None: inferred where the framework
         counts tokens (HF `include_num_input_tokens_seen`), else 1 (tokens count samples).
     fsync: fsync `metrics.jsonl` after every record (always at the session's end).
@@ -133,6 +134,35 @@ def folder_bytes(path: str) -> int | None:
         return total
     except OSError:
         return None
+
+
+class PhaseHolder:
+    """The phase a callback is in (`eval` or `checkpoint`), entered in one hook and left in another.
+
+    One at a time: entering a phase leaves the current one first, so the heartbeat always shows
+    what the Trainer is doing now. Entering does nothing once the logger is closed.
+    """
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self._context: Any = None
+
+    def enter(self, log: RunLogger, name: str) -> None:
+        """Be in phase `name` (nothing to do when already in it)."""
+        if self.name == name:
+            return
+        self.leave()
+        if log.closed:
+            return
+        context = log.phase(name)
+        context.__enter__()
+        self._context, self.name = context, name
+
+    def leave(self) -> None:
+        """Leave the current phase, if any."""
+        context, self._context, self.name = self._context, None, None
+        if context is not None:
+            context.__exit__(None, None, None)
 
 
 class _NoSession:
