@@ -295,10 +295,11 @@ class HeartbeatWriter:
 
     def _write_posted(self) -> None:
         """The writer of a single process: the latest posted window, nothing else."""
-        assert self._posted is not None
+        posted = self._posted
+        assert posted is not None  # set by start() before this thread starts
         while True:
-            self._posted.wait()
-            self._posted.clear()  # a window posted from here on is written by the next turn
+            posted.wait()
+            posted.clear()  # a window posted from here on is written by the next turn
             with self._lock:
                 if self._stop.is_set():
                     return
