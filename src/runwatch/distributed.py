@@ -39,6 +39,10 @@ _WAITING_DIRS = tuple(
 )
 _THIS_FILE = os.path.abspath(__file__)
 _MAX_STACK = 64  # frames looked at a sample; deeper stacks are judged by their innermost 64
+# A single process's window heartbeats are written at most this often (the latest posted one; the
+# ones in between coalesce): fast windows then cost one atomic replace a second, not one a window,
+# and a watchdog judging staleness in minutes loses nothing.
+POSTED_WRITE_SPACING = 1.0
 
 
 def process_group() -> "RankGroup | None":
@@ -164,9 +168,10 @@ class HeartbeatWriter:
 
     A single process starts no refresh thread: its heartbeat changes only when its training thread
     closes a window or changes phase, so a hung training thread really stops it. The window's
-    write is handed to a small writer thread that writes only what was posted (an atomic replace
-    costs from ~15 µs on tmpfs to over a millisecond on a busy ext4, which replaces with a flush);
-    phase changes and the end are written at once, by the caller.
+    write is handed to a small writer thread that writes only what was posted, the latest post at
+    most every `POSTED_WRITE_SPACING` (an atomic replace costs from ~15 µs on tmpfs to over a
+    millisecond on a busy ext4, which flushes a file renamed over another); phase changes and the
+    end are written at once, by the caller.
 
     Writes are atomic (temp file + `os.replace`) and not fsynced: a heartbeat is liveness for a
     watchdog reading the same page cache or shared-file-system client; after a host crash a stale
@@ -224,7 +229,8 @@ class HeartbeatWriter:
             self._write_locked()
 
     def window(self, step: int, train_seconds: float) -> None:
-        """A window closes at `step` (as this rank sees it): record its times and write, now."""
+        """A window closes at `step` (as this rank sees it): record its times and write, now (a
+        single process: post it to the writer thread)."""
         with self._lock:
             total = self._busy + self._wait
             busy = train_seconds * (self._busy / total) if total else train_seconds
@@ -305,6 +311,8 @@ class HeartbeatWriter:
                     return
                 snapshot = self._snapshot_locked()
             self._put(*snapshot)  # outside `_lock`: the training thread never waits for the disk
+            if self._stop.wait(POSTED_WRITE_SPACING):
+                return
 
     def _run(self) -> None:
         every = self._config.every_seconds
