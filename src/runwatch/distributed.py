@@ -243,8 +243,9 @@ class HeartbeatWriter:
             f["busy_seconds"] = (f["busy_seconds"] + [busy])[-HISTORY_WINDOWS:]
             if self._posted is None:
                 self._write_locked()
-        if self._posted is not None:
-            self._posted.set()
+        posted = self._posted
+        if posted is not None and not posted.is_set():  # set and not yet taken: that post will do
+            posted.set()
 
     def end(self) -> None:
         """The session ended on this rank: a last heartbeat with state `ended`; stop the thread."""

@@ -11,6 +11,7 @@ same on every rank, so every rank takes the same decisions from them. Standard l
 from __future__ import annotations
 
 import math
+from itertools import chain
 from typing import Any
 
 from .convert import as_float_list
@@ -38,15 +39,15 @@ class OpenWindow:
 
     def convert(self) -> "WindowValues":
         """Every value of the window as Python floats, in one conversion (one sync per device)."""
-        n = len(self.updates)
-        columns = list(zip(*self.updates)) if n else [(), (), (), ()]
-        qk_values = [v for _, o, c, m in self.qk
-                     for v in (0 if o is None else o, 0 if c is None else c, math.nan if m is None else m)]
-        lr = 0.0 if self.lr is None else self.lr
-        flat = as_float_list([*columns[0], *columns[1], *columns[2], *columns[3], lr, *qk_values])
-        qk_flat = flat[4 * n + 1:]
+        n4 = 4 * len(self.updates)
+        values = list(chain.from_iterable(self.updates))  # loss, grad, clipped, skipped, loss, ...
+        values.append(0.0 if self.lr is None else self.lr)
+        for _, o, c, m in self.qk:
+            values += (0 if o is None else o, 0 if c is None else c, math.nan if m is None else m)
+        flat = as_float_list(values)
+        qk_flat = flat[n4 + 1:]
         qk = [(entry[0], *qk_flat[3 * j:3 * j + 3]) for j, entry in enumerate(self.qk)]
-        return WindowValues(flat[:n], flat[n:2 * n], flat[2 * n:3 * n], flat[3 * n:4 * n], flat[4 * n], qk)
+        return WindowValues(flat[0:n4:4], flat[1:n4:4], flat[2:n4:4], flat[3:n4:4], flat[n4], qk)
 
 
 class WindowValues:
@@ -66,16 +67,20 @@ class WindowValues:
 def window_row(v: WindowValues, n: int, train_seconds: float, bad: int) -> list[float]:
     """This rank's row for the first `n` attempted updates of its window; `bad` is the index of its
     first non-finite loss (n or more when none)."""
-    losses, grads, clipped, skips = v.losses, v.grads, v.clipped, v.skips
-    qk = [q for q in v.qk if q[0] < n]
-    ok = [i for i in range(n) if not skips[i]]
-    finite = [g for g in grads[:n] if math.isfinite(g)]
+    losses, grads, clipped, skips = v.losses[:n], v.grads[:n], v.clipped[:n], v.skips[:n]
+    if any(skips):
+        ok = [i for i in range(n) if not skips[i]]
+        ok_losses, ok_clipped = [losses[i] for i in ok], [clipped[i] for i in ok]
+    else:  # the common case: every attempt an update
+        ok_losses, ok_clipped = losses, clipped
+    finite = [g for g in grads if math.isfinite(g)]
+    qk = [q for q in v.qk if q[0] < n] if v.qk else []
     logits = [q[3] for q in qk if math.isfinite(q[3])]
     return [
-        float(n), float(len(ok)), math.fsum(losses[i] for i in ok) if bad >= n else 0.0,
+        float(n), float(len(ok_losses)), math.fsum(ok_losses) if bad >= n else 0.0,
         float(len(finite)), math.fsum(finite), max(finite, default=0.0),
-        float(sum(1 for i in ok if clipped[i])), float(train_seconds),
-        float(bad), losses[bad] if bad < n else 0.0,
+        float(len(ok_clipped) - ok_clipped.count(0.0)), float(train_seconds),
+        float(bad), v.losses[bad] if bad < n else 0.0,
         float(len(qk)), math.fsum(q[1] for q in qk), math.fsum(q[2] for q in qk),
         max(logits, default=math.nan),
     ]
@@ -86,36 +91,37 @@ def window_fields(rows: list[list[float]], attempted: int, tokens_per_attempt: i
     """The train record's fields from the gathered rows, or None when the window holds no
     successful update (skipped attempts wait for one). Over ranks: loss the mean, skips and
     non-finite norms the max, train_seconds the slowest rank's; a world of one is the same sums."""
-    skipped = int(max(attempted - r[UPDATES] for r in rows))
+    col = list(zip(*rows))  # col[k]: entry k of every rank's row
+    skipped = int(attempted - min(col[UPDATES]))
     updates = attempted - skipped
     if updates <= 0:
         return None
     if not math.isfinite(lr) or lr < 0:
         raise ValueError(f"RunLogger.step: lr must be a finite number >= 0, got {lr}")
-    local_updates = math.fsum(r[UPDATES] for r in rows)
-    finite = math.fsum(r[FINITE] for r in rows)
+    local_updates = math.fsum(col[UPDATES])
+    finite = math.fsum(col[FINITE])
     fields: dict[str, Any] = {
         "updates": updates,
         "skipped": skipped,
         "attempted": attempted,
         "tokens": tokens_per_attempt * attempted,
-        "train_seconds": max(max(r[SECONDS] for r in rows), 1e-9),
-        "loss": math.fsum(r[LOSS_SUM] for r in rows) / local_updates,
+        "train_seconds": max(max(col[SECONDS]), 1e-9),
+        "loss": math.fsum(col[LOSS_SUM]) / local_updates,
         "lr": lr,
         "grad_norm": {
-            "mean": math.fsum(r[GRAD_SUM] for r in rows) / finite if finite else 0.0,
-            "max": max((r[GRAD_MAX] for r in rows if r[FINITE] > 0), default=0.0),
+            "mean": math.fsum(col[GRAD_SUM]) / finite if finite else 0.0,
+            "max": max((g for g, f in zip(col[GRAD_MAX], col[FINITE]) if f > 0), default=0.0),
         },
-        "nonfinite_grad_norms": int(max(attempted - r[FINITE] for r in rows)),
-        "grad_clipped_fraction": min(1.0, math.fsum(r[CLIPPED] for r in rows) / local_updates),
+        "nonfinite_grad_norms": int(attempted - min(col[FINITE])),
+        "grad_clipped_fraction": min(1.0, math.fsum(col[CLIPPED]) / local_updates),
     }
-    if any(r[QK_ROWS] > 0 for r in rows):
-        observed = int(sum(r[QK_OBSERVED] for r in rows))
-        logits = [r[QK_MAX] for r in rows if math.isfinite(r[QK_MAX])]
+    if max(col[QK_ROWS]) > 0:
+        observed = int(sum(col[QK_OBSERVED]))
+        logits = [m for m in col[QK_MAX] if math.isfinite(m)]
         fields["qk_clip"] = {
             "threshold": qk_threshold,
             "observed_head_updates": observed,
-            "clipped_head_updates": min(int(sum(r[QK_CLIPPED] for r in rows)), observed),
+            "clipped_head_updates": min(int(sum(col[QK_CLIPPED])), observed),
             "max_logit": max(logits) if logits else None,
         }
     return fields
