@@ -11,8 +11,10 @@ Peers, measured side by side in one run (repeats interleaved, so a busy machine 
 - a naive per-step writer: `json.dumps` + `write` + `flush` of one line a step (fed tensors, it
   calls float() on each value: a host-device sync each on a GPU);
 - the heartbeat's share: `RunLogger.step()` with its heartbeat as shipped (a window's heartbeat
-  posted to a writer thread), without heartbeats, and with each window's heartbeat written in
-  step() itself; then the training thread's µs per window heartbeat and per phase change.
+  posted to a writer thread, written at most once a second) and without heartbeats; then, apart
+  (a write per window floods the file system's journal and would slow the peers measured after
+  it), the training thread's µs for a window's heartbeat posted or written in place, and for a
+  phase change (two atomic replaces).
 
 Reports the median host microseconds per step over the repeats and the ratio to TensorBoard, then
 counts the host-device conversions (`.item()`, `.tolist()`, `__float__`, `__bool__`, `__int__` on
@@ -101,13 +103,6 @@ def synchronous_heartbeat(log) -> None:
     posted.set()
     beat._thread.join()
     beat._stop.clear()
-
-
-def peer_runlogger_sync_heartbeat(tmp: str):
-    """RunLogger writing each window's heartbeat on the training thread (temp file + os.replace)."""
-    run, close = peer_runlogger(tmp)
-    synchronous_heartbeat(close.__self__)
-    return run, close
 
 
 def peer_tensorboard(tmp: str):
@@ -204,7 +199,6 @@ PEERS = [
     ("empty loop (floor)", peer_empty, "float", 20_000),
     ("RunLogger.step, floats", peer_runlogger, "float", 5_000),
     ("RunLogger.step, floats, no heartbeat", peer_runlogger_no_heartbeat, "float", 5_000),
-    ("RunLogger.step, floats, heartbeat in step()", peer_runlogger_sync_heartbeat, "float", 5_000),
     ("RunLogger.step, 0-dim tensors", peer_runlogger, "tensor", 2_000),
     ("naive json.dumps+write+flush, floats", peer_naive, "float", 2_000),
     ("naive json.dumps+write+flush, tensors", peer_naive_tensors, "tensor", 2_000),
