@@ -357,3 +357,15 @@ def test_a_world_of_one_gets_no_rank_lines_and_no_rank_findings(tmp_path):
     assert rank_status_lines(str(tmp_path), NOW) == []
     monitor = RankMonitor(rank_stall=5.0, straggler_patience=1)
     assert monitor.poll(str(tmp_path), NOW) is None and monitor.poll(str(tmp_path), NOW + 1) is None
+
+
+def test_a_straggler_is_named_when_the_ranks_waiting_for_it_are_idle_throughout():
+    # A quiet machine: the waiting ranks never sampled busy (busy 0 s of 0.22-s windows).
+    def idle_or_busy(rank: int, busy: float) -> Heartbeat:
+        return beat(rank, world_size=3, window=8, busy_seconds=(busy,) * 8, window_seconds=(0.22,) * 8)
+
+    finding = StragglerRule(1.5, 5).update(ranks(idle_or_busy(0, 0.0), idle_or_busy(1, 0.0), idle_or_busy(2, 0.2)))
+    assert finding == (2, 50, "rank 2 (host node1) took 18.2x the median window time (0.2 s vs 0.011 s) "
+                              "for 5 consecutive windows")
+    noise = StragglerRule(1.5, 5).update(ranks(idle_or_busy(0, 0.0), idle_or_busy(1, 0.0), idle_or_busy(2, 0.01)))
+    assert noise is None  # a sample or two: idle too

@@ -56,6 +56,9 @@ MAX_HEARTBEAT_BYTES = 64 * 1024
 # rank, and a poll every 5 s may miss a few fast windows between two reads.
 HISTORY_WINDOWS = 16
 STATES = frozenset({"running", "ended"})
+# Busy time below this fraction of a window is idle for the straggler rule: a few samples of a
+# 10-Hz sampler in a 1-s window, noise next to a straggler busy for most of it.
+IDLE_BUSY_FRACTION = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,7 +379,11 @@ class StragglerRule:
         finding = None
         for w in range(max(self.judged_window + 1, earliest), latest + 1):
             times = {k: b.busy_seconds[len(b.busy_seconds) - 1 - (b.window - w)] for k, b in beats.items()}
-            median = statistics.median(times.values())
+            windows = [b.window_seconds[len(b.window_seconds) - 1 - (b.window - w)] for b in beats.values()]
+            # On a quiet machine the ranks waiting for a straggler are sampled waiting throughout:
+            # a median busy time of exactly 0, against which nothing could stand out. Below
+            # IDLE_BUSY_FRACTION of the window a rank counts as idle, at that much.
+            median = max(statistics.median(times.values()), IDLE_BUSY_FRACTION * statistics.median(windows))
             for k, t in times.items():
                 if median > 0 and t > self.factor * median:
                     self.counts[k] = self.counts.get(k, 0) + 1
