@@ -196,6 +196,7 @@ class HeartbeatWriter:
         self._lock = threading.Lock()  # the fields
         self._file_lock = threading.Lock()  # the file: one write at a time, never an older one last
         self._seq = self._written = 0
+        self._dirty = False  # fields changed since the latest snapshot (a posted window not yet written)
         self._fields: dict[str, Any] = {
             "rank": rank, "world_size": world_size, "host": socket.gethostname(), "pid": os.getpid(),
             "session_id": session_id, "state": "running", "time": 0.0, "step": 0, "window": 0,
@@ -241,6 +242,7 @@ class HeartbeatWriter:
             f["train_seconds"] = train_seconds
             f["window_seconds"] = (f["window_seconds"] + [train_seconds])[-HISTORY_WINDOWS:]
             f["busy_seconds"] = (f["busy_seconds"] + [busy])[-HISTORY_WINDOWS:]
+            self._dirty = True
             if self._posted is None:
                 self._write_locked()
         posted = self._posted
@@ -270,6 +272,7 @@ class HeartbeatWriter:
         f["progress_time"] = now - max(0.0, time.perf_counter() - mark)
         f["time"] = now
         self._seq += 1
+        self._dirty = False
         return self._seq, (dumps(f) + "\n").encode("utf-8")
 
     def _put(self, seq: int, data: bytes) -> None:
@@ -310,6 +313,8 @@ class HeartbeatWriter:
             with self._lock:
                 if self._stop.is_set():
                     return
+                if not self._dirty:
+                    continue  # a phase change has written it meanwhile
                 snapshot = self._snapshot_locked()
             self._put(*snapshot)  # outside `_lock`: the training thread never waits for the disk
             if self._stop.wait(POSTED_WRITE_SPACING):
