@@ -9,7 +9,12 @@ Peers, measured side by side in one run (repeats interleaved, so a busy machine 
   0-dim tensors;
 - W&B: `wandb.log` of the five values, offline (WANDB_MODE=offline, a temporary directory);
 - a naive per-step writer: `json.dumps` + `write` + `flush` of one line a step (fed tensors, it
-  calls float() on each value: a host-device sync each on a GPU).
+  calls float() on each value: a host-device sync each on a GPU);
+- the heartbeat's share: `RunLogger.step()` with its heartbeat as shipped (a window's heartbeat
+  posted to a writer thread, written at most once a second) and without heartbeats; then, apart
+  (a write per window floods the file system's journal and would slow the peers measured after
+  it), the training thread's µs for a window's heartbeat posted or written in place, and for a
+  phase change (two atomic replaces).
 
 Reports the median host microseconds per step over the repeats and the ratio to TensorBoard, then
 counts the host-device conversions (`.item()`, `.tolist()`, `__float__`, `__bool__`, `__int__` on
@@ -66,6 +71,38 @@ def peer_runlogger(tmp: str):
             step(loss=loss, lr=lr, grad_norm=grad_norm, clipped=clipped, skipped=skipped)
 
     return run, log.close
+
+
+class _NoBeat:
+    """A heartbeat writer that writes nothing: the logger without heartbeats, for comparison."""
+
+    def window(self, step, train_seconds):
+        pass
+
+    def phase(self, name, since):
+        pass
+
+    def end(self):
+        pass
+
+
+def peer_runlogger_no_heartbeat(tmp: str):
+    """RunLogger with its heartbeat writer replaced by one that writes nothing."""
+    run, close = peer_runlogger(tmp)
+    log = close.__self__
+    log._beat.end()
+    log._beat = _NoBeat()
+    return run, close
+
+
+def synchronous_heartbeat(log) -> None:
+    """Make a single process's heartbeat writer write each window in step() itself (no writer thread)."""
+    beat = log._beat
+    posted, beat._posted = beat._posted, None
+    beat._stop.set()
+    posted.set()
+    beat._thread.join()
+    beat._stop.clear()
 
 
 def peer_tensorboard(tmp: str):
@@ -161,6 +198,7 @@ def peer_empty(tmp: str):
 PEERS = [
     ("empty loop (floor)", peer_empty, "float", 20_000),
     ("RunLogger.step, floats", peer_runlogger, "float", 5_000),
+    ("RunLogger.step, floats, no heartbeat", peer_runlogger_no_heartbeat, "float", 5_000),
     ("RunLogger.step, 0-dim tensors", peer_runlogger, "tensor", 2_000),
     ("naive json.dumps+write+flush, floats", peer_naive, "float", 2_000),
     ("naive json.dumps+write+flush, tensors", peer_naive_tensors, "tensor", 2_000),
@@ -240,6 +278,40 @@ def count_conversions(steps: int = 100, window: int = 10) -> dict[str, int]:
             "max_per_window_close": max(closing), "total": len(calls), "by_kind": kinds}
 
 
+def heartbeat_costs(n: int = 400) -> dict[str, float]:
+    """Median µs on the training thread: a window's heartbeat posted (the default), written in
+    place of the post (temp file + os.replace), and one phase change (enter + leave: two writes)."""
+    from runwatch import RunLogger
+
+    tmp = tempfile.mkdtemp(prefix="runwatch-bench-heartbeat-")
+    out: dict[str, float] = {}
+    try:
+        log = RunLogger(os.path.join(tmp, "posted"), recipe=RECIPE, hardware={"device": "cpu"})
+        sync = RunLogger(os.path.join(tmp, "sync"), recipe=RECIPE, hardware={"device": "cpu"})
+        synchronous_heartbeat(sync)
+        samples: dict[str, list[float]] = {"window heartbeat, posted": [], "window heartbeat, written": [],
+                                           "phase change (enter + leave)": []}
+        for _ in range(n):
+            t0 = time.perf_counter()
+            log._beat.window(1, 0.1)
+            t1 = time.perf_counter()
+            sync._beat.window(1, 0.1)
+            t2 = time.perf_counter()
+            with log.phase("eval"):
+                pass
+            t3 = time.perf_counter()
+            samples["window heartbeat, posted"].append((t1 - t0) * 1e6)
+            samples["window heartbeat, written"].append((t2 - t1) * 1e6)
+            samples["phase change (enter + leave)"].append((t3 - t2) * 1e6)
+            time.sleep(0.001)  # let the writer thread write, as between two windows
+        log.close()
+        sync.close()
+        out = {k: statistics.median(v) for k, v in samples.items()}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="slices per peer, taken in turn (median reported)")
@@ -270,6 +342,13 @@ def main() -> int:
           f" {conv['by_kind']}")
 
     med = {name: statistics.median(s) for name, s in results.items()}
+    hb = heartbeat_costs()
+    window_step = med["RunLogger.step, floats, no heartbeat"] * 10  # one window of step() calls, µs
+    print()
+    print(f"heartbeat (tmp dir {tempfile.gettempdir()}), median µs on the training thread; "
+          f"a window of 10 step() calls without heartbeats: {window_step:.1f} µs")
+    for what, us in hb.items():
+        print(f"  {what:<32} {us:>9.1f} µs  = {us / window_step:.2f}x a window of step()")
     floats, tensors = med["RunLogger.step, floats"], med["RunLogger.step, 0-dim tensors"]
     checks = [
         ("step() with floats <= 1/20 of TensorBoard", floats <= base / 20),

@@ -10,7 +10,9 @@ Side by side in one run, interleaved, medians over --repeat rounds, per training
   - naive per-step sync: all_reduce the loss every step and rank 0 writes a JSON line (what
     "log the global mean loss each step" costs without windows);
   - the same three around a tiny DDP model's forward/backward/step (a realistic floor);
-and the median time of one window all_gather itself, and of the heartbeat sampler (10 Hz) on/off.
+and the median time of one window all_gather itself, and of the heartbeat sampler (10 Hz) on/off;
+and the per-step price of windows that close on time (`max_window_seconds`) once steps are slow:
+one `RankGroup.agree` (a one-byte broadcast of rank 0's decision over the CPU group) a step.
 """
 
 from __future__ import annotations
@@ -113,6 +115,14 @@ def main() -> int:
             results.setdefault(name, []).append(run(kind, args.steps, ddp, root, g, sample))
             if name == "RunLogger(window=10)":
                 gathers.extend(g)
+    from runwatch.distributed import process_group
+
+    group = process_group()
+    agrees: list[float] = []
+    for i in range(args.steps):
+        t0 = time.perf_counter()
+        group.agree(i % 2 == 0)
+        agrees.append(time.perf_counter() - t0)
     if rank == 0:
         world = dist.get_world_size()
         print(f"world_size={world} backend=gloo steps={args.steps} repeat={args.repeat}")
@@ -125,6 +135,8 @@ def main() -> int:
             print(f"{name:<28} {m * 1e6:>9.1f} {(m - ref) * 1e6:>14.1f}")
         print(f"window all_gather: median {statistics.median(gathers) * 1e6:.0f} us, "
               f"p90 {sorted(gathers)[int(len(gathers) * 0.9)] * 1e6:.0f} us over {len(gathers)} windows")
+        print(f"agree (windows closing on time, slow steps): median {statistics.median(agrees) * 1e6:.0f} us, "
+              f"p90 {sorted(agrees)[int(len(agrees) * 0.9)] * 1e6:.0f} us a step over {len(agrees)} steps")
     dist.destroy_process_group()
     return 0
 

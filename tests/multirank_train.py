@@ -4,7 +4,7 @@
 
 Every rank calls `log.step()` once per update, as RunLogger requires under torch.distributed; rank
 0 alone writes the log. Faults for the tests: `--hang-rank K --hang-at N` (rank K sleeps for an
-hour before update N), `--slow-rank K --slow-seconds S` (rank K sleeps S before every update),
+hour before update N), `--slow-rank K --slow-seconds S` (rank K sleeps S before every update; with `--max-window-seconds` windows close on time),
 `--kill-rank K --kill-at N` (rank K SIGKILLs itself), `--nan-rank K --nan-at N` (rank K's loss is
 NaN at update N), `--extra-rank K --extra-steps N` (rank K calls step() N more times, breaking
 the one rule RunLogger sets under torch.distributed). Each rank writes its own losses to RUN_DIR/losses-rank<k>.json at the end.
@@ -56,6 +56,7 @@ def main() -> int:
     p.add_argument("--extra-steps", type=int, default=0)
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-seconds", type=float, default=0.0)
+    p.add_argument("--max-window-seconds", type=float, default=60.0)
     args = p.parse_args()
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
@@ -68,6 +69,7 @@ def main() -> int:
     losses: list[float] = []
     recipe = {"batch_size": args.batch * world, "seq_len": 1, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
     log = RunLogger(args.run_dir, recipe=recipe, optimizers=[{"name": "all", "algorithm": "sgd"}], window=args.window,
+                    max_window_seconds=args.max_window_seconds,
                     heartbeat=HeartbeatConfig(every_seconds=args.heartbeat_seconds, sample_seconds=args.sample_seconds))
     code = 0
     try:

@@ -196,6 +196,22 @@ def test_a_nan_on_one_rank_ends_the_session_on_every_rank(launch):
     assert {b.state for b in beats.values()} == {"ended"}
 
 
+@pytest.mark.parametrize("slow_rank", [0, 1])
+def test_windows_close_on_time_together_whichever_rank_is_slow(launch, slow_rank):
+    # Rank 0's clock decides, and every rank learns it at the same update: one window sequence.
+    run, run_dir = launch(2, "--steps", "12", "--window", "1000", "--max-window-seconds", "0.4",
+                          "--slow-rank", str(slow_rank), "--slow-seconds", "0.15")
+    assert run.wait() == 0, run.output()
+    summary = summarize(run_dir, expect_step=12)
+    assert summary["completed"] and summary["updates"] == 12
+    train = [r for r in _records(run_dir) if r["event"] == "train"]
+    assert 2 <= len(train) <= 12 and all(r["attempted"] < 1000 for r in train)
+    assert all(r["train_seconds"] >= 0.4 for r in train[:-1])  # closed on time, not early
+    beats, problems = read_heartbeats(run_dir)
+    assert problems == [] and sorted(beats) == [0, 1]
+    assert {(b.state, b.window, b.step, b.phase) for b in beats.values()} == {("ended", len(train), 12, None)}
+
+
 # --- in-process parts: the heartbeat writer, the stack sampler, the single-process paths ------------
 
 from runwatch import RunLogger  # noqa: E402
@@ -255,7 +271,7 @@ def test_a_frame_inside_backward_counts_as_waiting_and_user_code_does_not():
     assert is_waiting_frame(sys._getframe()) is False
 
 
-def test_a_single_process_keeps_no_heartbeats_even_under_a_one_rank_group(tmp_path):
+def test_a_one_rank_group_is_a_single_process(tmp_path):
     assert process_group() is None
     dist = torch.distributed
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
@@ -266,8 +282,11 @@ def test_a_single_process_keeps_no_heartbeats_even_under_a_one_rank_group(tmp_pa
             for _ in range(5):
                 log.step(loss=torch.tensor(1.0), lr=0.1, grad_norm=torch.tensor(0.5))
             assert log.state_dict()["step"] == 5  # closes the window, as a single process does
-        assert sorted(os.listdir(run_dir)) == ["metrics.jsonl", "run.json"]
+        assert sorted(os.listdir(run_dir)) == ["heartbeats", "metrics.jsonl", "run.json"]
         assert summarize(run_dir)["updates"] == 5
+        beats, problems = read_heartbeats(run_dir)  # a world of one: rank 0, no refresh thread
+        assert problems == [] and list(beats) == [0]
+        assert (beats[0].world_size, beats[0].state, beats[0].step, beats[0].where) == (1, "ended", 5, None)
     finally:
         dist.destroy_process_group()
 

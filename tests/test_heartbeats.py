@@ -317,3 +317,56 @@ def test_status_shows_the_rank_lines(tmp_path, capsys):
                         "(straggler threshold 1.5x)")
     assert main(["status", str(tmp_path), "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["ranks"]) == 3
+
+
+# --- phases: two keys, absent in files of older writers ---------------------------------------------
+
+PHASES = [
+    ("absent (an older writer)", {}, (None, None)),
+    ("outside a phase", {"phase": None, "phase_since": None}, (None, None)),
+    ("inside eval", {"phase": "eval", "phase_since": NOW - 5}, ("eval", NOW - 5)),
+]
+
+
+@pytest.mark.parametrize("name,keys,expected", PHASES, ids=[p[0] for p in PHASES])
+def test_phase_and_phase_since_are_read(name, keys, expected):
+    obj = {k: v for k, v in _good().items() if k not in ("phase", "phase_since")}
+    b = parse_heartbeat(json.dumps({**obj, **keys}).encode(), "x")
+    assert (b.phase, b.phase_since) == expected
+    assert parse_heartbeat(json.dumps(b.to_json()).encode(), "x") == b
+
+
+BAD_PHASES = [
+    ("phase_since without phase", {"phase": None, "phase_since": NOW},
+     f"x: phase and phase_since must both be null or both be set, got None and {NOW!r}"),
+    ("phase without phase_since", {"phase": "eval", "phase_since": None},
+     "x: phase and phase_since must both be null or both be set, got 'eval' and None"),
+    ("phase not a string", {"phase": 3, "phase_since": NOW}, "x: phase must be a string or null, got 3"),
+    ("phase_since negative", {"phase": "eval", "phase_since": -1}, "x: phase_since must be a finite number >= 0 or null, got -1"),
+]
+
+
+@pytest.mark.parametrize("name,keys,message", BAD_PHASES, ids=[p[0] for p in BAD_PHASES])
+def test_a_bad_phase_is_a_clear_error(name, keys, message):
+    with pytest.raises(InvalidRunError) as err:
+        parse_heartbeat(json.dumps({**_good(), **keys}).encode(), "x")
+    assert str(err.value) == message
+
+
+def test_a_world_of_one_gets_no_rank_lines_and_no_rank_findings(tmp_path):
+    write(tmp_path, beat(0, world_size=1, progress_time=NOW - 10_000, time=NOW - 10_000, waiting=None, where=None))
+    assert rank_status_lines(str(tmp_path), NOW) == []
+    monitor = RankMonitor(rank_stall=5.0, straggler_patience=1)
+    assert monitor.poll(str(tmp_path), NOW) is None and monitor.poll(str(tmp_path), NOW + 1) is None
+
+
+def test_a_straggler_is_named_when_the_ranks_waiting_for_it_are_idle_throughout():
+    # A quiet machine: the waiting ranks never sampled busy (busy 0 s of 0.22-s windows).
+    def idle_or_busy(rank: int, busy: float) -> Heartbeat:
+        return beat(rank, world_size=3, window=8, busy_seconds=(busy,) * 8, window_seconds=(0.22,) * 8)
+
+    finding = StragglerRule(1.5, 5).update(ranks(idle_or_busy(0, 0.0), idle_or_busy(1, 0.0), idle_or_busy(2, 0.2)))
+    assert finding == (2, 50, "rank 2 (host node1) took 18.2x the median window time (0.2 s vs 0.011 s) "
+                              "for 5 consecutive windows")
+    noise = StragglerRule(1.5, 5).update(ranks(idle_or_busy(0, 0.0), idle_or_busy(1, 0.0), idle_or_busy(2, 0.01)))
+    assert noise is None  # a sample or two: idle too

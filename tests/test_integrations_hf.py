@@ -350,3 +350,57 @@ def test_auroc_metrics_rejects_multiclass_logits():
 
     with pytest.raises(ValueError, match=r"expected logits of shape \(N,\), \(N, 1\) or \(N, 2\), got \(2, 3\)"):
         auroc_metrics((np.zeros((2, 3)), np.zeros(2)))
+
+
+# --- phases: the heartbeat shows an evaluation and a save while they run -----------------------------
+
+
+def _heartbeat(run_dir) -> dict:
+    with open(os.path.join(run_dir, "heartbeats", "rank-0.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_the_heartbeat_shows_eval_during_a_slow_compute_metrics_and_checkpoint_during_a_save(tmp_path):
+    import time
+
+    run_dir = str(tmp_path / "rw")
+    seen: list = []
+
+    def slow_metrics(eval_pred):
+        entered = time.time()
+        time.sleep(0.3)  # a slow metric: nothing but the phase says the run is alive and why
+        seen.append(("eval", entered, _heartbeat(run_dir)))
+        return auroc_metrics(eval_pred)
+
+    class WatchedSaves(Trainer):
+        def _save_checkpoint(self, model, trial):
+            seen.append(("save", time.time(), _heartbeat(run_dir)))
+            super()._save_checkpoint(model, trial)
+
+    torch.manual_seed(0)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=20, per_device_train_batch_size=BATCH,
+                             logging_steps=5, eval_strategy="steps", eval_steps=10, save_steps=20, learning_rate=3e-3,
+                             use_cpu=True, disable_tqdm=True, report_to="none", seed=0, dataloader_num_workers=0)
+    trainer = WatchedSaves(model=BertForSequenceClassification(BertConfig(**CONFIG)), args=args,
+                           train_dataset=Sequences(800, 0), eval_dataset=Sequences(64, 1),
+                           callbacks=[RunwatchCallback(run_dir=run_dir, seq_len=SEQ)], compute_metrics=slow_metrics)
+    trainer.train()
+    assert [kind for kind, _, _ in seen] == ["eval", "eval", "save"]
+    for kind, at, beat in seen:
+        assert beat["phase"] == ("eval" if kind == "eval" else "checkpoint"), (kind, beat)
+        assert beat["phase_since"] <= at and beat["state"] == "running"
+    assert [seen[0][2]["step"], seen[1][2]["step"]] == [10, 20]  # entered right after the window's log
+    end = _heartbeat(run_dir)
+    assert (end["phase"], end["phase_since"], end["state"], end["step"]) == (None, None, "ended", 20)
+    assert [r["event"] for r in records(run_dir)].count("val") == 2
+    assert runwatch.summarize(run_dir, expect_step=20)["completed"]
+
+
+def test_a_window_older_than_max_window_seconds_asks_the_trainer_for_a_log(tmp_path, monkeypatch):
+    import runwatch.integrations.hf as hf
+
+    monkeypatch.setattr(hf, "MAX_WINDOW_SECONDS", 0.0)  # every window is old: slow steps, in short
+    make_trainer(tmp_path, 6, [RunwatchCallback(seq_len=SEQ)], logging_steps=100, eval_strategy="no",
+                 save_strategy="no").train()
+    train = [r for r in records(tmp_path / "runwatch") if r["event"] == "train"]
+    assert [r["attempted"] for r in train] == [1] * 6

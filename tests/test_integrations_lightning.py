@@ -273,3 +273,50 @@ def test_hook_order_seen_from_the_trainer(tmp_path):
                 + step + ["on_validation_end"] + step + ["on_save_checkpoint", "on_validation_end"]
                 + step + ["on_validation_end"] + step + ["on_save_checkpoint", "on_validation_end", "on_fit_end"])
     assert rec.events == expected
+
+
+# --- phases: the heartbeat shows a validation and a save while they run ------------------------------
+
+
+def _heartbeat(run_dir) -> dict:
+    with open(os.path.join(run_dir, "heartbeats", "rank-0.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+class SlowValidation(Classifier):
+    """Its first validation batch sleeps; it notes the heartbeat then, and while a checkpoint is dumped."""
+
+    def __init__(self, run_dir: str) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+        self.seen: list = []
+
+    def validation_step(self, batch, batch_idx):
+        if batch_idx == 0 and not self.trainer.sanity_checking:
+            import time
+
+            entered = time.time()
+            time.sleep(0.3)
+            self.seen.append(("eval", entered, _heartbeat(self.run_dir)))
+        return super().validation_step(batch, batch_idx)
+
+    def on_save_checkpoint(self, checkpoint):
+        import time
+
+        self.seen.append(("save", time.time(), _heartbeat(self.run_dir)))
+
+
+def test_the_heartbeat_shows_eval_during_a_slow_validation_and_checkpoint_during_a_save(tmp_path):
+    run_dir = str(tmp_path / "rw")
+    model = SlowValidation(run_dir)
+    fit(tmp_path, 40, [RunwatchCallback(run_dir=run_dir), ModelCheckpoint(dirpath=str(tmp_path / "ckpt"),
+                                                                           every_n_train_steps=40, save_top_k=-1)],
+        model=model, val_check_interval=20)
+    assert [kind for kind, _, _ in model.seen] == ["eval", "save", "eval"], model.seen  # step 40 saves, then validates
+    for kind, at, beat in model.seen:
+        assert beat["phase"] == ("eval" if kind == "eval" else "checkpoint"), (kind, beat)
+        assert beat["phase_since"] <= at and beat["state"] == "running"
+    end = _heartbeat(run_dir)
+    assert (end["phase"], end["phase_since"], end["state"], end["step"]) == (None, None, "ended", 40)
+    assert [r["event"] for r in records(run_dir)].count("val") == 2
+    assert runwatch.summarize(run_dir, expect_step=40)["completed"]

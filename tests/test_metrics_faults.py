@@ -234,7 +234,7 @@ def test_resume_removes_the_unfinished_run_json_of_a_killed_logger(tmp_path):
     (d / "run.json.tmp-4242").write_text('{"schema_version": 1, "run_id": "r-half')
     with RunLogger(d, recipe=RECIPE, hardware={}, resume_from=state) as log:
         log.step(loss=0.5, lr=0.1, grad_norm=1.0)
-    assert sorted(os.listdir(d)) == ["metrics.jsonl", "run.json"]
+    assert sorted(os.listdir(d)) == ["heartbeats", "metrics.jsonl", "run.json"]
     assert summarize(str(d), expect_step=2)["sessions"] == 2
 
 
@@ -324,7 +324,7 @@ def test_full_disk_record_manifest_and_torn_tail(small_fs):
     manifest, log_bytes = (d / "run.json").read_bytes(), metrics.read_bytes()
     with pytest.raises(LogWriteError, match=rf"^\[Errno 28\] {d / 'run.json'}: cannot write: No space left on device$"):
         RunLogger(d, recipe=RECIPE, window=1, hardware={}, resume_from=state)
-    assert sorted(os.listdir(d)) == ["metrics.jsonl", "run.json"]
+    assert sorted(os.listdir(d)) == ["heartbeats", "metrics.jsonl", "run.json"]
     assert ((d / "run.json").read_bytes(), metrics.read_bytes()) == (manifest, log_bytes)
 
     # a torn tail larger than the free space cannot be set aside: the log stays as it is
@@ -335,7 +335,7 @@ def test_full_disk_record_manifest_and_torn_tail(small_fs):
     with pytest.raises(LogWriteError, match=r"metrics.jsonl.torn-\d+: cannot set aside the torn final line of "
                                             r"metrics.jsonl: No space left on device$"):
         RunLogger(d, recipe=RECIPE, window=1, hardware={}, resume_from=state)
-    assert sorted(os.listdir(d)) == ["metrics.jsonl", "run.json"]
+    assert sorted(os.listdir(d)) == ["heartbeats", "metrics.jsonl", "run.json"]
     assert metrics.read_bytes() == log_bytes + torn
 
     # with room again, the resume sets the tail aside and the run goes on
@@ -404,7 +404,7 @@ def test_second_process_is_refused_and_the_first_unharmed(tmp_path):
     assert holder.returncode == 0, err
     assert [s["session_id"] for s in read_manifest(str(d))["sessions"]] == [session_id]
     assert summarize(str(d), expect_step=400)["train_windows"] == 400
-    assert sorted(os.listdir(d)) == ["metrics.jsonl", "run.json"]
+    assert sorted(os.listdir(d)) == ["heartbeats", "metrics.jsonl", "run.json"]
 
 
 # --- a huge torn tail -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ CORE = ["runwatch", "runwatch.errors", "runwatch.schema", "runwatch.metrics", "r
         "runwatch.cli", "runwatch.follow", "runwatch.records", "runwatch.rules", "runwatch.watchdog",
         "runwatch.status", "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch", "runwatch.process",
         "runwatch.supervise", "runwatch.goodput", "runwatch.notify", "runwatch.resume",
+        "runwatch.convert", "runwatch.window", "runwatch.signals", "runwatch.hardware", "runwatch.recipe",
         "runwatch.readers", "runwatch.readers.keys", "runwatch.readers.tfevents", "runwatch.readers.tfrecord", "runwatch.readers.mlflowstore",
         "runwatch.readers.csvlog", "runwatch.readers.textlog"]
 # `runwatch serve`: http.server and the readers, nothing else.

@@ -1,10 +1,14 @@
-"""The multi-rank side of the logger: the process group it finds, and each rank's heartbeat.
+"""The ranks of the logger's world, and each rank's heartbeat.
 
-`RunLogger` calls `process_group()` once. Under an initialised `torch.distributed` process group
+`RunLogger` calls `rank_group()` once. Under an initialised `torch.distributed` process group
 (world size > 1) it gets a `RankGroup`: rank 0 writes the log; at every window close each rank
 writes its heartbeat and then takes part in ONE `all_gather` of a short float64 row (the window's
-sums and maxima) — the only synchronisation runwatch adds to a training loop. `HeartbeatWriter`
-keeps `RUN_DIR/heartbeats/rank-<k>.json` fresh from a daemon thread that also samples where the
+sums and maxima) — the only synchronisation runwatch adds to a training loop. Otherwise it gets a
+`SoloGroup`, the world of one, whose exchange and gather return the process's own values: a single
+process takes the very same path, without torch.
+
+`HeartbeatWriter` keeps `RUN_DIR/heartbeats/rank-<k>.json`: written at every window close and
+phase change; under torch.distributed also refreshed from a daemon thread that samples where the
 main thread is (inside a collective or backward, or not), which is what tells a hung rank from
 the ranks waiting for it, and a straggler from the ranks idling at its pace.
 
@@ -24,7 +28,7 @@ from typing import Any, Callable
 from .heartbeats import HEARTBEAT_DIR, HISTORY_WINDOWS, HeartbeatConfig, heartbeat_path
 from .schema import dumps
 
-__all__ = ["RankGroup", "process_group", "HeartbeatWriter", "is_waiting_frame"]
+__all__ = ["RankGroup", "SoloGroup", "process_group", "rank_group", "HeartbeatWriter", "is_waiting_frame"]
 
 # Python source directories whose frames mean "blocked on other ranks" (or, for autograd, inside a
 # backward pass: DDP overlaps its gradient all-reduce with backward, and a rank waiting for a slow
@@ -35,6 +39,10 @@ _WAITING_DIRS = tuple(
 )
 _THIS_FILE = os.path.abspath(__file__)
 _MAX_STACK = 64  # frames looked at a sample; deeper stacks are judged by their innermost 64
+# A single process's window heartbeats are written at most this often (the latest posted one; the
+# ones in between coalesce): fast windows then cost one atomic replace a second, not one a window,
+# and a watchdog judging staleness in minutes loses nothing.
+POSTED_WRITE_SPACING = 1.0
 
 
 def process_group() -> "RankGroup | None":
@@ -51,8 +59,40 @@ def process_group() -> "RankGroup | None":
     return RankGroup(dist)
 
 
+def rank_group() -> "RankGroup | SoloGroup":
+    """The logger's world: the process group of `process_group()`, else a world of one."""
+    group = process_group()
+    return SoloGroup() if group is None else group
+
+
+class SoloGroup:
+    """A single process as a world of one rank: every exchange returns its own values."""
+
+    rank = 0
+    world_size = 1
+    solo = True  # val/checkpoint/state_dict close the window at once; step() decides alone
+
+    def __init__(self) -> None:
+        self.host = socket.gethostname()
+
+    def exchange(self, obj: Any) -> list:
+        """`[obj]`: the only rank's object."""
+        return [obj]
+
+    def gather(self, row: list[float]) -> list[list[float]]:
+        """`[row]`: the only rank's row."""
+        return [row]
+
+    def agree(self, flag: bool) -> bool:
+        """Rank 0's decision is this process's."""
+        return flag
+
+
 class RankGroup:
-    """The default process group, as the logger uses it: once at start, once per window."""
+    """The default process group, as the logger uses it: once at start, once per window (and,
+    when windows may close on time, a one-byte CPU broadcast per step; see `agree`)."""
+
+    solo = False
 
     def __init__(self, dist: Any) -> None:
         import torch
@@ -70,6 +110,9 @@ class RankGroup:
             self.device = torch.device("cpu")
         gather = getattr(dist, "all_gather_single", None)  # torch >= 2.13 name
         self._gather = gather if gather is not None else dist.all_gather_into_tensor
+        # `agree` broadcasts on the CPU, never through the device: gloo itself, or a gloo group
+        # beside NCCL (made here, on every rank at once, as new_group requires).
+        self._cpu_group = None if "gloo" in backend else dist.new_group(backend="gloo")
 
     def exchange(self, obj: Any) -> list:
         """Every rank's `obj`, in rank order (all_gather_object: once per session, at start)."""
@@ -85,6 +128,17 @@ class RankGroup:
         # note: the one sync point runwatch adds: every rank waits here for the slowest, once a window
         self._gather(out, mine)
         return out.view(self.world_size, len(row)).tolist()
+
+    def agree(self, flag: bool) -> bool:
+        """Rank 0's `flag`, on every rank: one broadcast of one byte over the CPU group.
+
+        Every rank must call it at the same point (the same attempted update); no host-device
+        sync (a CPU tensor), and the caller's own flag counts on rank 0 only.
+        """
+        torch = self._torch
+        value = torch.tensor([1 if flag else 0], dtype=torch.uint8)
+        self._dist.broadcast(value, src=0, group=self._cpu_group)
+        return bool(value[0])
 
 
 def is_waiting_frame(frame: Any) -> bool:
@@ -108,9 +162,16 @@ def _where(frame: Any) -> str | None:
 
 
 class HeartbeatWriter:
-    """Keeps one rank's heartbeat file: at each window (from the training thread) and every
-    `config.every_seconds` (from a daemon thread that samples the training thread's stack every
-    `config.sample_seconds`).
+    """Keeps one rank's heartbeat file: at each window close and phase change (from the training
+    thread) and, when started with `refresh`, every `config.every_seconds` (from a daemon thread
+    that samples the training thread's stack every `config.sample_seconds`).
+
+    A single process starts no refresh thread: its heartbeat changes only when its training thread
+    closes a window or changes phase, so a hung training thread really stops it. The window's
+    write is handed to a small writer thread that writes only what was posted, the latest post at
+    most every `POSTED_WRITE_SPACING` (an atomic replace costs from ~15 µs on tmpfs to over a
+    millisecond on a busy ext4, which flushes a file renamed over another); phase changes and the
+    end are written at once, by the caller.
 
     Writes are atomic (temp file + `os.replace`) and not fsynced: a heartbeat is liveness for a
     watchdog reading the same page cache or shared-file-system client; after a host crash a stale
@@ -132,28 +193,45 @@ class HeartbeatWriter:
         os.makedirs(os.path.join(run_dir, HEARTBEAT_DIR), exist_ok=True)
         self._progress = progress  # () -> (attempted updates so far, perf_counter of the last step())
         self._config = config
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the fields
+        self._file_lock = threading.Lock()  # the file: one write at a time, never an older one last
+        self._seq = self._written = 0
+        self._dirty = False  # fields changed since the latest snapshot (a posted window not yet written)
         self._fields: dict[str, Any] = {
             "rank": rank, "world_size": world_size, "host": socket.gethostname(), "pid": os.getpid(),
             "session_id": session_id, "state": "running", "time": 0.0, "step": 0, "window": 0,
             "attempted": 0, "progress_time": 0.0, "train_seconds": None,
             "window_seconds": [], "busy_seconds": [], "where": None, "waiting": None,
+            "phase": None, "phase_since": None,
         }
         self._busy = 0  # samples outside collectives since the last window
         self._wait = 0
         self._main = threading.get_ident()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runwatch-heartbeat", daemon=True)
+        self._posted: threading.Event | None = None  # set: a window to write (no refresh thread)
 
-    def start(self, step: int) -> None:
-        """Write the first heartbeat (window 0 at `step`) and start the background thread."""
+    def start(self, step: int, refresh: bool = True) -> None:
+        """Write the first heartbeat (window 0 at `step`); with `refresh`, start the thread."""
         with self._lock:
             self._fields["step"] = step
             self._write_locked()
+        if not refresh:
+            self._posted = threading.Event()
+            self._thread = threading.Thread(target=self._write_posted, name="runwatch-heartbeat-writer", daemon=True)
         self._thread.start()
 
+    def phase(self, name: str | None, since: float | None) -> None:
+        """The process entered phase `name` at `since` (Unix seconds), or left every phase
+        (None, None): write, now."""
+        with self._lock:
+            self._fields["phase"] = name
+            self._fields["phase_since"] = since
+            self._write_locked()
+
     def window(self, step: int, train_seconds: float) -> None:
-        """A window closes at `step` (as this rank sees it): record its times and write, now."""
+        """A window closes at `step` (as this rank sees it): record its times and write, now (a
+        single process: post it to the writer thread)."""
         with self._lock:
             total = self._busy + self._wait
             busy = train_seconds * (self._busy / total) if total else train_seconds
@@ -164,11 +242,18 @@ class HeartbeatWriter:
             f["train_seconds"] = train_seconds
             f["window_seconds"] = (f["window_seconds"] + [train_seconds])[-HISTORY_WINDOWS:]
             f["busy_seconds"] = (f["busy_seconds"] + [busy])[-HISTORY_WINDOWS:]
-            self._write_locked()
+            self._dirty = True
+            if self._posted is None:
+                self._write_locked()
+        posted = self._posted
+        if posted is not None and not posted.is_set():  # set and not yet taken: that post will do
+            posted.set()
 
     def end(self) -> None:
         """The session ended on this rank: a last heartbeat with state `ended`; stop the thread."""
         self._stop.set()
+        if self._posted is not None:
+            self._posted.set()
         with self._lock:
             self._fields["state"] = "ended"
             self._write_locked()
@@ -176,20 +261,36 @@ class HeartbeatWriter:
             self._thread.join(timeout=2.0)
 
     def _write_locked(self) -> None:
+        self._put(*self._snapshot_locked())
+
+    def _snapshot_locked(self) -> tuple[int, bytes]:
+        """The heartbeat as of now (under `_lock`), numbered so that an older one never replaces it."""
         attempted, mark = self._progress()
         now = time.time()
         f = self._fields
         f["attempted"] = attempted
         f["progress_time"] = now - max(0.0, time.perf_counter() - mark)
         f["time"] = now
-        try:
-            with open(self._tmp, "w", encoding="utf-8") as out:
-                out.write(dumps(f) + "\n")
-            os.replace(self._tmp, self.path)
-        except OSError:
-            # A heartbeat that cannot be written shows as a stale one; training goes on.
-            with contextlib.suppress(OSError):
-                os.unlink(self._tmp)
+        self._seq += 1
+        self._dirty = False
+        return self._seq, (dumps(f) + "\n").encode("utf-8")
+
+    def _put(self, seq: int, data: bytes) -> None:
+        with self._file_lock:
+            if seq <= self._written:
+                return  # a newer heartbeat is on disk already
+            self._written = seq
+            try:
+                fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, data)  # ~0.8 KB: one write
+                finally:
+                    os.close(fd)
+                os.replace(self._tmp, self.path)
+            except OSError:
+                # A heartbeat that cannot be written shows as a stale one; training goes on.
+                with contextlib.suppress(OSError):
+                    os.unlink(self._tmp)
 
     def _sample(self) -> None:
         frame = sys._current_frames().get(self._main)
@@ -201,6 +302,23 @@ class HeartbeatWriter:
                 self._busy += 1
             self._fields["where"] = _where(frame)
             self._fields["waiting"] = waiting
+
+    def _write_posted(self) -> None:
+        """The writer of a single process: the latest posted window, nothing else."""
+        posted = self._posted
+        assert posted is not None  # set by start() before this thread starts
+        while True:
+            posted.wait()
+            posted.clear()  # a window posted from here on is written by the next turn
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                if not self._dirty:
+                    continue  # a phase change has written it meanwhile
+                snapshot = self._snapshot_locked()
+            self._put(*snapshot)  # outside `_lock`: the training thread never waits for the disk
+            if self._stop.wait(POSTED_WRITE_SPACING):
+                return
 
     def _run(self) -> None:
         every = self._config.every_seconds

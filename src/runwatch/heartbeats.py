@@ -1,8 +1,9 @@
-"""Per-rank heartbeats of a multi-rank run: the file format, reading, and the two rank rules.
+"""Per-rank heartbeats: the file format, reading, and the two rank rules of a multi-rank run.
 
-Every rank of a `torch.distributed` run writes `RUN_DIR/heartbeats/rank-<k>.json` (see
-`runwatch.distributed`): at every train window before it enters the window's collective, and
-every `HeartbeatConfig.every_seconds` from a small background thread. This module reads them and
+Every process that logs writes `RUN_DIR/heartbeats/rank-<k>.json` (see `runwatch.distributed`;
+rank 0 for a single process): at every train window (before the window's collective) and at every
+phase change; the ranks of a `torch.distributed` run also every `HeartbeatConfig.every_seconds`
+from a small background thread. This module reads them and
 judges them, with the standard library only, so a watchdog on any node of a shared file system
 sees every rank:
 
@@ -54,6 +55,9 @@ MAX_HEARTBEAT_BYTES = 64 * 1024
 # rank, and a poll every 5 s may miss a few fast windows between two reads.
 HISTORY_WINDOWS = 16
 STATES = frozenset({"running", "ended"})
+# Busy time below this fraction of a window is idle for the straggler rule: a few samples of a
+# 10-Hz sampler in a 1-s window, noise next to a straggler busy for most of it.
+IDLE_BUSY_FRACTION = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +98,7 @@ class Heartbeat:
     where: str | None  # where the main thread was at the latest sample
     waiting: bool | None  # whether it was inside a collective (or backward) then
     phase: str | None = None  # the phase the process is in (`RunLogger.phase`), None outside one
-    phase_since: float | None = None  # Unix seconds when it entered that phase
+    phase_since: float | None = None  # Unix seconds since when it is in that phase
 
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
@@ -170,9 +174,12 @@ def parse_heartbeat(data: bytes, where: str) -> Heartbeat:
         busy_seconds=tuple(map(float, busy_seconds)),
         where=_field(obj, "where", "str?", where),
         waiting=_field(obj, "waiting", "bool?", where),
-        phase=_field(obj, "phase", "str?", where),
+        phase=_field(obj, "phase", "str?", where),  # absent (an older writer): None
         phase_since=_field(obj, "phase_since", "number?", where),
     )
+    if (beat.phase is None) != (beat.phase_since is None):
+        raise InvalidRunError(f"{where}: phase and phase_since must both be null or both be set, "
+                              f"got {beat.phase!r} and {beat.phase_since!r}")
     if beat.rank >= beat.world_size:
         raise InvalidRunError(f"{where}: rank must be < world_size ({beat.world_size}), got {beat.rank}")
     if len(window_seconds) > beat.window:
@@ -335,7 +342,11 @@ class StragglerRule:
         finding = None
         for w in range(max(self.judged_window + 1, earliest), latest + 1):
             times = {k: b.busy_seconds[len(b.busy_seconds) - 1 - (b.window - w)] for k, b in beats.items()}
-            median = statistics.median(times.values())
+            windows = [b.window_seconds[len(b.window_seconds) - 1 - (b.window - w)] for b in beats.values()]
+            # On a quiet machine the ranks waiting for a straggler are sampled waiting throughout:
+            # a median busy time of exactly 0, against which nothing could stand out. Below
+            # IDLE_BUSY_FRACTION of the window a rank counts as idle, at that much.
+            median = max(statistics.median(times.values()), IDLE_BUSY_FRACTION * statistics.median(windows))
             for k, t in times.items():
                 if median > 0 and t > self.factor * median:
                     self.counts[k] = self.counts.get(k, 0) + 1
@@ -358,7 +369,8 @@ class RankMonitor:
     """The rank rules for a watchdog's poll loop: call `poll(run_dir, now)` once per poll.
 
     Returns `(kind, step, message)` with kind `rank_stall` or `straggler` when a rule starts to
-    hold, else None. A run without heartbeats (a single process) never yields a finding.
+    hold, else None. A run without heartbeats, or a single process (a world of one: both rules
+    compare ranks), never yields a finding.
     """
 
     def __init__(self, rank_stall: float = 300.0, straggler_factor: float = 1.5, straggler_patience: int = 5) -> None:
@@ -396,12 +408,13 @@ class RankMonitor:
 
 def rank_status_lines(run_dir: str, now: float | None = None, straggler_factor: float = 1.5) -> list[str]:
     """At most four lines on the ranks of a run: how many and where, the most behind, the slowest,
-    and unreadable heartbeat files. Empty for a run without heartbeats."""
+    and unreadable heartbeat files. Empty for a run without heartbeats, and for a single process
+    (a world of one: its heartbeat tells nothing the log and the process do not)."""
     now = time.time() if now is None else now
     all_beats, problems = read_heartbeats(run_dir)
     beats = current_session(all_beats)
     lines: list[str] = []
-    if beats:
+    if beats and max(b.world_size for b in beats.values()) > 1:
         world = max(b.world_size for b in beats.values())
         hosts = len({b.host for b in beats.values()})
         ended = sum(1 for b in beats.values() if b.state == "ended")

@@ -2,7 +2,8 @@
 an advisory lock, `run.json` replaced atomically, a torn tail set aside on resume.
 
 `RunLogger` (metrics.py) decides what to write; a `Journal` decides how it reaches the disk. Non-zero
-ranks get a `NullJournal`, which writes nothing. Standard library only.
+ranks get a `NullJournal`, which writes nothing; `open_session` gives each rank its own. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import stat
 import time
 from typing import IO, Any, Iterator
 
-from .errors import InvalidRunError, LogWriteError, RunLockedError
+from .errors import InvalidRunError, LogWriteError, RunLockedError, RunwatchError
+from .hardware import device_name
 from .schema import SCHEMA_VERSION, dumps, read_manifest
 
 __all__ = [
     "Journal",
     "NullJournal",
+    "open_session",
     "atomic_write",
     "atomic_write_text",
     "utc_now",
@@ -90,7 +93,6 @@ def new_session_id() -> str:
     return f"s-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
 
 
-
 class Journal:
     """The files of a run directory, as the writing process (single process, or global rank 0)
     keeps them: `metrics.jsonl` open for append under an advisory lock, and `run.json`."""
@@ -114,15 +116,6 @@ class Journal:
     def failed(self) -> str | None:
         """Why writing failed (the session cannot write more), or None."""
         return self._failed
-
-    def load_or_create_manifest(self, resume_from: dict | None) -> dict:
-        return self._load_or_create_manifest(resume_from)
-
-    def write_manifest(self, manifest: dict) -> None:
-        self._write_manifest(manifest)
-
-    def append(self, rec: dict, sync: bool = False) -> None:
-        self._write(rec, sync)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -167,7 +160,6 @@ class Journal:
                 os.unlink(path)
             _log.warning("runwatch: removed %s, an unfinished run.json of a logger that was killed", path)
 
-
     def _set_torn_tail_aside(self) -> None:
         """Move an uncommitted final line (a crash mid-write) to `metrics.jsonl.torn-<ms>`."""
         with open(self._metrics_path, "rb") as f:
@@ -208,7 +200,8 @@ class Journal:
         os.truncate(self._metrics_path, cut)
         _log.warning("runwatch: moved a torn final line (%d bytes) of %s to %s", size - cut, self._metrics_path, aside)
 
-    def _load_or_create_manifest(self, resume_from: dict | None) -> dict:
+    def load_or_create_manifest(self, resume_from: dict | None) -> dict:
+        """run.json as it is (checked against `resume_from`), or a new one without sessions."""
         if os.path.exists(self._manifest_path):
             manifest = read_manifest(self.run_dir)
             if resume_from is not None and resume_from.get("run_id") not in (None, manifest["run_id"]):
@@ -222,14 +215,16 @@ class Journal:
             run_id = new_run_id()
         return {"schema_version": SCHEMA_VERSION, "run_id": run_id, "created_at": utc_now(), "sessions": []}
 
-    def _write_manifest(self, manifest: dict) -> None:
+    def write_manifest(self, manifest: dict) -> None:
+        """Replace run.json atomically (temp file, fsync, rename, fsync of the directory)."""
         try:
             with atomic_write(self._manifest_path, sync_dir=True) as f:
                 f.write(dumps(manifest) + "\n")
         except OSError as exc:  # disk full, file-size limit: run.json is left as it was
             raise LogWriteError(exc.errno, f"{self._manifest_path}: cannot write: {exc.strerror or exc}") from None
 
-    def _write(self, rec: dict, sync: bool = False) -> None:
+    def append(self, rec: dict, sync: bool = False) -> None:
+        """Append one record line; on failure cut the file back and raise LogWriteError."""
         if self._failed is not None:
             raise LogWriteError(self._failed)
         data = (dumps(rec) + "\n").encode("utf-8")
@@ -263,3 +258,42 @@ class NullJournal:
 
     def close(self) -> None:
         """Nothing is open."""
+
+
+def open_session(run_dir: str, group: Any, fsync: bool, resume_from: dict | None,
+                 window: int) -> tuple["Journal | NullJournal", dict | None, list[dict]]:
+    """Open the run on rank 0 of `group` and agree on the run and session ids with every rank
+    (one exchange, once a session; a single process exchanges with itself).
+
+    Returns this rank's journal, run.json's content (rank 0; None elsewhere) and every rank's
+    `{"host", "device", "window", "run_id", "session_id", "error"}` in rank order, rank 0's ids
+    being the session's. A rank 0 that cannot open the run tells the others first, so that none
+    waits for it; every rank then raises.
+    """
+    journal: Journal | NullJournal = NullJournal()
+    failure: BaseException | None = None
+    manifest: dict | None = None
+    if group.rank == 0:
+        try:
+            journal = Journal(run_dir, fsync)
+            manifest = journal.load_or_create_manifest(resume_from)
+        except BaseException as exc:
+            journal.close()
+            failure = exc
+    session_id = new_session_id()
+    while manifest is not None and any(s["session_id"] == session_id for s in manifest["sessions"]):
+        session_id = new_session_id()
+    peers = group.exchange({
+        "host": group.host, "device": device_name(), "window": window,
+        "run_id": manifest["run_id"] if manifest is not None else "", "session_id": session_id,
+        "error": None if failure is None else f"{type(failure).__name__}: {failure}",
+    })
+    if failure is not None:
+        raise failure
+    if peers[0]["error"] is not None:
+        raise RunwatchError(f"{run_dir}: rank 0 could not open the run: {peers[0]['error']}")
+    windows = sorted({p["window"] for p in peers})
+    if len(windows) > 1:
+        journal.close()
+        raise ValueError(f"RunLogger.window must be the same on every rank, got {windows}")
+    return journal, manifest, peers

@@ -1,4 +1,4 @@
-"""The run logger: schema-v1 telemetry from inside a training loop (SPEC §1–2).
+"""The run logger: schema-v1 telemetry from inside a training loop.
 
     log = RunLogger("runs/a", recipe={"batch_size": 32, "seq_len": 512,
                                       "gradient_accumulation_steps": 1, "qk_clip_threshold": None})
@@ -6,11 +6,15 @@
         for batch in data:
             ...
             log.step(loss=loss, lr=sched.get_last_lr()[0], grad_norm=norm)
+        with log.phase("eval"):
+            ...
 
-`step()` only appends its arguments to small lists: tensors stay on their device and are converted
-once per window (`window` attempted updates), in one `.tolist()` per device. That conversion is the
-only host-device sync the logger adds. Standard library only; torch is used when the caller passes
-tensors (and then it is already imported).
+`step()` only appends its arguments to a list: tensors stay on their device and are converted
+once per window (`window` attempted updates, or `max_window_seconds`), in one `.tolist()` per
+device. That conversion is the only host-device sync the logger adds. A single process is a world
+of one rank: it takes the same window path as the ranks of a torch.distributed run (window.py,
+distributed.py). Standard library only; torch is used when the caller passes tensors (and then it
+is already imported).
 """
 
 from __future__ import annotations
@@ -19,22 +23,25 @@ import atexit
 import contextlib
 import math
 import os
-import signal
-import socket
-import sys
-import threading
+import re
 import time
 import warnings
 from typing import Any, Iterator
 
+from .convert import as_float_list
+from .distributed import HeartbeatWriter, rank_group
 from .errors import NonFiniteLossError, RanksOutOfStepError, RunwatchError
-from .distributed import HeartbeatWriter, process_group
+from .hardware import detect_hardware, memory_peaks, rank_hardware
 from .heartbeats import HeartbeatConfig
-from .journal import Journal, NullJournal, new_session_id, utc_now
-from .schema import SCHEMA_VERSION, END_REASONS, validate_manifest, window_tokens
+from .journal import open_session, utc_now
+from .recipe import check_arguments, check_recipe, check_start
+from .schema import END_REASONS, SCHEMA_VERSION, validate_manifest, window_tokens
+from .signals import SignalGuard, Terminated
+from .window import ATTEMPTED, BAD, BAD_VALUE, SECONDS, UPDATES, OpenWindow, window_fields, window_row
 
-__all__ = ["RunLogger", "detect_hardware"]
+__all__ = ["RunLogger", "detect_hardware", "default_window", "PHASE_NAME", "WINDOW_ENV"]
 
+_as_float_list = as_float_list  # its former name here
 
 # Attempted updates per train window: one line per 10 steps keeps the log ~50 bytes a step and the
 # per-step cost at a list append, while a stall still shows within one window of steps.
@@ -50,205 +57,20 @@ def default_window(fallback: int | None = DEFAULT_WINDOW) -> int | None:
     if not text:
         return fallback
     if not text.isascii() or not text.isdigit() or int(text) < 1:
-        from .errors import UsageError
+        from .errors import ConfigError
 
-        raise UsageError(f"{WINDOW_ENV} must be an int >= 1, got {text!r}")
+        raise ConfigError(f"{WINDOW_ENV} must be an int >= 1, got {text!r}")
     return int(text)
-
-
-def detect_hardware() -> dict:
-    """Host, world size and accelerators, without importing torch when the caller has not."""
-    hw: dict[str, Any] = {
-        "host": socket.gethostname(),
-        "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
-    }
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        hw["device"] = torch.cuda.get_device_name(0)
-        hw["device_count"] = torch.cuda.device_count()
-    else:
-        hw["device"] = "cpu"
-        hw["device_count"] = 0
-    return hw
-
-
-def _host_rss_peak_bytes() -> int | None:
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not on Unix
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
-
-
-def _check_recipe(recipe: Any) -> dict:
-    if not isinstance(recipe, dict):
-        raise ValueError(f"RunLogger.recipe must be a dict, got {type(recipe).__name__}")
-    recipe = dict(recipe)
-    for key in ("batch_size", "seq_len", "gradient_accumulation_steps"):
-        if key not in recipe:
-            raise ValueError(f"RunLogger.recipe.{key} is required (a positive int)")
-        value = recipe[key]
-        if type(value) is not int or value < 1:
-            raise ValueError(f"RunLogger.recipe.{key} must be a positive int, got {value!r}")
-    threshold = recipe.setdefault("qk_clip_threshold", None)
-    if threshold is not None and (
-        type(threshold) not in (int, float) or not math.isfinite(threshold) or threshold <= 0
-    ):
-        raise ValueError(f"RunLogger.recipe.qk_clip_threshold must be a positive number or None, got {threshold!r}")
-    return recipe
-
-
-def _check_start(state: Any) -> dict:
-    if not isinstance(state, dict):
-        raise ValueError(f"RunLogger.resume_from must be a dict from state_dict(), got {type(state).__name__}")
-    start = {}
-    for key in ("step", "tokens", "skipped"):
-        value = state.get(key)
-        if type(value) is not int or value < 0:
-            raise ValueError(f"RunLogger.resume_from.{key} must be an int >= 0, got {value!r}")
-        start[key] = value
-    return start
-
-
-def _device_name() -> str:
-    """This process's accelerator (the current CUDA device) or "cpu"; torch only if imported."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        return str(torch.cuda.get_device_name(torch.cuda.current_device()))
-    return "cpu"
-
-
-def _rank_hardware(hw: dict, peers: list[dict], detected: bool) -> dict:
-    """`hardware` of a multi-rank session: world size, nodes (distinct hosts), and the device of
-    each rank, run-length encoded in rank order (`[{"device": "NVIDIA H200", "ranks": 8}]`) so
-    that 10k ranks stay a few bytes."""
-    hw = dict(hw)
-    runs: list[dict] = []
-    for peer in peers:
-        if runs and runs[-1]["device"] == peer["device"]:
-            runs[-1]["ranks"] += 1
-        else:
-            runs.append({"device": peer["device"], "ranks": 1})
-    extra = {"world_size": len(peers), "nodes": len({p["host"] for p in peers}), "rank_devices": runs}
-    for key, value in extra.items():
-        if detected:
-            hw[key] = value
-        else:  # the caller's own keys win
-            hw.setdefault(key, value)
-    return hw
-
-
-class _NoHeartbeat:
-    """A single process keeps no heartbeat file."""
-
-    def window(self, step: int, train_seconds: float) -> None:
-        """Nothing to write."""
-
-    def end(self) -> None:
-        """Nothing to stop."""
-
-
-# The row each rank contributes to a window's all_gather (float64): counts, sums and maxima, so
-# that rank 0 can form the window over all ranks from one collective of 14 numbers a rank.
-(_ATTEMPTED, _UPDATES, _LOSS_SUM, _FINITE, _GRAD_SUM, _GRAD_MAX, _CLIPPED, _SECONDS, _BAD, _BAD_VALUE,
- _QK_ROWS, _QK_OBSERVED, _QK_CLIPPED, _QK_MAX) = range(14)
-
-
-def _window_row(n: int, losses: list[float], grads: list[float], clipped: list[float], skips: list[float],
-                qk: list[tuple[int, float, float, float]], train_seconds: float, bad: int) -> list[float]:
-    """This rank's row for the first `n` attempted updates of its window; `bad` is the index of its
-    first non-finite loss (n when none)."""
-    ok = [i for i in range(n) if not skips[i]]
-    finite = [g for g in grads[:n] if math.isfinite(g)]
-    logits = [q[3] for q in qk if math.isfinite(q[3])]
-    return [
-        float(n), float(len(ok)), math.fsum(losses[i] for i in ok) if bad >= n else 0.0,
-        float(len(finite)), math.fsum(finite), max(finite, default=0.0),
-        float(sum(1 for i in ok if clipped[i])), float(train_seconds),
-        float(bad), losses[bad] if bad < n else 0.0,
-        float(len(qk)), math.fsum(q[1] for q in qk), math.fsum(q[2] for q in qk),
-        max(logits, default=math.nan),
-    ]
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread so that `with RunLogger(...)` ends the session."""
-
-
-_HOST_NUMBER_TYPES = frozenset({float, int, bool})
-_TENSOR_TYPES: dict[type, bool] = {}  # type -> whether it is a torch tensor type (memo)
-
-
-def _is_tensor_type(t: type) -> bool:
-    known = _TENSOR_TYPES.get(t)
-    if known is None:
-        known = _TENSOR_TYPES[t] = hasattr(t, "device") and hasattr(t, "detach")
-    return known
-
-
-def _as_float_list(values: list) -> list[float]:
-    """Python floats for `values` (numbers, numpy scalars, 0-dim tensors): one sync per device."""
-    if _HOST_NUMBER_TYPES.issuperset(map(type, values)):  # the common case: plain Python numbers
-        return list(map(float, values))
-    out: list[Any] = list(values)
-    groups: dict[tuple, list[int]] = {}  # (device, dtype) -> indices of the tensors
-    for i, v in enumerate(values):
-        t = type(v)
-        if t in _HOST_NUMBER_TYPES:
-            out[i] = float(v)
-        elif _is_tensor_type(t):
-            key = (v.device, v.dtype)
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [i]
-            else:
-                group.append(i)
-        else:  # numpy scalars and other numbers: host values, no sync
-            out[i] = float(v)
-    if groups:
-        by_device: dict[Any, list[list[int]]] = {}
-        for (device, _dtype), group in groups.items():
-            by_device.setdefault(device, []).append(group)
-        for device, device_groups in by_device.items():
-            idx = [i for group in device_groups for i in group]
-            # note: this is the logger's only CPU-GPU sync point, once per window and device
-            for i, f in zip(idx, _stack_all(device, [[values[i] for i in group] for group in device_groups]).tolist()):
-                out[i] = float(f)
-    return out
-
-
-def _stack_all(device: Any, groups: list[list]) -> Any:
-    """One 1-d tensor of the one-element tensors in `groups` (one device, one dtype a group)."""
-    import torch
-
-    # One stack per dtype: stacking mixed dtypes takes a much slower promoting path.
-    parts = [_stack_one_dtype(group) for group in groups]
-    if not all(p.dtype is torch.bool or p.is_floating_point() for p in parts):
-        # Integers go to float64, as float() would round them (float32 where a device has no float64).
-        wide = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
-        parts = [p.to(wide) for p in parts]
-    # Floats and bools promote to the widest float among them, exactly.
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def _stack_one_dtype(tensors: list) -> Any:
-    import torch
-
-    # (Tensors that require grad are stacked with a graph that is dropped at once; no_grad would
-    # cost more than it saves.)
-    try:
-        stacked = torch.stack(tensors)
-    except RuntimeError:  # shapes differ, e.g. 0-dim and (1,)
-        stacked = None
-    if stacked is None or stacked.shape != (len(tensors),):
-        # reshape(()) raises the usual error for a tensor of more than one element
-        stacked = torch.stack([t.reshape(()) for t in tensors])
-    return stacked
+# A window also closes this long after it opened: with slow steps (minutes each) a record still
+# comes at least every minute plus one step, well inside a watchdog's default stall limit.
+DEFAULT_MAX_WINDOW_SECONDS = 60.0
+# Names of phases (`RunLogger.phase`): short identifiers, safe in a file, a flag and a message.
+PHASE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 class RunLogger:
-    """Writes one schema-v1 session of a run directory: `run.json` and `metrics.jsonl`.
+    """Writes one schema-v1 session of a run directory: `run.json`, `metrics.jsonl` and the
+    process's heartbeat `heartbeats/rank-<r>.json`.
 
     Args:
         run_dir: the run directory; None reads `RUNWATCH_RUN_DIR` (set by `runwatch launch`).
@@ -260,11 +82,13 @@ class RunLogger:
         resume_from: `state_dict()` saved in the checkpoint being resumed; None starts at zero.
         fsync: fsync after every record (always at the session's end).
         heartbeat: how often each rank of a torch.distributed run refreshes its heartbeat.
+        max_window_seconds: a window also closes at the first `step()` this long after it opened;
+            None: windows close on `window` alone.
 
     Under an initialised torch.distributed process group (world size > 1), global rank 0 alone
-    writes the files; every rank must call `step()` the same number of times (windows close at
-    the same attempted-update counts everywhere, each with one small all_gather: the only sync
-    point the logger adds) and leave `with` together. See docs/MULTIRANK.md.
+    writes the log; every rank must call `step()` the same number of times (windows close at the
+    same attempted-update counts everywhere, each with one small all_gather: the only sync point
+    the logger adds) and leave `with` together. See docs/MULTIRANK.md.
     """
 
     def __init__(
@@ -278,6 +102,7 @@ class RunLogger:
         *,
         fsync: bool = False,
         heartbeat: HeartbeatConfig | None = None,
+        max_window_seconds: float | None = DEFAULT_MAX_WINDOW_SECONDS,
     ) -> None:
         if run_dir is None:
             run_dir = os.environ.get("RUNWATCH_RUN_DIR")
@@ -290,111 +115,64 @@ class RunLogger:
         if type(window) is not int or window < 1:
             raise ValueError(f"RunLogger.window must be an int >= 1, got {window!r}")
         optimizers = [] if optimizers is None else list(optimizers)
-        for i, opt in enumerate(optimizers):
-            if not isinstance(opt, dict) or not isinstance(opt.get("algorithm"), str):
-                raise ValueError(f"RunLogger.optimizers[{i}] must be a dict with a string 'algorithm', got {opt!r}")
-        if heartbeat is not None and not isinstance(heartbeat, HeartbeatConfig):
-            raise ValueError(f"RunLogger.heartbeat must be a HeartbeatConfig or None, got {type(heartbeat).__name__}")
-        if hardware is not None and not isinstance(hardware, dict):
-            raise ValueError(f"RunLogger.hardware must be a dict or None, got {type(hardware).__name__}")
+        check_arguments(window, max_window_seconds, optimizers, hardware, heartbeat)
         self.run_dir = os.fspath(run_dir)
-        self.recipe = _check_recipe(recipe)
+        self.recipe = check_recipe(recipe)
         self.window = window
-        self._fsync = bool(fsync)
-        start = _check_start(resume_from) if resume_from is not None else {"step": 0, "tokens": 0, "skipped": 0}
+        self.max_window_seconds = None if max_window_seconds is None else float(max_window_seconds)
+        start = check_start(resume_from) if resume_from is not None else {"step": 0, "tokens": 0, "skipped": 0}
         self._tokens_per_attempt = window_tokens(self.recipe, 1)
         self._qk_threshold = self.recipe["qk_clip_threshold"]
-
         os.makedirs(self.run_dir, exist_ok=True)
-        self._metrics_path = os.path.join(self.run_dir, "metrics.jsonl")
-        self._manifest_path = os.path.join(self.run_dir, "run.json")
-        # Under torch.distributed only global rank 0 writes run.json and metrics.jsonl; every rank
-        # closes the same windows (one all_gather each) and keeps its own heartbeat file.
-        self._group = process_group()
-        writer = self._group is None or self._group.rank == 0
-        failure: BaseException | None = None
-        manifest: dict | None = None
-        self._journal: Journal | NullJournal = NullJournal()
-        if writer:
-            try:
-                self._journal = Journal(self.run_dir, self._fsync)
-                manifest = self._journal.load_or_create_manifest(resume_from)
-            except BaseException as exc:
-                self._journal.close()
-                if self._group is None:
-                    raise
-                failure = exc  # told to the other ranks first, so that none waits for rank 0
-        self.session_id: str = new_session_id()
-        while manifest is not None and any(s["session_id"] == self.session_id for s in manifest["sessions"]):
-            self.session_id = new_session_id()
-        self.run_id: str = manifest["run_id"] if manifest is not None else ""
-        if self._group is not None:
-            peers = self._group.exchange({  # once per session: who is where, and rank 0's run
-                "host": self._group.host, "device": _device_name(), "window": window,
-                "run_id": self.run_id, "session_id": self.session_id,
-                "error": None if failure is None else f"{type(failure).__name__}: {failure}",
-            })
-            if failure is not None:
-                raise failure
-            if peers[0]["error"] is not None:
-                raise RunwatchError(f"{self.run_dir}: rank 0 could not open the run: {peers[0]['error']}")
-            windows = sorted({p["window"] for p in peers})
-            if len(windows) > 1:
-                if writer:
-                    self._journal.close()
-                raise ValueError(f"RunLogger.window must be the same on every rank, got {windows}")
-            self.run_id, self.session_id = peers[0]["run_id"], peers[0]["session_id"]
+
+        # Only rank 0 of the world (a single process: itself) writes run.json and metrics.jsonl.
+        self._group = rank_group()
+        self._journal, manifest, self._peers = open_session(self.run_dir, self._group, bool(fsync), resume_from, window)
+        self.run_id: str = self._peers[0]["run_id"]
+        self.session_id: str = self._peers[0]["session_id"]
         if manifest is not None:
-            try:
-                hw = detect_hardware() if hardware is None else hardware
-                if self._group is not None:
-                    hw = _rank_hardware(hw, peers, detected=hardware is None)
-                manifest["sessions"].append({
-                    "session_id": self.session_id,
-                    "started_at": utc_now(),
-                    "start": start,
-                    "recipe": self.recipe,
-                    "optimizers": optimizers,
-                    "hardware": hw,
-                })
-                validate_manifest(manifest, "RunLogger manifest")
-                self._journal.write_manifest(manifest)
-            except BaseException:
-                self._journal.close()
-                raise
+            self._add_session(manifest, start, optimizers, hardware)
+
         self._closed = False
-        # counters: cumulative run totals (written) and this session's attempted tokens
-        self._step = start["step"]
+        self._step = start["step"]  # cumulative run totals, as written
         self._tokens_total = start["tokens"]
         self._skipped_total = start["skipped"]
-        self._session_tokens = 0
-        # the open window
-        self._losses: list = []
-        self._grads: list = []
-        self._clipped: list = []
-        self._skips: list = []
-        self._qk: list = []  # (index, observed, clipped, max_logit) for steps that report QK-Clip
-        self._lr: Any = 0.0
-        self._train_seconds = 0.0
+        self._session_tokens = 0  # this session's attempted tokens
         self._profiling_seconds = 0.0
         self._t0 = time.monotonic()
-        self._mark = time.perf_counter()
+        self._mark = time.perf_counter()  # the latest step() (or the end of a phase, val, checkpoint)
+        self._window = OpenWindow(self._mark)
         self._attempted_done = 0  # attempted updates of this session in closed windows
-        self._beat: HeartbeatWriter | _NoHeartbeat = _NoHeartbeat()
-        if self._group is not None:
-            self._beat = HeartbeatWriter(
-                self.run_dir, self._group.rank, self._group.world_size, self.session_id,
-                self._progress, heartbeat if heartbeat is not None else HeartbeatConfig(),
-            )
-            self._beat.start(self._step)
-        self._terminated = False
-        self._pid = os.getpid()  # a forked child (a data-loader worker) must not end the session
-        # SIGTERM/SIGINT arriving while a record is being committed wait until it is (see _on_signal)
-        self._busy = 0
-        self._pending_signal: int | None = None
-        self._previous_handlers: dict[int, tuple[Any, Any]] = {}  # signal -> (previous, ours)
-        self._install_signal_handlers()
+        # Whether step() asks if the window is due on time: always in a single process (it reads
+        # its own clock); across ranks only while windows are slow (see _close_window).
+        self._time_checks = self.max_window_seconds is not None
+        self._phase: tuple[str, float] | None = None  # (name, since) of the current phase
+        self._beat = HeartbeatWriter(self.run_dir, self._group.rank, self._group.world_size, self.session_id,
+                                     self._progress, heartbeat if heartbeat is not None else HeartbeatConfig())
+        # A single process starts no refresh thread: a hung training thread stops its heartbeat.
+        self._beat.start(self._step, refresh=not self._group.solo)
+        self._signals = SignalGuard()
+        self._signals.install()
         atexit.register(self._at_exit)
+
+    def _add_session(self, manifest: dict, start: dict, optimizers: list, hardware: dict | None) -> None:
+        try:
+            hw = detect_hardware() if hardware is None else hardware
+            if not self._group.solo:
+                hw = rank_hardware(hw, self._peers, detected=hardware is None)
+            manifest["sessions"].append({
+                "session_id": self.session_id,
+                "started_at": utc_now(),
+                "start": start,
+                "recipe": self.recipe,
+                "optimizers": optimizers,
+                "hardware": hw,
+            })
+            validate_manifest(manifest, "RunLogger manifest")
+            self._journal.write_manifest(manifest)
+        except BaseException:
+            self._journal.close()
+            raise
 
     # --- the calls of a training loop -------------------------------------------------------
 
@@ -415,48 +193,38 @@ class RunLogger:
         numbers or 0-dim tensors; tensors are kept on their device until the window closes.
         """
         now = time.perf_counter()
-        self._train_seconds += now - self._mark
+        win = self._window
+        win.train_seconds += now - self._mark
         self._mark = now
         if self._closed:
             raise RunwatchError(self._closed_message())
-        if type(loss) is float:
-            # NaN or +-Inf: fail loud now, no need to wait for the window (a multi-rank window
-            # closes on every rank together, so there it waits for the boundary)
-            if loss - loss != 0.0 and self._group is None:
-                self._losses.append(loss)
-                self._grads.append(grad_norm)
-                self._clipped.append(clipped)
-                self._skips.append(skipped)
-                self._close_window()
-        elif getattr(loss, "requires_grad", False):
-            loss = loss.detach()  # keep the value, not the autograd graph
         if grad_norm is None:
             raise ValueError("RunLogger.step: grad_norm is required (the pre-clip gradient norm)")
+        qk = qk_observed is not None or qk_clipped is not None
+        if qk and self._qk_threshold is None:
+            raise ValueError("RunLogger.step: QK-Clip counts need recipe.qk_clip_threshold")
+        if type(loss) is not float and getattr(loss, "requires_grad", False):
+            loss = loss.detach()  # keep the value, not the autograd graph
         if getattr(grad_norm, "requires_grad", False):
             grad_norm = grad_norm.detach()
-        self._busy += 1  # the four lists stay the same length, even if a signal comes in between
-        try:
-            self._losses.append(loss)
-            self._grads.append(grad_norm)
-            self._clipped.append(clipped)
-            self._skips.append(skipped)
-        finally:
-            self._busy -= 1
-        self._lr = lr
-        if qk_observed is not None or qk_clipped is not None:
-            if self._qk_threshold is None:
-                raise ValueError("RunLogger.step: QK-Clip counts need recipe.qk_clip_threshold")
-            self._qk.append((len(self._losses) - 1, qk_observed, qk_clipped, qk_max_logit))
-        if len(self._losses) >= self.window:
+        updates = win.updates
+        updates.append((loss, grad_norm, clipped, skipped))  # one append: a signal cannot split it
+        if type(loss) is float and loss - loss != 0.0 and self._group.solo:
+            # NaN or +-Inf: fail loud now (across ranks the window closes together, at its boundary)
             self._close_window()
-        if self._pending_signal is not None:
-            self._deliver_pending_signal()
+        win.lr = lr
+        if qk:
+            win.qk.append((len(updates) - 1, qk_observed, qk_clipped, qk_max_logit))
+        if len(updates) >= self.window:
+            self._close_window()
+        elif self._time_checks and self._group.agree(now - win.opened >= self.max_window_seconds):  # type: ignore[operator]
+            self._close_window()
 
     def val(self, loss: Any, metrics: dict | None = None) -> None:
         """Record an evaluation at the current step: its loss and named metrics (e.g. `auroc`)."""
         self._ensure_open()
         self._close_window_before_record()
-        loss_f, *values = _as_float_list([loss, *(metrics or {}).values()])  # note: a sync, once per eval
+        loss_f, *values = as_float_list([loss, *(metrics or {}).values()])  # note: a sync, once per eval
         if not math.isfinite(loss_f):
             self._fail_nonfinite(f"non-finite validation loss {loss_f} at step {self._step}")
         clean: dict[str, float] = {}
@@ -497,6 +265,26 @@ class RunLogger:
             self._profiling_seconds += now - t0
             self._mark = now
 
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Work that makes no train records (`eval`, `checkpoint`, `setup`, ...): the heartbeat
+        shows `phase` and `phase_since` while inside, so a watchdog judges it by that phase's limit.
+
+        Entering and leaving write the heartbeat. A phase inside a phase wins while it lasts; on
+        leaving it the outer phase is current again, `phase_since` then. Time inside a phase does
+        not count as training time (`train_seconds`); leaving it counts as progress.
+        """
+        if not isinstance(name, str) or PHASE_NAME.fullmatch(name) is None:
+            raise ValueError(f"RunLogger.phase: name must match [a-z][a-z0-9_]* (e.g. 'eval'), got {name!r}")
+        self._ensure_open()
+        outer = self._phase
+        self._set_phase((name, time.time()))
+        try:
+            yield
+        finally:
+            self._mark = time.perf_counter()  # the heartbeat's progress_time: now
+            self._set_phase(None if outer is None else (outer[0], time.time()))
+
     def state_dict(self) -> dict:
         """Counters to save inside a checkpoint; pass them back as `resume_from` when resuming.
 
@@ -507,10 +295,11 @@ class RunLogger:
         self._ensure_open()
         self._close_window_before_record()
         step, tokens, skipped = self._step, self._tokens_total, self._skipped_total
-        if self._group is not None and self._losses:
-            skips = sum(1 for s in _as_float_list(self._skips) if s)  # note: a sync, once per checkpoint
-            step += len(self._losses) - skips
-            tokens += self._tokens_per_attempt * len(self._losses)
+        updates = self._window.updates
+        if not self._group.solo and updates:
+            skips = sum(1 for s in as_float_list([u[3] for u in updates]) if s)  # note: a sync, once per checkpoint
+            step += len(updates) - skips
+            tokens += self._tokens_per_attempt * len(updates)
             skipped += skips
         return {
             "schema_version": SCHEMA_VERSION,
@@ -520,6 +309,11 @@ class RunLogger:
             "tokens": tokens,
             "skipped": skipped,
         }
+
+    @property
+    def closed(self) -> bool:
+        """Whether the session has ended."""
+        return self._closed
 
     @property
     def current_step(self) -> int:
@@ -535,22 +329,17 @@ class RunLogger:
         out_of_step: RanksOutOfStepError | None = None
         try:
             if self._journal.failed is None:
-                # Multi-rank: only a normal end closes the open window (a collective that every
+                # Across ranks only a normal end closes the open window (a collective that every
                 # rank reaches together); after an error or a signal the other ranks may never
                 # come, so the open window is left out of the counters and the log alike.
-                if reason == "normal" or (reason != "nonfinite_loss" and self._group is None):
+                if reason == "normal" or (reason != "nonfinite_loss" and self._group.solo):
                     try:
                         self._close_window(final=True)
                     except NonFiniteLossError:
                         return  # the session was ended there, with reason nonfinite_loss
                     except RanksOutOfStepError as exc:
                         out_of_step, reason, error = exc, "error", str(exc)
-                self._write(self._record(
-                    "session_end",
-                    reason=reason,
-                    error=None if error is None else str(error),
-                    totals={"tokens": self._tokens_total, "skipped": self._skipped_total},
-                ), sync=True)
+                self._end_record(reason, None if error is None else str(error))
         finally:
             self._release()
         if out_of_step is not None:
@@ -565,7 +354,7 @@ class RunLogger:
         if exc_type is None:
             self.close("normal")
         elif issubclass(exc_type, KeyboardInterrupt):
-            self.close("interrupted", "SIGTERM" if issubclass(exc_type, _Terminated) else "KeyboardInterrupt")
+            self.close("interrupted", "SIGTERM" if issubclass(exc_type, Terminated) else "KeyboardInterrupt")
         else:
             self.close("error", f"{exc_type.__name__}: {exc}")
 
@@ -573,200 +362,83 @@ class RunLogger:
 
     def _close_window_before_record(self) -> None:
         """Close the open window before a val or checkpoint record, or state_dict(): a single
-        process does; under torch.distributed the window waits for its boundary (those calls may
-        come from rank 0 alone), and the record carries the step of the last closed window."""
-        if self._group is None:
+        process does; across ranks the window waits for its boundary (those calls may come from
+        rank 0 alone), and the record carries the step of the last closed window."""
+        if self._group.solo:
             self._close_window()
 
     def _close_window(self, final: bool = False) -> None:
-        if self._group is not None:
-            self._close_window_ranks(final)
+        """Close the window on every rank at once: convert its values (one sync), write the
+        heartbeat, gather one short row per rank (one collective; a single process: its own row);
+        the gathered rows, the same on every rank, decide everything that follows."""
+        win = self._window
+        n = len(win.updates)
+        if self._closed or (n == 0 and (not final or self._group.solo)):
             return
-        n = len(self._losses)
-        if n == 0 or self._closed:
-            return
-        # Everything the window holds is converted in one call: one sync per device and window.
-        qk = self._qk
-        qk_values = [v for _, o, c, m in qk for v in (0 if o is None else o, 0 if c is None else c, math.nan if m is None else m)]
-        lr = self._lr if self._lr is not None else 0.0
-        flat = _as_float_list(self._losses + self._grads + self._clipped + self._skips + [lr] + qk_values)
-        losses, grads = flat[:n], flat[n:2 * n]
-        clipped, skips = flat[2 * n:3 * n], flat[3 * n:4 * n]
-        self._lr = flat[4 * n]
-        qk_flat = flat[4 * n + 1:]
-        self._qk = [(entry[0], *qk_flat[3 * j:3 * j + 3]) for j, entry in enumerate(qk)]
-        # A non-finite loss ends the session: the updates before it form the last window.
-        for i, loss in enumerate(losses):
-            if not math.isfinite(loss):
-                self._keep(i, losses, grads, clipped, skips)
-                self._emit_window(allow_empty=True)
-                self._fail_nonfinite(f"non-finite loss {loss} at the attempted update after step {self._step}")
-        self._keep(n, losses, grads, clipped, skips)
-        self._emit_window(allow_empty=False)
-
-    def _keep(self, n: int, losses: list, grads: list, clipped: list, skips: list) -> None:
-        self._losses, self._grads, self._clipped, self._skips = losses[:n], grads[:n], clipped[:n], skips[:n]
-        self._qk = [q for q in self._qk if q[0] < n]
-
-    def _emit_window(self, allow_empty: bool) -> None:
-        losses, grads, clipped, skips = self._losses, self._grads, self._clipped, self._skips
-        attempted = len(losses)
-        skipped = sum(1 for s in skips if s)
-        updates = attempted - skipped
-        if updates == 0:
-            # A window holds at least one successful update: skipped attempts wait for one. If the
-            # session ends first (allow_empty), they are left out of the counters and the log alike.
-            if allow_empty:
-                self._reset_window()
-            return
-        finite = [g for g in grads if math.isfinite(g)]
-        ok = [i for i in range(attempted) if not skips[i]]
-        tokens = self._tokens_per_attempt * attempted
-        fields: dict[str, Any] = {
-            "updates": updates,
-            "skipped": skipped,
-            "attempted": attempted,
-            "tokens": tokens,
-            "train_seconds": max(self._train_seconds, 1e-9),
-            "loss": math.fsum(losses[i] for i in ok) / updates,
-            "lr": self._lr_value(),
-            "grad_norm": {
-                "mean": math.fsum(finite) / len(finite) if finite else 0.0,
-                "max": max(finite) if finite else 0.0,
-            },
-            "nonfinite_grad_norms": attempted - len(finite),
-            "grad_clipped_fraction": sum(1 for i in ok if clipped[i]) / updates,
-        }
-        if self._qk:
-            fields["qk_clip"] = self._qk_fields()
-        self._commit_window(fields)
-
-    def _commit_window(self, fields: dict) -> None:
-        # The counters and the record are committed together: a SIGTERM in between would leave a
-        # session_end whose totals count a window the log does not hold.
-        self._busy += 1
-        try:
-            self._step += fields["updates"]
-            self._tokens_total += fields["tokens"]
-            self._skipped_total += fields["skipped"]
-            self._session_tokens += fields["tokens"]
-            self._reset_window()
-            self._write(self._record("train", **fields))
-        finally:
-            self._busy -= 1
-        self._deliver_pending_signal()
-
-    # --- multi-rank windows -----------------------------------------------------------------
-
-    def _close_window_ranks(self, final: bool) -> None:
-        """Close the window on every rank at once: heartbeat, then one all_gather of a short row
-        per rank; the gathered rows (the same on every rank) decide everything that follows."""
-        n = len(self._losses)
-        if self._closed or (n == 0 and not final):
-            return
-        flat = _as_float_list(self._losses + self._grads + self._clipped + self._skips)
-        losses, grads = flat[:n], flat[n:2 * n]
-        clipped, skips = flat[2 * n:3 * n], flat[3 * n:]
-        qk = self._qk_rows()
-        bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), n)
-        row = _window_row(n, losses, grads, clipped, skips, qk, self._train_seconds, bad)
-        # The heartbeat goes out BEFORE the collective: a rank blocked in it has shown that it got
-        # here, and a rank that never arrives has not.
+        values = win.convert()
+        bad = values.first_nonfinite_loss()
+        row = window_row(values, n, win.train_seconds, bad)
         if n:
-            self._beat.window(self._step + int(row[_UPDATES]), self._train_seconds)
-        rows = self._group.gather(row)  # type: ignore[union-attr]
-        counts = [int(r[_ATTEMPTED]) for r in rows]
+            # Before the collective: a rank blocked in it has shown that it got here, and a rank
+            # that never arrives has not.
+            self._beat.window(self._step + int(row[UPDATES]), win.train_seconds)
+        rows = self._group.gather(row)
+        counts = [int(r[ATTEMPTED]) for r in rows]
         if min(counts) != max(counts):
             lo, hi = counts.index(min(counts)), counts.index(max(counts))
             raise RanksOutOfStepError(
                 f"ranks out of step at a window close: rank {lo} had {counts[lo]} attempted updates, "
                 f"rank {hi} {counts[hi]}; every rank must call RunLogger.step() the same number of times"
             )
-        cut = int(min(r[_BAD] for r in rows))
+        if self.max_window_seconds is not None and not self._group.solo:
+            # Ranks ask rank 0 whether a window is due on time (a CPU broadcast a step) only while
+            # rank 0's windows take more than half of max_window_seconds: fast windows never do.
+            per_attempt = rows[0][SECONDS] / max(1, n)
+            self._time_checks = per_attempt * self.window > self.max_window_seconds / 2
+        cut = int(min(r[BAD] for r in rows))
         if cut < n:
-            culprit = min(range(len(rows)), key=lambda k: (rows[k][_BAD], k))
-            value = rows[culprit][_BAD_VALUE]
+            culprit = min(range(len(rows)), key=lambda k: (rows[k][BAD], k))
+            value = rows[culprit][BAD_VALUE]
             # The fatal path alone gathers twice: every rank now knows the cut, and the updates
-            # before it form the last window, as in a single process.
-            prefix = self._group.gather(  # type: ignore[union-attr]
-                _window_row(cut, losses, grads, clipped, skips, [q for q in qk if q[0] < cut], self._train_seconds, cut)
-            ) if cut > 0 else None
-            self._keep(cut, losses, grads, clipped, skips)
-            self._emit_rows(prefix, cut, allow_empty=True)
-            self._fail_nonfinite(
-                f"non-finite loss {value} on rank {culprit} at the attempted update after step {self._step}"
-            )
-        self._keep(n, losses, grads, clipped, skips)
-        self._emit_rows(rows, n, allow_empty=False)
+            # before it form the last window.
+            prefix = self._group.gather(window_row(values, cut, win.train_seconds, cut)) if cut > 0 else None
+            self._emit(prefix, cut, values.lr, allow_empty=True)
+            on_rank = "" if self._group.solo else f" on rank {culprit}"
+            self._fail_nonfinite(f"non-finite loss {value}{on_rank} at the attempted update after step {self._step}")
+        self._emit(rows, n, values.lr, allow_empty=False)
 
-    def _qk_rows(self) -> list[tuple[int, float, float, float]]:
-        flat = _as_float_list([v for _, o, c, m in self._qk for v in (o or 0, c or 0, m if m is not None else math.nan)])
-        return [(q[0], flat[3 * i], flat[3 * i + 1], flat[3 * i + 2]) for i, q in enumerate(self._qk)]
-
-    def _emit_rows(self, rows: list[list[float]] | None, attempted: int, allow_empty: bool) -> None:
-        """Write the train window of gathered rows: loss the mean over ranks, skips and non-finite
-        norms the max over ranks, train_seconds the slowest rank's."""
-        skipped = int(max(attempted - r[_UPDATES] for r in rows)) if rows else attempted
-        updates = attempted - skipped
-        if updates <= 0 or rows is None:
+    def _emit(self, rows: list[list[float]] | None, attempted: int, lr: float, allow_empty: bool) -> None:
+        """Write the train window of the first `attempted` updates from the gathered rows. A window
+        holds at least one successful update: skipped attempts wait for one; if the session ends
+        first (allow_empty), they are left out of the counters and the log alike."""
+        fields = window_fields(rows, attempted, self._tokens_per_attempt, lr, self._qk_threshold) if rows else None
+        if fields is None:
             if allow_empty:
-                self._reset_window()
+                self._reset_window(attempted)
             return
-        local_updates = math.fsum(r[_UPDATES] for r in rows)
-        finite = math.fsum(r[_FINITE] for r in rows)
-        fields: dict[str, Any] = {
-            "updates": updates,
-            "skipped": skipped,
-            "attempted": attempted,
-            "tokens": self._tokens_per_attempt * attempted,
-            "train_seconds": max(max(r[_SECONDS] for r in rows), 1e-9),
-            "loss": math.fsum(r[_LOSS_SUM] for r in rows) / local_updates,
-            "lr": self._lr_value(),
-            "grad_norm": {
-                "mean": math.fsum(r[_GRAD_SUM] for r in rows) / finite if finite else 0.0,
-                "max": max((r[_GRAD_MAX] for r in rows if r[_FINITE] > 0), default=0.0),
-            },
-            "nonfinite_grad_norms": int(max(attempted - r[_FINITE] for r in rows)),
-            "grad_clipped_fraction": min(1.0, math.fsum(r[_CLIPPED] for r in rows) / local_updates),
-        }
-        if any(r[_QK_ROWS] > 0 for r in rows):
-            observed = int(sum(r[_QK_OBSERVED] for r in rows))
-            logits = [r[_QK_MAX] for r in rows if math.isfinite(r[_QK_MAX])]
-            fields["qk_clip"] = {
-                "threshold": self._qk_threshold,
-                "observed_head_updates": observed,
-                "clipped_head_updates": min(int(sum(r[_QK_CLIPPED] for r in rows)), observed),
-                "max_logit": max(logits) if logits else None,
-            }
-        self._commit_window(fields)
+        # The counters and the record are committed together: a SIGTERM in between would leave a
+        # session_end whose totals count a window the log does not hold.
+        with self._signals:
+            self._step += fields["updates"]
+            self._tokens_total += fields["tokens"]
+            self._skipped_total += fields["skipped"]
+            self._session_tokens += fields["tokens"]
+            self._reset_window(attempted)
+            self._journal.append(self._record("train", **fields))
+
+    def _reset_window(self, attempted: int) -> None:
+        self._attempted_done += attempted
+        self._window = OpenWindow(time.perf_counter())
 
     def _progress(self) -> tuple[int, float]:
         """(attempted updates of the session so far, perf_counter of the latest step()); read by
-        the heartbeat thread, so no cost in step()."""
-        return self._attempted_done + len(self._losses), self._mark
+        the heartbeat writer, so no cost in step()."""
+        return self._attempted_done + len(self._window.updates), self._mark
 
-    def _qk_fields(self) -> dict:
-        # (index, observed, clipped, max_logit), already floats (converted with the window)
-        observed = int(sum(q[1] for q in self._qk))
-        clipped = int(sum(q[2] for q in self._qk))
-        logits = [q[3] for q in self._qk if math.isfinite(q[3])]
-        return {
-            "threshold": self._qk_threshold,
-            "observed_head_updates": observed,
-            "clipped_head_updates": min(clipped, observed),
-            "max_logit": max(logits) if logits else None,
-        }
-
-    def _lr_value(self) -> float:
-        lr = self._lr  # a float: converted with the window
-        if not math.isfinite(lr) or lr < 0:
-            raise ValueError(f"RunLogger.step: lr must be a finite number >= 0, got {lr}")
-        return lr
-
-    def _reset_window(self) -> None:
-        self._attempted_done += len(self._losses)
-        self._losses, self._grads, self._clipped, self._skips, self._qk = [], [], [], [], []
-        self._train_seconds = 0.0
+    def _set_phase(self, phase: tuple[str, float] | None) -> None:
+        self._phase = phase
+        if not self._closed:
+            self._beat.phase(*(phase or (None, None)))
 
     def _record(self, event: str, **fields: Any) -> dict:
         elapsed = time.monotonic() - self._t0
@@ -784,39 +456,27 @@ class RunLogger:
             "tokens_per_second": self._session_tokens / elapsed if elapsed > 0 else None,
             "profiling_seconds": self._profiling_seconds,
         }
-        memory = self._memory()
+        memory = memory_peaks()
         if memory:
             rec["memory"] = memory
         return rec
 
-    def _memory(self) -> dict:
-        memory: dict[str, int] = {}
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_available():  # cheap test first
-            memory["cuda_allocated_peak_bytes"] = int(torch.cuda.max_memory_allocated())
-            memory["cuda_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
-        rss = _host_rss_peak_bytes()
-        if rss is not None:
-            memory["host_rss_peak_bytes"] = rss
-        return memory
-
-    def _fail_nonfinite(self, message: str) -> None:
+    def _end_record(self, reason: str, error: str | None) -> None:
         self._write(self._record(
             "session_end",
-            reason="nonfinite_loss",
-            error=message,
+            reason=reason,
+            error=error,
             totals={"tokens": self._tokens_total, "skipped": self._skipped_total},
         ), sync=True)
+
+    def _fail_nonfinite(self, message: str) -> None:
+        self._end_record("nonfinite_loss", message)
         self._release()
         raise NonFiniteLossError(f"runwatch: {message}; session ended (reason nonfinite_loss)")
 
     def _write(self, rec: dict, sync: bool = False) -> None:
-        self._busy += 1  # a signal waits until the record is written (or cut back)
-        try:
+        with self._signals:  # a signal waits until the record is written (or cut back)
             self._journal.append(rec, sync)
-        finally:
-            self._busy -= 1
-        self._deliver_pending_signal()
 
     def _release(self) -> None:
         if self._closed:
@@ -824,9 +484,9 @@ class RunLogger:
         self._closed = True
         self._journal.close()
         self._beat.end()
-        self._restore_signal_handlers()
+        self._signals.restore()
         atexit.unregister(self._at_exit)
-        self._deliver_pending_signal()  # one that came while a failing write was in progress
+        self._signals.deliver_pending()  # one that came while a failing write was in progress
 
     def _ensure_open(self) -> None:
         if self._closed:
@@ -835,69 +495,11 @@ class RunLogger:
     def _closed_message(self) -> str:
         return f"RunLogger of {self.run_dir} is closed (session {self.session_id})"
 
-    # --- signals and exit -------------------------------------------------------------------
-
-    def _install_signal_handlers(self) -> None:
-        """Handle SIGTERM (when the program has not) and SIGINT (when Python's default raises
-        KeyboardInterrupt) so that a signal never lands between a window's counters and its record.
-
-        SIGTERM raises `_Terminated`, SIGINT `KeyboardInterrupt`, as before; only while a record is
-        being committed (`_busy`) is the exception held back until the commit is done.
-        """
-        if threading.current_thread() is not threading.main_thread():
-            return
-        wanted = [(signal.SIGTERM, signal.SIG_DFL, self._on_signal),
-                  (signal.SIGINT, signal.default_int_handler, self._on_signal)]
-        if hasattr(signal, "SIGXFSZ"):
-            # Past RLIMIT_FSIZE the kernel sends SIGXFSZ, whose default action kills the process
-            # with half a record on disk and no message. CPython ignores it at startup; an embedding
-            # program may not. Ignored, write() fails with EFBIG and _write cuts the record back
-            # and raises LogWriteError naming the file.
-            wanted.append((signal.SIGXFSZ, signal.SIG_DFL, signal.SIG_IGN))
-        for signum, default, handler in wanted:
-            try:
-                current = signal.getsignal(signum)
-            except (ValueError, AttributeError):  # pragma: no cover
-                continue
-            if current is not default:
-                continue  # the program handles it itself; leave it be
-            signal.signal(signum, handler)
-            self._previous_handlers[signum] = (current, handler)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        if os.getpid() != self._pid:  # a forked child: behave as if we were not here
-            previous = self._previous_handlers[signum][0]
-            signal.signal(signum, previous)
-            if previous is signal.SIG_DFL:
-                os.kill(os.getpid(), signum)
-                return
-            raise KeyboardInterrupt()  # SIGINT's default_int_handler
-        if signum == signal.SIGTERM:
-            self._terminated = True
-        if self._busy:
-            self._pending_signal = signum
-            return
-        raise _Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
-
-    def _deliver_pending_signal(self) -> None:
-        signum, self._pending_signal = self._pending_signal, None
-        if signum is not None:
-            raise _Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
-
-    def _restore_signal_handlers(self) -> None:
-        if not self._previous_handlers or threading.current_thread() is not threading.main_thread():
-            return
-        for signum, (previous, ours) in self._previous_handlers.items():
-            with contextlib.suppress(ValueError):
-                if signal.getsignal(signum) == ours:  # not one installed after ours
-                    signal.signal(signum, previous)
-        self._previous_handlers = {}
-
     def _at_exit(self) -> None:
-        if self._closed or os.getpid() != self._pid:
+        if self._closed or os.getpid() != self._signals.pid:
             return
         with contextlib.suppress(Exception):
-            if self._terminated:
+            if self._signals.terminated:
                 self.close("interrupted", "SIGTERM")
             else:
                 self.close("error", "the process exited without RunLogger.close()")

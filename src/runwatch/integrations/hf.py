@@ -11,7 +11,9 @@ What maps to what (docs/INTEGRATIONS.md has the whole story):
   metrics also reach `on_log`);
 - a checkpoint event per save, with the logger's state written into the checkpoint folder
   (`checkpoint-N/runwatch_state.json`), from which a resumed run starts its new session;
-- `session_end` at the end of training.
+- `session_end` at the end of training;
+- phase `eval` in the heartbeat from the Trainer's decision to evaluate (or its first prediction
+  step) until `on_evaluate`, phase `checkpoint` from its decision to save until `on_save`.
 
 The loss: with `logging_nan_inf_filter` on (the default) the Trainer replaces a NaN/Inf step loss by
 the running mean of the interval before it reaches any log (a diverged run logs `loss: 0.0`), so the
@@ -40,16 +42,18 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..auroc import auroc
 from ..errors import NonFiniteLossError
-from ..metrics import RunLogger
+from ..metrics import DEFAULT_MAX_WINDOW_SECONDS, RunLogger
 from .session import NO_SESSION as _NO_SESSION
-from .session import CallbackOptions, feed, folder_bytes, read_state, resume_state, write_state
+from .session import CallbackOptions, PhaseHolder, feed, folder_bytes, read_state, resume_state, write_state
 
 __all__ = ["RunwatchCallback", "auroc_metrics"]
 
 _log = logging.getLogger("runwatch")
 
-# RunLogger closes no window by itself: each window ends at a Trainer log (see `feed`).
+# RunLogger closes no window by itself: each window ends at a Trainer log (see `feed`), and the
+# callback asks for a log once a window is this old (slow steps still give a record a minute).
 _NEVER = 1 << 62
+MAX_WINDOW_SECONDS = DEFAULT_MAX_WINDOW_SECONDS
 # Keys of the Trainer's evaluation metrics that describe the evaluation, not the model.
 _EVAL_BOOKKEEPING = ("runtime", "samples_per_second", "steps_per_second", "model_preparation_time", "jit_compilation_time")
 
@@ -82,6 +86,8 @@ class _Session:
         self.mark = time.perf_counter()  # end of the last hook before a save, to time the save
         self.tokens_warned = False
         self.eval_warned = False
+        self.phase = PhaseHolder()
+        self.window_opened = time.monotonic()
 
         step = self.start_step = int(state.global_step)
         self.resume, self.resume_note = self._find_resume(state, step)
@@ -133,7 +139,8 @@ class _Session:
         self.per_update_tokens = per_update
         self.log = RunLogger(self.run_dir, recipe=recipe,
                              optimizers=[{"name": "all", "algorithm": self.optimizer_name, "optim": str(getattr(self.args.optim, "value", self.args.optim))}],
-                             hardware=None, window=_NEVER, resume_from=resume, fsync=self.options.fsync)
+                             hardware=None, window=_NEVER, resume_from=resume, fsync=self.options.fsync,
+                             max_window_seconds=None)
         self.mark = time.perf_counter()
 
     def _capture_loss(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
@@ -174,6 +181,8 @@ class _Session:
             control.should_log = True
         elif self.options.window is not None and len(self.pending) >= self.options.window:
             control.should_log = True
+        elif time.monotonic() - self.window_opened >= MAX_WINDOW_SECONDS:
+            control.should_log = True
         self.mark = time.perf_counter()
 
     def _seq_len_from_tokens(self, state: Any) -> int:
@@ -193,7 +202,26 @@ class _Session:
         if self.nonfinite is not None:
             control.should_save = control.should_evaluate = control.should_log = False
         elif self.pending and (control.should_save or control.should_evaluate):
-            control.should_log = True
+            control.should_log = True  # the phase is entered at that log
+        else:
+            self.expect(control)
+
+    def expect(self, control: Any) -> None:
+        """Enter the phase the Trainer goes into next: an evaluation, else a save (it evaluates
+        before it saves, right after the training log)."""
+        if self.log is None or self.nonfinite is not None:
+            return
+        if control.should_evaluate:
+            self.phase.enter(self.log, "eval")
+        elif control.should_save:
+            self.phase.enter(self.log, "checkpoint")
+
+    def on_step_begin(self) -> None:
+        self.phase.leave()  # a phase no hook closed (a save another callback called off)
+
+    def on_prediction_step(self) -> None:
+        if self.phase.name != "eval" and self.log is not None and self.nonfinite is None:
+            self.phase.enter(self.log, "eval")  # an evaluation no hook announced (another callback's)
 
     def on_log(self, state: Any, control: Any, logs: dict) -> None:
         if "loss" not in logs or any(k.startswith("eval_") for k in logs):
@@ -206,6 +234,7 @@ class _Session:
         if lr is not None:
             self.last_lr = lr
         self._flush(state, control, logged_loss=loss)
+        self.expect(control)
 
     def _flush(self, state: Any, control: Any, logged_loss: float | None = None) -> None:
         """Write the pending updates as one train window."""
@@ -226,6 +255,7 @@ class _Session:
         max_norm = float(getattr(self.args, "max_grad_norm", 0.0) or 0.0)
         clipped = max_norm > 0 and math.isfinite(self.last_grad) and self.last_grad > max_norm
         self._check_tokens(state, len(updates))
+        self.window_opened = time.monotonic()
         try:
             feed(self.log, updates, lr=self.last_lr, grad_norm=self.last_grad, clipped=clipped)
         except NonFiniteLossError as exc:
@@ -251,6 +281,14 @@ class _Session:
         _log.error("%s; training stopped before its next evaluation or save", exc)
 
     def on_evaluate(self, state: Any, control: Any, metrics: dict) -> None:
+        try:
+            self._evaluated(state, control, metrics)
+        finally:
+            self.phase.leave()
+        if control.should_save and self.log is not None and self.nonfinite is None:
+            self.phase.enter(self.log, "checkpoint")
+
+    def _evaluated(self, state: Any, control: Any, metrics: dict) -> None:
         if self.log is None or self.nonfinite is not None:
             return
         self._flush(state, control)
@@ -279,6 +317,12 @@ class _Session:
         self.mark = time.perf_counter()
 
     def on_save(self, args: Any, state: Any, control: Any) -> None:
+        try:
+            self._saved(args, state, control)
+        finally:
+            self.phase.leave()
+
+    def _saved(self, args: Any, state: Any, control: Any) -> None:
         if self.log is None or self.nonfinite is not None:
             return
         self._flush(state, control)
@@ -297,6 +341,7 @@ class _Session:
         self.mark = time.perf_counter()
 
     def on_train_end(self, state: Any, control: Any) -> None:
+        self.phase.leave()
         try:
             if self.log is not None and self.nonfinite is None:
                 self._flush(state, control)
@@ -315,6 +360,7 @@ class _Session:
     def abandon(self) -> None:
         """A previous `train()` ended without `on_train_end` (it raised): end its session as an error."""
         self.close_hook()
+        self.phase.leave()
         if self.log is not None:
             self.log.close("error", "Trainer.train() ended without on_train_end (an exception)")
 
@@ -363,9 +409,17 @@ class RunwatchCallback(TrainerCallback):
             self._session = _Session(self.options, args, state, model, optimizer)
             self.run_dir = self._session.run_dir
 
+    def on_step_begin(self, args, state, control, **kwargs):
+        """Training goes on: no evaluation or save is under way."""
+        self._session.on_step_begin()
+
     def on_step_end(self, args, state, control, optimizer=None, **kwargs):
         """One optimizer update (or a skipped one) happened."""
         self._session.on_step_end(args, state, control, optimizer)
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        """An evaluation batch: the heartbeat shows phase `eval` until `on_evaluate`."""
+        self._session.on_prediction_step()
 
     def on_epoch_end(self, args, state, control, **kwargs):
         """Ask for a log before an end-of-epoch evaluation or save; none after a non-finite loss."""

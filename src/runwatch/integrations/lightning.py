@@ -13,7 +13,9 @@ What maps to what (docs/INTEGRATIONS.md has the whole story):
 - a checkpoint event per checkpoint file written, timed around the strategy's CheckpointIO; the
   logger's state goes into the checkpoint dict under `"runwatch"`, and `fit(ckpt_path=...)` from it
   starts a new session;
-- `session_end` at `on_fit_end`, or from `on_exception` (`error`, or `interrupted` for Ctrl-C).
+- `session_end` at `on_fit_end`, or from `on_exception` (`error`, or `interrupted` for Ctrl-C);
+- phase `eval` in the heartbeat from `on_validation_start` to `on_validation_end`, phase
+  `checkpoint` from `on_save_checkpoint` until the file is written.
 
 A non-finite loss raises `NonFiniteLossError` (after the logger wrote `session_end` with reason
 `nonfinite_loss`) at the latest when a window closes or a checkpoint is about to be written, so no
@@ -38,9 +40,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(f"runwatch.integrations.lightning needs lightning and torch: pip install 'runwatch[lightning]' ({exc})") from None
 
 from ..errors import NonFiniteLossError
-from ..metrics import DEFAULT_WINDOW, RunLogger
+from ..metrics import RunLogger
 from .session import NO_SESSION as _NO_SESSION
-from .session import STATE_KEY, CallbackOptions, check_state, folder_bytes, resume_state
+from .session import STATE_KEY, CallbackOptions, PhaseHolder, check_state, folder_bytes, resume_state
 
 __all__ = ["RunwatchCallback"]
 
@@ -95,7 +97,7 @@ class _Session:
             resume = {"step": step, "tokens": tokens, "skipped": 0}
         optimizers = [{"name": f"optimizer{i}", "algorithm": type(opt).__name__.lower()} for i, opt in enumerate(trainer.optimizers)]
         self.log = RunLogger(options.resolve_run_dir(trainer.default_root_dir), recipe=recipe, optimizers=optimizers,
-                             window=options.window or DEFAULT_WINDOW, resume_from=resume, fsync=options.fsync)
+                             window=options.window, resume_from=resume, fsync=options.fsync)
         self.run_dir = self.log.run_dir
         self.attempted = 0               # optimizer steps since the last train batch end
         self.params: dict = {}           # per optimizer: its parameters, and whether on one device
@@ -113,6 +115,7 @@ class _Session:
         self.inner_io = self.strategy.checkpoint_io
         self.strategy.checkpoint_io = _TimedCheckpointIO(self.inner_io, self.on_saved)
         self.val_warned = False
+        self.phase = PhaseHolder()
 
     @staticmethod
     def _loader_batch_size(trainer: Any) -> int:
@@ -162,7 +165,16 @@ class _Session:
             self.log.step(loss=loss, lr=self.lr, grad_norm=grad, clipped=self.clipped, skipped=self.skipped)
         self.grad_norm, self.skipped, self.clipped = None, False, False
 
+    def on_validation_start(self) -> None:
+        self.phase.enter(self.log, "eval")
+
     def on_validation_end(self) -> None:
+        try:
+            self._validated()
+        finally:
+            self.phase.leave()
+
+    def _validated(self) -> None:
         metrics = self.trainer.callback_metrics
         prefix = self.val_prefix
         loss_key = next((k for k in (f"{prefix}_loss", f"{prefix}/loss") if k in metrics), None)
@@ -185,11 +197,20 @@ class _Session:
         state = self.log.state_dict()  # closes the window: a NaN raises here, before the file is written
         state["seq_len"] = self.seq_len
         checkpoint[STATE_KEY] = state
+        self.phase.enter(self.log, "checkpoint")  # until the file is written (on_saved)
 
     def on_saved(self, path: str, seconds: float) -> None:
-        self.log.checkpoint(path, seconds=seconds, bytes=folder_bytes(path))
+        try:
+            self.log.checkpoint(path, seconds=seconds, bytes=folder_bytes(path))
+        finally:
+            self.phase.leave()
+
+    def on_train_batch_start(self) -> None:
+        if self.phase.name is not None:
+            self.phase.leave()  # a save whose file never reached the CheckpointIO
 
     def close(self, reason: str, error: str | None = None) -> None:
+        self.phase.leave()
         try:
             self.log.close(reason, error)
         finally:
@@ -254,6 +275,15 @@ class RunwatchCallback(Callback):
         if trainer.is_global_zero:
             self._session = _Session(self.options, self.val_prefix, self.batch_size, trainer, stored)
             self.run_dir = self._session.run_dir
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        """Training goes on: no validation or save is under way."""
+        self._session.on_train_batch_start()
+
+    def on_validation_start(self, trainer, pl_module):
+        """A validation during fit: the heartbeat shows phase `eval` until it ends."""
+        if not trainer.sanity_checking:
+            self._session.on_validation_start()
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         """The pre-clip gradient norm, on the device."""

@@ -19,7 +19,8 @@ from ..journal import atomic_write_text
 from ..metrics import RunLogger, default_window
 from ..schema import dumps, loads
 
-__all__ = ["CallbackOptions", "STATE_FILE", "NO_SESSION", "write_state", "read_state", "resume_state", "feed", "folder_bytes"]
+__all__ = ["CallbackOptions", "STATE_FILE", "NO_SESSION", "PhaseHolder", "write_state", "read_state", "resume_state", "feed",
+           "folder_bytes"]
 
 # The file a callback writes into each checkpoint folder it sees saved (HF Trainer); Lightning keeps
 # the same dict under this key of the checkpoint.
@@ -135,6 +136,35 @@ def folder_bytes(path: str) -> int | None:
         return total
     except OSError:
         return None
+
+
+class PhaseHolder:
+    """The phase a callback is in (`eval` or `checkpoint`), entered in one hook and left in another.
+
+    One at a time: entering a phase leaves the current one first, so the heartbeat always shows
+    what the Trainer is doing now. Entering does nothing once the logger is closed.
+    """
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self._context: Any = None
+
+    def enter(self, log: RunLogger, name: str) -> None:
+        """Be in phase `name` (nothing to do when already in it)."""
+        if self.name == name:
+            return
+        self.leave()
+        if log.closed:
+            return
+        context = log.phase(name)
+        context.__enter__()
+        self._context, self.name = context, name
+
+    def leave(self) -> None:
+        """Leave the current phase, if any."""
+        context, self._context, self.name = self._context, None, None
+        if context is not None:
+            context.__exit__(None, None, None)
 
 
 class _NoSession:

@@ -1,0 +1,83 @@
+"""Python floats from what a training loop hands the logger: numbers, numpy scalars, 0-dim tensors.
+
+`as_float_list` is the logger's one host-device sync: a window's values are converted together, one
+`.tolist()` per device, instead of a `float()` (a sync each on a GPU) per value. Standard library
+only; torch is imported inside the functions that only run when tensors were passed (and torch is
+then already imported by the caller).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["as_float_list"]
+
+_HOST_NUMBER_TYPES = frozenset({float, int, bool})
+_TENSOR_TYPES: dict[type, bool] = {}  # type -> whether it is a torch tensor type (memo)
+
+
+def _is_tensor_type(t: type) -> bool:
+    known = _TENSOR_TYPES.get(t)
+    if known is None:
+        known = _TENSOR_TYPES[t] = hasattr(t, "device") and hasattr(t, "detach")
+    return known
+
+
+def as_float_list(values: list) -> list[float]:
+    """Python floats for `values` (numbers, numpy scalars, 0-dim tensors): one sync per device."""
+    if _HOST_NUMBER_TYPES.issuperset(map(type, values)):  # the common case: plain Python numbers
+        return list(map(float, values))
+    out: list[Any] = list(values)
+    groups: dict[tuple, list[int]] = {}  # (device, dtype) -> indices of the tensors
+    for i, v in enumerate(values):
+        t = type(v)
+        if t in _HOST_NUMBER_TYPES:
+            out[i] = float(v)
+        elif _is_tensor_type(t):
+            key = (v.device, v.dtype)
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [i]
+            else:
+                group.append(i)
+        else:  # numpy scalars and other numbers: host values, no sync
+            out[i] = float(v)
+    if groups:
+        by_device: dict[Any, list[list[int]]] = {}
+        for (device, _dtype), group in groups.items():
+            by_device.setdefault(device, []).append(group)
+        for device, device_groups in by_device.items():
+            idx = [i for group in device_groups for i in group]
+            # note: this is the logger's only CPU-GPU sync point, once per window and device
+            for i, f in zip(idx, _stack_all(device, [[values[i] for i in group] for group in device_groups]).tolist()):
+                out[i] = float(f)
+    return out
+
+
+def _stack_all(device: Any, groups: list[list]) -> Any:
+    """One 1-d tensor of the one-element tensors in `groups` (one device, one dtype a group)."""
+    import torch
+
+    # One stack per dtype: stacking mixed dtypes takes a much slower promoting path.
+    parts = [_stack_one_dtype(group) for group in groups]
+    if not all(p.dtype is torch.bool or p.is_floating_point() for p in parts):
+        # Integers go to float64, as float() would round them (float32 where a device has no float64).
+        wide = torch.float64 if device.type in ("cpu", "cuda") else torch.float32
+        parts = [p.to(wide) for p in parts]
+    # Floats and bools promote to the widest float among them, exactly.
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def _stack_one_dtype(tensors: list) -> Any:
+    import torch
+
+    # (Tensors that require grad are stacked with a graph that is dropped at once; no_grad would
+    # cost more than it saves.)
+    try:
+        stacked = torch.stack(tensors)
+    except RuntimeError:  # shapes differ, e.g. 0-dim and (1,)
+        stacked = None
+    if stacked is None or stacked.shape != (len(tensors),):
+        # reshape(()) raises the usual error for a tensor of more than one element
+        stacked = torch.stack([t.reshape(()) for t in tensors])
+    return stacked

@@ -1,0 +1,79 @@
+"""What a session records about the machine: the `hardware` of run.json and a record's `memory`.
+
+Standard library only: torch is consulted only when the program has imported it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import Any
+
+__all__ = ["detect_hardware", "device_name", "rank_hardware", "memory_peaks"]
+
+
+def detect_hardware() -> dict:
+    """Host, world size and accelerators, without importing torch when the caller has not."""
+    hw: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
+    }
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        hw["device"] = torch.cuda.get_device_name(0)
+        hw["device_count"] = torch.cuda.device_count()
+    else:
+        hw["device"] = "cpu"
+        hw["device_count"] = 0
+    return hw
+
+
+def device_name() -> str:
+    """This process's accelerator (the current CUDA device) or "cpu"; torch only if imported."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return str(torch.cuda.get_device_name(torch.cuda.current_device()))
+    return "cpu"
+
+
+def rank_hardware(hw: dict, peers: list[dict], detected: bool) -> dict:
+    """`hardware` of a multi-rank session: world size, nodes (distinct hosts), and the device of
+    each rank, run-length encoded in rank order (`[{"device": "NVIDIA H200", "ranks": 8}]`) so
+    that 10k ranks stay a few bytes."""
+    hw = dict(hw)
+    runs: list[dict] = []
+    for peer in peers:
+        if runs and runs[-1]["device"] == peer["device"]:
+            runs[-1]["ranks"] += 1
+        else:
+            runs.append({"device": peer["device"], "ranks": 1})
+    extra = {"world_size": len(peers), "nodes": len({p["host"] for p in peers}), "rank_devices": runs}
+    for key, value in extra.items():
+        if detected:
+            hw[key] = value
+        else:  # the caller's own keys win
+            hw.setdefault(key, value)
+    return hw
+
+
+def _host_rss_peak_bytes() -> int | None:
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Unix
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def memory_peaks() -> dict:
+    """A record's `memory`: CUDA peaks (when CUDA is in use) and the host's peak RSS."""
+    memory: dict[str, int] = {}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_available():  # cheap test first
+        memory["cuda_allocated_peak_bytes"] = int(torch.cuda.max_memory_allocated())
+        memory["cuda_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
+    rss = _host_rss_peak_bytes()
+    if rss is not None:
+        memory["host_rss_peak_bytes"] = rss
+    return memory

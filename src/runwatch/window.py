@@ -1,0 +1,127 @@
+"""A train window, from the updates a training loop hands `RunLogger.step()` to the record's fields.
+
+One builder for every world size. A window holds the attempted updates since the last close, as
+they were passed (device tensors stay on their device). At the close they are converted in one
+call (`convert.as_float_list`: the logger's one host-device sync), each rank sums them into a
+short row of counts, sums and maxima, the rows of all ranks are gathered (for a single process,
+the world of one, its own row), and the record's fields are formed from the gathered rows — the
+same on every rank, so every rank takes the same decisions from them. Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import chain
+from typing import Any
+
+from .convert import as_float_list
+
+__all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "window_fields"]
+
+# The row each rank contributes to a window's gather (float64): counts, sums and maxima, so that
+# the window over all ranks comes from one collective of 14 numbers a rank.
+(ATTEMPTED, UPDATES, LOSS_SUM, FINITE, GRAD_SUM, GRAD_MAX, CLIPPED, SECONDS, BAD, BAD_VALUE,
+ QK_ROWS, QK_OBSERVED, QK_CLIPPED, QK_MAX) = range(14)
+ROW_SIZE = 14
+
+
+class OpenWindow:
+    """The attempted updates since the last window close, and what `step()` measured of them."""
+
+    __slots__ = ("updates", "qk", "lr", "train_seconds", "opened")
+
+    def __init__(self, opened: float) -> None:
+        self.updates: list[tuple] = []  # (loss, grad_norm, clipped, skipped) per attempted update
+        self.qk: list[tuple] = []  # (index, observed, clipped, max_logit) of updates reporting QK-Clip
+        self.lr: Any = 0.0  # the latest learning rate passed
+        self.train_seconds = 0.0
+        self.opened = opened  # perf_counter when the window opened (the previous one closed)
+
+    def convert(self) -> "WindowValues":
+        """Every value of the window as Python floats, in one conversion (one sync per device)."""
+        n4 = 4 * len(self.updates)
+        values = list(chain.from_iterable(self.updates))  # loss, grad, clipped, skipped, loss, ...
+        values.append(0.0 if self.lr is None else self.lr)
+        for _, o, c, m in self.qk:
+            values += (0 if o is None else o, 0 if c is None else c, math.nan if m is None else m)
+        flat = as_float_list(values)
+        qk_flat = flat[n4 + 1:]
+        qk = [(entry[0], *qk_flat[3 * j:3 * j + 3]) for j, entry in enumerate(self.qk)]
+        return WindowValues(flat[0:n4:4], flat[1:n4:4], flat[2:n4:4], flat[3:n4:4], flat[n4], qk)
+
+
+class WindowValues:
+    """A window's values as floats: per-update lists, the learning rate, the QK-Clip entries."""
+
+    __slots__ = ("losses", "grads", "clipped", "skips", "lr", "qk")
+
+    def __init__(self, losses: list[float], grads: list[float], clipped: list[float], skips: list[float],
+                 lr: float, qk: list[tuple[int, float, float, float]]) -> None:
+        self.losses, self.grads, self.clipped, self.skips, self.lr, self.qk = losses, grads, clipped, skips, lr, qk
+
+    def first_nonfinite_loss(self) -> int:
+        """Index of the first non-finite loss, or the number of updates when there is none."""
+        return next((i for i, v in enumerate(self.losses) if not math.isfinite(v)), len(self.losses))
+
+
+def window_row(v: WindowValues, n: int, train_seconds: float, bad: int) -> list[float]:
+    """This rank's row for the first `n` attempted updates of its window; `bad` is the index of its
+    first non-finite loss (n or more when none)."""
+    losses, grads, clipped, skips = v.losses[:n], v.grads[:n], v.clipped[:n], v.skips[:n]
+    if any(skips):
+        ok = [i for i in range(n) if not skips[i]]
+        ok_losses, ok_clipped = [losses[i] for i in ok], [clipped[i] for i in ok]
+    else:  # the common case: every attempt an update
+        ok_losses, ok_clipped = losses, clipped
+    finite = [g for g in grads if math.isfinite(g)]
+    qk = [q for q in v.qk if q[0] < n] if v.qk else []
+    logits = [q[3] for q in qk if math.isfinite(q[3])]
+    return [
+        float(n), float(len(ok_losses)), math.fsum(ok_losses) if bad >= n else 0.0,
+        float(len(finite)), math.fsum(finite), max(finite, default=0.0),
+        float(len(ok_clipped) - ok_clipped.count(0.0)), float(train_seconds),
+        float(bad), v.losses[bad] if bad < n else 0.0,
+        float(len(qk)), math.fsum(q[1] for q in qk), math.fsum(q[2] for q in qk),
+        max(logits, default=math.nan),
+    ]
+
+
+def window_fields(rows: list[list[float]], attempted: int, tokens_per_attempt: int, lr: float,
+                  qk_threshold: float | None) -> dict[str, Any] | None:
+    """The train record's fields from the gathered rows, or None when the window holds no
+    successful update (skipped attempts wait for one). Over ranks: loss the mean, skips and
+    non-finite norms the max, train_seconds the slowest rank's; a world of one is the same sums."""
+    col = list(zip(*rows))  # col[k]: entry k of every rank's row
+    skipped = int(attempted - min(col[UPDATES]))
+    updates = attempted - skipped
+    if updates <= 0:
+        return None
+    if not math.isfinite(lr) or lr < 0:
+        raise ValueError(f"RunLogger.step: lr must be a finite number >= 0, got {lr}")
+    local_updates = math.fsum(col[UPDATES])
+    finite = math.fsum(col[FINITE])
+    fields: dict[str, Any] = {
+        "updates": updates,
+        "skipped": skipped,
+        "attempted": attempted,
+        "tokens": tokens_per_attempt * attempted,
+        "train_seconds": max(max(col[SECONDS]), 1e-9),
+        "loss": math.fsum(col[LOSS_SUM]) / local_updates,
+        "lr": lr,
+        "grad_norm": {
+            "mean": math.fsum(col[GRAD_SUM]) / finite if finite else 0.0,
+            "max": max((g for g, f in zip(col[GRAD_MAX], col[FINITE]) if f > 0), default=0.0),
+        },
+        "nonfinite_grad_norms": int(attempted - min(col[FINITE])),
+        "grad_clipped_fraction": min(1.0, math.fsum(col[CLIPPED]) / local_updates),
+    }
+    if max(col[QK_ROWS]) > 0:
+        observed = int(sum(col[QK_OBSERVED]))
+        logits = [m for m in col[QK_MAX] if math.isfinite(m)]
+        fields["qk_clip"] = {
+            "threshold": qk_threshold,
+            "observed_head_updates": observed,
+            "clipped_head_updates": min(int(sum(col[QK_CLIPPED])), observed),
+            "max_logit": max(logits) if logits else None,
+        }
+    return fields
