@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from runwatch.preflight.audit import AuditOptions, audit
 from runwatch.cli import main
+from runwatch.preflight.audit import AuditOptions, audit
 
 N = 100
 BROKEN = [i for i in range(N) if i % 7 == 3]  # 14 rows that do not parse

@@ -30,7 +30,7 @@ def check_bench(run_dir, steps, warmup, seq_len):
     """bench.json holds the documented keys, its rates agree with the log, and the job was stopped."""
     with open(os.path.join(run_dir, "bench.json")) as f:
         bench = json.load(f)
-    assert KEYS <= set(bench)
+    assert set(bench) >= KEYS
     assert (bench["steps"], bench["warmup"], bench["updates"], bench["steady_updates"]) == (steps, warmup, steps, steps - warmup)
     log = read_log(run_dir)
     train = [r for r in log if r["event"] == "train"]

@@ -22,7 +22,7 @@ if not torch.distributed.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 from runwatch import summarize  # noqa: E402
-from runwatch.heartbeats import RankMonitor, read_heartbeats, rank_status_lines  # noqa: E402
+from runwatch.heartbeats import RankMonitor, rank_status_lines, read_heartbeats  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multirank_train.py")
 DEADLINE_S = 90  # a loaded 2-core machine needs ~15 s to start torchrun and two ranks

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from runwatch.follow import LogFollower, ManifestFollower, tail_lines
 from runwatch.errors import InvalidRunError
+from runwatch.follow import LogFollower, ManifestFollower, tail_lines
 
 
 def _append(path, data: bytes):

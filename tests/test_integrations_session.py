@@ -12,8 +12,15 @@ import pytest
 
 from runwatch import summarize
 from runwatch.errors import InvalidRunError, NonFiniteLossError
-from runwatch.integrations.session import (STATE_FILE, CallbackOptions, feed, folder_bytes, read_state,
-                                           resume_state, write_state)
+from runwatch.integrations.session import (
+    STATE_FILE,
+    CallbackOptions,
+    feed,
+    folder_bytes,
+    read_state,
+    resume_state,
+    write_state,
+)
 from runwatch.metrics import RunLogger
 
 RECIPE = {"batch_size": 4, "seq_len": 8, "gradient_accumulation_steps": 2}

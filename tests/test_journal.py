@@ -43,11 +43,10 @@ class Boom(Exception):
 def test_a_failing_body_leaves_the_old_file_and_no_temp(tmp_path, error):
     path = str(tmp_path / "a.json")
     atomic_write_text(path, "old\n")
-    with pytest.raises(error):
-        with atomic_write(path) as f:
-            f.write("half of the new")
-            f.flush()
-            raise error()
+    with pytest.raises(error), atomic_write(path) as f:
+        f.write("half of the new")
+        f.flush()
+        raise error()
     assert (tmp_path / "a.json").read_text() == "old\n"
     assert _names(tmp_path) == ["a.json"]
 

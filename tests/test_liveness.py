@@ -17,8 +17,15 @@ import pytest
 from runwatch import RunLogger
 from runwatch.cli import main
 from runwatch.errors import ConfigError
-from runwatch.liveness import (PhaseLimits, dead_rank, is_local_host, last_error, parse_phase_limits, stall_finding,
-                               watchdog_liveness)
+from runwatch.liveness import (
+    PhaseLimits,
+    dead_rank,
+    is_local_host,
+    last_error,
+    parse_phase_limits,
+    stall_finding,
+    watchdog_liveness,
+)
 from runwatch.records import Record
 from runwatch.rules import CLASSES, Rules, verdict_class
 from runwatch.status import format_status, status

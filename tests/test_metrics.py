@@ -147,10 +147,9 @@ def test_nonfinite_metric_is_left_out_with_a_warning(tmp_path):
 ])
 def test_exceptions_end_the_session(tmp_path, exc, reason, error):
     d = tmp_path / "run"
-    with pytest.raises(type(exc)):
-        with RunLogger(d, recipe=RECIPE) as log:
-            log.step(loss=1.0, lr=0.1, grad_norm=1.0)
-            raise exc
+    with pytest.raises(type(exc)), RunLogger(d, recipe=RECIPE) as log:
+        log.step(loss=1.0, lr=0.1, grad_norm=1.0)
+        raise exc
     end = records(d)[-1]
     assert (end["event"], end["reason"], end["error"]) == ("session_end", reason, error)
     assert summarize(str(d))["end_reason"] == reason

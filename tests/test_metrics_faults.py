@@ -293,10 +293,9 @@ def small_fs(tmp_path):
 
 def _fill(fs, leave: int = 0) -> None:
     """Fill `fs` with `fs/filler`, then free `leave` bytes of it."""
-    with open(fs / "filler", "ab", buffering=0) as f:
-        with pytest.raises(OSError, match="No space left on device"):
-            while True:
-                f.write(b"x" * 4096)
+    with open(fs / "filler", "ab", buffering=0) as f, pytest.raises(OSError, match="No space left on device"):
+        while True:
+            f.write(b"x" * 4096)
     if leave:
         os.truncate(fs / "filler", max(0, os.path.getsize(fs / "filler") - leave))
 
@@ -310,11 +309,10 @@ def test_full_disk_record_manifest_and_torn_tail(small_fs):
     state = log.state_dict()
     _fill(small_fs, leave=8192)
     metrics = d / "metrics.jsonl"
-    with pytest.raises(LogWriteError) as info:
-        with log:
-            for _ in range(1000):
-                log.step(loss=0.5, lr=0.1, grad_norm=1.0)
-                state = log.state_dict()
+    with pytest.raises(LogWriteError) as info, log:
+        for _ in range(1000):
+            log.step(loss=0.5, lr=0.1, grad_norm=1.0)
+            state = log.state_dict()
     assert str(info.value) == f"[Errno 28] {metrics}: cannot write a record: No space left on device"
     recs, tail = _committed(str(d))
     assert tail == b"" and recs[-1]["event"] == "train" and recs[-1]["step"] == state["step"]

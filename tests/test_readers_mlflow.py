@@ -12,8 +12,7 @@ import sqlite3
 import pytest
 
 from runwatch.cli import main
-from runwatch.readers import ReadOptions
-from runwatch.readers import mlflowstore
+from runwatch.readers import ReadOptions, mlflowstore
 from runwatch.readers.keys import KeyMap
 from runwatch.records import iter_records, resolve_target
 from runwatch.watchdog import Options, Watcher, check

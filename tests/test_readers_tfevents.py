@@ -11,8 +11,7 @@ import struct
 import pytest
 
 from runwatch.cli import main
-from runwatch.readers import ReadOptions
-from runwatch.readers import tfevents, tfrecord
+from runwatch.readers import ReadOptions, tfevents, tfrecord
 from runwatch.readers.keys import KeyMap
 from runwatch.records import iter_records, resolve_target
 from runwatch.watchdog import Options, Watcher, check

@@ -21,8 +21,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from cdp import CHROMIUM_FLAGS, Browser
 
+from cdp import CHROMIUM_FLAGS, Browser
 from runwatch import status as status_mod
 from runwatch.metrics import RunLogger
 from runwatch.serve import host_warning, serve

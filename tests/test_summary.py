@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-from runwatch import summarize
-from runwatch import schema
+from runwatch import schema, summarize
 from runwatch.cli import main
 from runwatch.errors import InvalidRunError
 

@@ -21,12 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runwatch import RunLogger, summarize
-from runwatch import schema
+from fuzzing import BASE, FUZZ, HOSTILE_VALUES, NUMBER, RECIPE, lines_of, mutated
+from runwatch import RunLogger, schema, summarize
 from runwatch.cli import main
 from runwatch.errors import InvalidRunError
-
-from fuzzing import BASE, FUZZ, HOSTILE_VALUES, NUMBER, RECIPE, lines_of, mutated
 
 
 def _outcome(run_dir: str, fast: bool) -> tuple[str, object]:

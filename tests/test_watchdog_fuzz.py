@@ -23,9 +23,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runwatch.cli import main
-
 from fuzzing import BASE, FUZZ, mutated
+from runwatch.cli import main
 
 KINDS = ("nonfinite_loss|stall|stuck_metric|inverted_metric|loss_at_chance|throughput_drop|grad_explosion|"
          "grad_collapse|timeout|process_exit|oom|session_error|invalid_log|nonfinite_grad|loss_spike|"

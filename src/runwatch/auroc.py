@@ -4,7 +4,7 @@ framework integrations share. Standard library only.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["auroc"]
 

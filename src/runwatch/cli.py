@@ -14,9 +14,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from .errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE, InsufficientRunError, InvalidRunError, RunwatchError, UsageError
+from .errors import (
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    InsufficientRunError,
+    InvalidRunError,
+    RunwatchError,
+    UsageError,
+)
 from .options import Parser
 
 __all__ = ["main", "build_parser", "run_guarded"]

@@ -23,7 +23,8 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .heartbeats import HEARTBEAT_DIR, HISTORY_WINDOWS, HeartbeatConfig, heartbeat_path
 from .schema import dumps
@@ -45,7 +46,7 @@ _MAX_STACK = 64  # frames looked at a sample; deeper stacks are judged by their 
 POSTED_WRITE_SPACING = 1.0
 
 
-def process_group() -> "RankGroup | None":
+def process_group() -> RankGroup | None:
     """The initialised default process group with more than one rank, or None.
 
     Never imports torch: a program that has not imported it has no process group.
@@ -59,7 +60,7 @@ def process_group() -> "RankGroup | None":
     return RankGroup(dist)
 
 
-def rank_group() -> "RankGroup | SoloGroup":
+def rank_group() -> RankGroup | SoloGroup:
     """The logger's world: the process group of `process_group()`, else a world of one."""
     group = process_group()
     return SoloGroup() if group is None else group

@@ -18,6 +18,8 @@ Standard library only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import stat as _stat
 from dataclasses import dataclass, field
@@ -69,23 +71,23 @@ class LogFollower:
 
     # --- state ------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """The resumable position as plain JSON."""
         return {"path": self.path, "offset": self.offset, "lineno": self.lineno,
                 "inode": list(self.inode) if self.inode else None, "skipping": self._skipping}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()` (the next poll reads from that offset)."""
         self.close()
         self.path = state["path"]
         self.offset = int(state["offset"])
         self.lineno = int(state["lineno"])
-        self.inode = tuple(state["inode"]) if state["inode"] else None  # type: ignore[assignment]
+        self.inode = tuple(state["inode"]) if state["inode"] else None
         self._skipping = bool(state["skipping"])
         self.size_seen = -1
 
     @classmethod
-    def from_state(cls, state: dict, max_line_bytes: int = MAX_LINE_BYTES) -> "LogFollower":
+    def from_state(cls, state: dict[str, Any], max_line_bytes: int = MAX_LINE_BYTES) -> LogFollower:
         """A follower that continues from `state_dict()`."""
         f = cls(state["path"], max_line_bytes)
         f.load_state_dict(state)
@@ -97,7 +99,7 @@ class LogFollower:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> "LogFollower":
+    def __enter__(self) -> LogFollower:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -194,8 +196,8 @@ class ManifestFollower:
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
         self.path = os.path.join(run_dir, "run.json")
-        self._sig: tuple | None = None
-        self.manifest: dict | None = None
+        self._sig: tuple[int, ...] | None = None
+        self.manifest: dict[str, Any] | None = None
 
     def exists(self) -> bool:
         return os.path.exists(self.path)

@@ -447,7 +447,7 @@ def rank_status_lines(run_dir: str, now: float | None = None, straggler_factor: 
                 median = statistics.median(times.values())
                 k = max(times, key=lambda r: (times[r], -r))
                 ratio = f"{times[k] / median:.2f}x" if median > 0 else "n/a x"
-                flag = " (straggler threshold {:g}x)".format(straggler_factor) if median > 0 and times[k] > straggler_factor * median else ""
+                flag = f" (straggler threshold {straggler_factor:g}x)" if median > 0 and times[k] > straggler_factor * median else ""
                 lines.append(f"slowest: rank {k} (host {timed[k].host}) {ratio} the median window time "
                              f"({times[k]:.3g} s vs {median:.3g} s) at window {latest}{flag}")
     if problems:

@@ -16,7 +16,8 @@ import os
 import secrets
 import stat
 import time
-from typing import IO, Any, Iterator
+from collections.abc import Iterator
+from typing import IO, Any
 
 from .errors import InvalidRunError, LogWriteError, RunLockedError, RunwatchError
 from .hardware import device_name
@@ -82,15 +83,15 @@ def atomic_write_text(path: str, text: str) -> None:
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def new_run_id() -> str:
-    return f"r-{_dt.datetime.now(_dt.timezone.utc):%Y%m%d}-{secrets.token_hex(3)}"
+    return f"r-{_dt.datetime.now(_dt.UTC):%Y%m%d}-{secrets.token_hex(3)}"
 
 
 def new_session_id() -> str:
-    return f"s-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
+    return f"s-{_dt.datetime.now(_dt.UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
 
 
 class Journal:
@@ -261,7 +262,7 @@ class NullJournal:
 
 
 def open_session(run_dir: str, group: Any, fsync: bool, resume_from: dict | None,
-                 window: int) -> tuple["Journal | NullJournal", dict | None, list[dict]]:
+                 window: int) -> tuple[Journal | NullJournal, dict | None, list[dict]]:
     """Open the run on rank 0 of `group` and agree on the run and session ids with every rank
     (one exchange, once a session; a single process exchanges with itself).
 

@@ -14,7 +14,8 @@ import json
 import os
 import socket
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .errors import UsageError
 from .journal import atomic_write_text

@@ -218,7 +218,7 @@ def last_error(stdout_log: str) -> str | None:
 
 
 def watching_record(pid: int, since: float, polled_at: float, step: Any, poll: float,
-                    state: dict | None = None) -> dict:
+                    state: dict[str, Any] | None = None) -> dict[str, Any]:
     """What `watchdog.json` holds while a watch runs (replaced by the verdict when it ends)."""
     out = {"verdict": "watching", "pid": pid, "host": socket.gethostname(), "since": since, "polled_at": polled_at,
            "step": step, "poll": poll}
@@ -227,7 +227,7 @@ def watching_record(pid: int, since: float, polled_at: float, step: Any, poll: f
     return out
 
 
-def watchdog_liveness(record: dict, now: float | None = None) -> tuple[bool, str]:
+def watchdog_liveness(record: dict[str, Any], now: float | None = None) -> tuple[bool, str]:
     """`(alive, line)` for a `watching` record: alive while its pid runs (checked only on its own
     host) and it polled within 3 polls + 30 s."""
     from .process import alive
@@ -235,7 +235,8 @@ def watchdog_liveness(record: dict, now: float | None = None) -> tuple[bool, str
     now = time.time() if now is None else now
     pid = record.get("pid")
     polled = record.get("polled_at")
-    poll = record.get("poll") if isinstance(record.get("poll"), (int, float)) else 5.0
+    given = record.get("poll")
+    poll = float(given) if isinstance(given, (int, float)) else 5.0
     ago = now - polled if isinstance(polled, (int, float)) else None
     local = is_local_host(record.get("host") if isinstance(record.get("host"), str) else None)
     gone = local and isinstance(pid, int) and pid > 0 and not alive(pid)

@@ -26,7 +26,8 @@ import os
 import re
 import time
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .convert import as_float_list
 from .distributed import HeartbeatWriter, rank_group
@@ -215,9 +216,7 @@ class RunLogger:
         win.lr = lr
         if qk:
             win.qk.append((len(updates) - 1, qk_observed, qk_clipped, qk_max_logit))
-        if len(updates) >= self.window:
-            self._close_window()
-        elif self._time_checks and self._group.agree(now - win.opened >= self.max_window_seconds):  # type: ignore[operator]
+        if len(updates) >= self.window or self._time_checks and self._group.agree(now - win.opened >= self.max_window_seconds):
             self._close_window()
 
     def val(self, loss: Any, metrics: dict | None = None) -> None:
@@ -345,7 +344,7 @@ class RunLogger:
         if out_of_step is not None:
             raise out_of_step
 
-    def __enter__(self) -> "RunLogger":
+    def __enter__(self) -> RunLogger:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -24,8 +24,9 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .errors import ConfigError, UsageError
 
@@ -132,7 +133,7 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _default_text(f: dataclasses.Field) -> str:
+def _default_text(f: dataclasses.Field[Any]) -> str:
     d = f.default
     if d is None:
         return "none"
@@ -141,7 +142,7 @@ def _default_text(f: dataclasses.Field) -> str:
     return f"{d:g}" if type(d) is float else str(d)
 
 
-def option_fields(cls: type, command: str | None = None) -> list[dataclasses.Field]:
+def option_fields(cls: type, command: str | None = None) -> list[dataclasses.Field[Any]]:
     """The option fields of `cls` (those a `command` takes, when given), in declaration order."""
     return [f for f in dataclasses.fields(cls)
             if "check" in f.metadata and (command is None or command in f.metadata["commands"])]

@@ -30,11 +30,11 @@ from typing import Any
 from .errors import InvalidRunError, RunwatchError, UsageError
 from .journal import atomic_write
 from .options import add_flags, build, given_options
-from .verdict import read_verdict
 from .readers import ReadOptions, read_options
 from .readers import add_arguments as add_read_arguments
 from .records import Target, iter_records, parser_for, resolve_target
 from .rules import Finding, Replay, RuleOptions, Rules, ThroughputDrop, fmt_step
+from .verdict import read_verdict
 
 __all__ = ["SessionSeries", "RunView", "load_run", "snapshot", "figure_size", "PANELS", "add_arguments", "run"]
 
@@ -404,7 +404,7 @@ def _metrics(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: floa
     if not latest:
         return
     values = [v for ss in view.sessions for _, vs in ss.metrics.values() for v in vs if math.isfinite(v)]
-    if values and 0 <= min(values) and max(values) <= 1:
+    if values and min(values) >= 0 and max(values) <= 1:
         ax.set_ylim(-0.02, 1.05)
     if any(opts.metric in ss.metrics for ss in view.sessions):
         ax.axhline(0.5, color=_C["guide"], linestyle=":", linewidth=1, label="chance 0.5")
@@ -422,9 +422,9 @@ def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
     latest = view.sessions[-1].key
     marks = [(f.step, f.kind, f.session == latest) for f in view.findings]
     v = view.verdict
-    if v is not None and v.get("verdict") == "anomaly" and type(v.get("step")) in (int, float):
-        if not any(step == v["step"] and kind == v.get("kind") for step, kind, _ in marks):
-            marks.append((v["step"], str(v.get("kind")), True))
+    if (v is not None and v.get("verdict") == "anomaly" and type(v.get("step")) in (int, float)
+            and not any(step == v["step"] and kind == v.get("kind") for step, kind, _ in marks)):
+        marks.append((v["step"], str(v.get("kind")), True))
     lines, ticks = marks[:MAX_MARKER_LINES], marks[MAX_MARKER_LINES:]
     for current in (False, True):
         steps = [step for step, _, c in lines if c is current]
@@ -434,7 +434,7 @@ def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
                           linewidth=1.2 if current else 0.8, alpha=0.63 if current else 0.25)
     # beyond the first few, a finding is a short tick along the top of its panel: a replay can find
     # thousands, and full-height lines would hide the data
-    for name, ax in by_name.items():
+    for ax in by_name.values():
         steps = [step for step, kind, _ in ticks if by_name.get(_PANEL_OF_KIND.get(kind, ""), axes[0]) is ax]
         if steps:
             ax.vlines(steps, 0.94, 1, transform=ax.get_xaxis_transform(), colors=_C["alert"], linewidth=0.8)

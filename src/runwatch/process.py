@@ -12,7 +12,7 @@ import os
 import signal
 import stat
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["alive", "exit_status", "read_pid_file", "oom_line", "stop", "STOP_GRACE_SECONDS", "OOM_PATTERNS"]
 
@@ -125,7 +125,7 @@ def launched_group(pid: int, run_dir: str) -> int | None:
             return None
     except OSError:
         return None
-    return info["pgid"]
+    return int(info["pgid"])
 
 
 def _signal(pid: int, group: int | None, sig: int) -> None:

@@ -25,12 +25,13 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .errors import InvalidRunError, UsageError
 from .readers import READER_FORMATS, ReadOptions, detect, open_reader, to_records
-from .schema import SessionValidator, read_regular_file, loads, orjson_misread, read_manifest
+from .schema import SessionValidator, loads, orjson_misread, read_manifest, read_regular_file
 
 __all__ = [
     "Record",

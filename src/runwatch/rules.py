@@ -14,12 +14,25 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .errors import ConfigError
-from .options import (GREATER_1, HALF_TO_1, INT_0, INT_1, NON_NEGATIVE, NUMBER, OPEN_01, POSITIVE, TEXT, TEXTS,
-                      option, validate)
+from .options import (
+    GREATER_1,
+    HALF_TO_1,
+    INT_0,
+    INT_1,
+    NON_NEGATIVE,
+    NUMBER,
+    OPEN_01,
+    POSITIVE,
+    TEXT,
+    TEXTS,
+    option,
+    validate,
+)
 from .records import Record, parse_maps
 
 __all__ = ["Finding", "Rule", "RuleOptions", "Rules", "RULE_ORDER", "SKIP", "Replay", "CLASSES", "verdict_class", "fmt_step",

@@ -15,7 +15,8 @@ import json
 import math
 import os
 import stat
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .errors import InvalidRunError
 

@@ -21,15 +21,24 @@ from .errors import UsageError
 from .follow import tail_lines
 from .heartbeats import rank_status_lines
 from .liveness import is_local_host, last_error, process_host, watchdog_liveness
-from .process import alive, read_pid_file
-from .readers import READER_FORMATS, ReadOptions, add_arguments as add_read_arguments, read_options
-from .records import Record, RecordParser, Target, iter_records, parse_maps, parser_for, read_trainer_state, resolve_target
 from .options import add_flags
-from .rules import RuleOptions, verdict_class
-from .verdict import read_verdict
-from .rules import fmt_step
+from .process import alive, read_pid_file
+from .readers import READER_FORMATS, ReadOptions, read_options
+from .readers import add_arguments as add_read_arguments
+from .records import (
+    Record,
+    RecordParser,
+    Target,
+    iter_records,
+    parse_maps,
+    parser_for,
+    read_trainer_state,
+    resolve_target,
+)
+from .rules import RuleOptions, fmt_step, verdict_class
 from .schema import read_manifest, read_regular_file
 from .supervise import supervise_status
+from .verdict import read_verdict
 
 __all__ = ["status", "describe", "format_status", "gpu_info", "add_arguments", "run"]
 

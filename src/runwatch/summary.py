@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .errors import EXIT_OK, InvalidRunError, RunwatchError
 from .schema import SessionValidator, iter_line_blocks, loads, read_manifest, strict_json

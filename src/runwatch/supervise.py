@@ -27,8 +27,9 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from . import process as _proc
 from .errors import InvalidRunError, UsageError

@@ -27,8 +27,9 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import InvalidRunError, RunwatchError, UsageError
 from .records import Record, iter_records, parse_maps, parser_for, resolve_target

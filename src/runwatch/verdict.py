@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import EXIT_ANOMALY, EXIT_OK, InvalidRunError
 from .journal import atomic_write_text
@@ -54,7 +55,7 @@ class Verdict:
     def exit_code(self) -> int:
         return self.exit_code_with(None)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {"verdict": self.verdict, "kind": self.kind, "class": self.cls, "step": self.step,
                "onset": None if self.verdict == "done" else (self.step if self.onset is None else self.onset),
                "message": self.message, "time": self.time}
@@ -70,7 +71,7 @@ def write_verdict(run_dir: str, verdict: Verdict) -> str:
     return path
 
 
-def read_verdict(run_dir: str, *, watching: bool = False) -> tuple[dict | None, str | None]:
+def read_verdict(run_dir: str, *, watching: bool = False) -> tuple[dict[str, Any] | None, str | None]:
     """The watchdog's verdict in `run_dir/watchdog.json`, as `(verdict, problem)`.
 
     `(verdict, None)` for a `done` or `anomaly` verdict (and for the `watching` record of a watch

@@ -17,23 +17,24 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
+from . import liveness
+from . import process as _proc
 from .errors import InvalidRunError, UsageError
-from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, add_flags, build, given_options, option
 from .follow import LogFollower, ManifestFollower
 from .heartbeats import RankMonitor
 from .journal import atomic_write_text
-from . import liveness
 from .liveness import PhaseLimits, parse_phase_limits
+from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, add_flags, build, given_options, option
 from .readers import READER_FORMATS, ReadOptions, open_reader, read_options, to_records
 from .readers import add_arguments as add_read_arguments
 from .records import Record, RecordParser, Target, parser_for, read_trainer_state, resolve_target
 from .replay import CheckResult, check
 from .rules import Finding, RuleOptions, Rules, fmt_step
 from .verdict import Verdict, write_verdict
-from . import process as _proc
 
 __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
 
@@ -86,7 +87,7 @@ def load_options(run_dir: str | None, given: dict[str, Any], *, command: str = "
     return build(Options, run_dir, given, command)  # type: ignore[no-any-return]
 
 
-def _rank_check(w: "Watcher") -> Finding | None:
+def _rank_check(w: Watcher) -> Finding | None:
     """`rank_stall` / `straggler` from RUN_DIR/heartbeats/ (multi-rank runs; silent otherwise)."""
     monitor = w.__dict__.get("_rank_monitor")
     if monitor is None:
@@ -97,7 +98,7 @@ def _rank_check(w: "Watcher") -> Finding | None:
 
 # Poll-time checks beyond the log (e.g. per-rank heartbeats): each is called once per poll with the
 # Watcher and returns a Finding or None. Plug one in by appending it here.
-POLL_CHECKS: list[Callable[["Watcher"], Finding | None]] = [_rank_check]
+POLL_CHECKS: list[Callable[[Watcher], Finding | None]] = [_rank_check]
 
 
 # --- the watch loop -------------------------------------------------------------------------------
@@ -114,7 +115,7 @@ class Watcher:
     """Follows one run and judges its latest session; `run()` blocks until a Verdict."""
 
     def __init__(self, target: str, opts: Options | None = None, *, stop_grace: float = _proc.STOP_GRACE_SECONDS,
-                 poll_checks: list[Callable[["Watcher"], Finding | None]] | None = None,
+                 poll_checks: list[Callable[[Watcher], Finding | None]] | None = None,
                  clock: Callable[[], float] = time.time, log: Callable[[str], None] | None = None,
                  read: ReadOptions | None = None) -> None:
         self.opts = opts or Options()

@@ -37,7 +37,7 @@ class OpenWindow:
         self.train_seconds = 0.0
         self.opened = opened  # perf_counter when the window opened (the previous one closed)
 
-    def convert(self) -> "WindowValues":
+    def convert(self) -> WindowValues:
         """Every value of the window as Python floats, in one conversion (one sync per device)."""
         n4 = 4 * len(self.updates)
         values = list(chain.from_iterable(self.updates))  # loss, grad, clipped, skipped, loss, ...

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from .tinytrain import INJECTIONS, VOCAB, parse_fault
 

@@ -28,7 +28,7 @@ import shutil
 import signal
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..auroc import auroc
 from ..journal import atomic_write

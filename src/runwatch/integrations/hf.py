@@ -177,11 +177,7 @@ class _Session:
             self._open(self._seq_len_from_tokens(state))
         # Each window ends at a Trainer log (it carries the pre-clip gradient norm), so ask for one
         # wherever the Trainer is about to evaluate, save or stop: a NaN is then seen before either.
-        if control.should_save or control.should_evaluate or control.should_training_stop:
-            control.should_log = True
-        elif self.options.window is not None and len(self.pending) >= self.options.window:
-            control.should_log = True
-        elif time.monotonic() - self.window_opened >= MAX_WINDOW_SECONDS:
+        if control.should_save or control.should_evaluate or control.should_training_stop or self.options.window is not None and len(self.pending) >= self.options.window or time.monotonic() - self.window_opened >= MAX_WINDOW_SECONDS:
             control.should_log = True
         self.mark = time.perf_counter()
 

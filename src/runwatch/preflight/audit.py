@@ -35,12 +35,13 @@ import signal
 import sys
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .corpus import Corpus, JsonlWriter, Row, open_writer
 from ..errors import DataError, UsageError
 from ..journal import atomic_write_text
 from ..schema import strict_json
+from .corpus import Corpus, JsonlWriter, Row, open_writer
 
 __all__ = ["AuditOptions", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
 

@@ -25,7 +25,8 @@ import os
 import re
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import InsufficientRunError, InvalidRunError, UsageError
 from ..journal import atomic_write_text

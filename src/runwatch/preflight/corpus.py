@@ -20,7 +20,8 @@ import csv
 import json
 import os
 import sys
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 from ..errors import DataError
 from ..schema import orjson_misread

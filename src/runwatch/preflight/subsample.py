@@ -40,7 +40,8 @@ import math
 import os
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import DataError, UsageError
 from ..journal import atomic_write_text

@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..errors import InsufficientRunError, InvalidRunError
 from ..schema import read_manifest, read_regular_file

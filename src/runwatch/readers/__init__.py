@@ -24,8 +24,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 from ..errors import ConfigError, UsageError
 from ..options import TEXT, TEXTS, Check, add_flags, given_options, option, validate

@@ -27,6 +27,9 @@ from typing import Any
 
 from ..errors import InvalidRunError, UsageError
 from ..follow import LogFollower, ManifestFollower
+from ..liveness import watchdog_liveness
+from ..options import build
+from ..readers import READER_FORMATS, ReadOptions, detect, open_reader, to_records
 from ..records import (
     MAX_STATE_BYTES,
     Record,
@@ -36,9 +39,6 @@ from ..records import (
     parser_for,
     resolve_target,
 )
-from ..liveness import watchdog_liveness
-from ..readers import READER_FORMATS, ReadOptions, detect, open_reader, to_records
-from ..options import build
 from ..rules import RuleOptions, Rules
 from ..schema import read_regular_file
 from ..status import TAIL_RECORDS, describe, format_status
