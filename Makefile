@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # plots, TensorBoard export, data audit formats, the orjson fast path, pytest + hypothesis.
 EXTRAS := torch,hf,lightning,plot,tensorboard,data,fast,dev
 
-.PHONY: demo test bench fuzz clean
+.PHONY: demo test lint bench fuzz clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,13 @@ $(VENV)/.installed-bench: $(VENV)/.installed-$(EXTRAS)
 demo: $(VENV)/.installed-$(EXTRAS)
 	OMP_NUM_THREADS=1 $(PY) -m runwatch demo
 
-test: $(VENV)/.installed-$(EXTRAS)
+# ruff (lint and format) and mypy (strict on the modules pyproject.toml lists); `make test` runs them first.
+lint: $(VENV)/.installed-$(EXTRAS)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q
 
 # The long version of the fault and fuzz tests (docs/RELIABILITY.md): 200 SIGKILLs, 5000 examples a

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.join(ROOT, "src"))
 from runwatch.preflight.audit import AuditOptions, audit  # noqa: E402
 
 TEMPLATES = [
-    "def {f}({a}, {b}=None):\n    \"\"\"Return the {w} of {a}.\"\"\"\n    if {b} is None:\n        {b} = []\n"
+    'def {f}({a}, {b}=None):\n    """Return the {w} of {a}."""\n    if {b} is None:\n        {b} = []\n'
     "    for i, x in enumerate({a}):\n        if x % {n} == 0:\n            {b}.append(x * i)\n    return {b}\n",
     "class {F}:\n    def __init__(self, {a}):\n        self.{a} = {a}\n        self.{w} = {{}}\n\n"
     "    def {f}(self, {b}):\n        return [self.{a} + k for k in range({b}) if k != {n}]\n",
@@ -48,11 +48,11 @@ TEMPLATES = [
     "    return {{k: v for k, v in data.items() if k.startswith('{w}')}}\n",
 ]
 BREAKAGES = [
-    lambda s: s.replace("):\n", ")\n", 1),           # a missing colon
-    lambda s: s.replace(")", "", 1),                 # an unclosed bracket
+    lambda s: s.replace("):\n", ")\n", 1),  # a missing colon
+    lambda s: s.replace(")", "", 1),  # an unclosed bracket
     lambda s: s.replace("\n    ", "\n  ", 1) + "  x = 1\n    y = 2\n",  # bad indentation
-    lambda s: s + "print 'done'\n",                  # Python 2
-    lambda s: s[: len(s) // 2] + " $ " + s[len(s) // 2:],  # a stray token
+    lambda s: s + "print 'done'\n",  # Python 2
+    lambda s: s[: len(s) // 2] + " $ " + s[len(s) // 2 :],  # a stray token
 ]
 WORDS = ["alpha", "beta", "gamma", "delta", "total", "count", "value", "items", "size", "name"]
 
@@ -71,8 +71,14 @@ def generate(path: str, rows: int, broken: float, seed: int = 0) -> int:
     with open(path, "w", encoding="utf-8") as f:
         for i in range(rows):
             w = rng.choice(WORDS)
-            code = rng.choice(TEMPLATES).format(f=f"{w}_{i}", F=f"{w.title()}{i}", a=rng.choice(WORDS) + "_a",
-                                                b=rng.choice(WORDS) + "_b", w=w, n=rng.randint(2, 99))
+            code = rng.choice(TEMPLATES).format(
+                f=f"{w}_{i}",
+                F=f"{w.title()}{i}",
+                a=rng.choice(WORDS) + "_a",
+                b=rng.choice(WORDS) + "_b",
+                w=w,
+                n=rng.randint(2, 99),
+            )
             if rng.random() < broken:
                 code = rng.choice(BREAKAGES)(code)
                 if _parses(code):  # that breakage did not apply to this template: a stray token does
@@ -108,8 +114,10 @@ def main() -> int:
         corpus = os.path.join(tmp, "corpus.jsonl")
         n_broken = generate(corpus, args.rows, args.broken)
         size_mb = os.path.getsize(corpus) / 1e6
-        print(f"corpus: {args.rows:,} rows, {n_broken:,} broken ({100.0 * n_broken / args.rows:.1f}%), {size_mb:.1f} MB;"
-              f" {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start")
+        print(
+            f"corpus: {args.rows:,} rows, {n_broken:,} broken ({100.0 * n_broken / args.rows:.1f}%), {size_mb:.1f} MB;"
+            f" {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start"
+        )
         configs = [(norm, workers) for norm in ("none", "ast") for workers in (0, 1, 2)]
         wall: dict = {c: [] for c in configs}
         cpu: dict = {c: [] for c in configs}
@@ -119,7 +127,9 @@ def main() -> int:
             for norm, workers in configs:
                 out = os.path.join(tmp, f"out-{norm}-{workers}")
                 m0, k0 = _cpu()
-                report = audit(corpus, AuditOptions(field="code", normalize=norm, workers=workers, out=out, progress=False))
+                report = audit(
+                    corpus, AuditOptions(field="code", normalize=norm, workers=workers, out=out, progress=False)
+                )
                 m1, k1 = _cpu()
                 cpu[(norm, workers)].append(m1 - m0 + k1 - k0)
                 main_cpu[(norm, workers)].append(m1 - m0)
@@ -137,8 +147,10 @@ def main() -> int:
             c0 = statistics.median(cpu[(norm, 0)])
             mode = "serial (no pool)" if workers == 0 else f"{workers} worker" + ("s" if workers > 1 else "")
             m = statistics.median(main_cpu[(norm, workers)])
-            print(f"| {norm} | {mode} | {w:.2f} | {args.rows / w:,.0f} | {c:.2f} ({m:.2f}) | {w1 / w:.2f}x"
-                  f" | {c / c0 - 1:+.1%} |")
+            print(
+                f"| {norm} | {mode} | {w:.2f} | {args.rows / w:,.0f} | {c:.2f} ({m:.2f}) | {w1 / w:.2f}x"
+                f" | {c / c0 - 1:+.1%} |"
+            )
             results[(norm, workers)] = (w, c)
         print()
         for norm in ("none", "ast"):
@@ -149,9 +161,11 @@ def main() -> int:
             c1, m1 = statistics.median(cpu[(norm, 1)]), statistics.median(main_cpu[(norm, 1)])
             bound = (c1 - m1) / max((c1 - m1) / 2, m1, c1 / 2)
             print(f"normalize {norm}: CPU-bound speedup of 2 workers on 2 free cores {bound:.2f}x (model)")
-            print(f"normalize {norm}: 2 workers {speedup:.2f}x one (target >= 1.7);"
-                  f" pool overhead {overhead:+.1%} of the serial CPU per row (target < 10%);"
-                  f" outputs identical across modes: {len(digests[norm]) == 1}")
+            print(
+                f"normalize {norm}: 2 workers {speedup:.2f}x one (target >= 1.7);"
+                f" pool overhead {overhead:+.1%} of the serial CPU per row (target < 10%);"
+                f" outputs identical across modes: {len(digests[norm]) == 1}"
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -32,8 +32,15 @@ sys.path.insert(0, SRC)
 from runwatch.records import load_sessions  # noqa: E402
 
 KINDS = ("crash", "kill", "hang", "nan", "spike", "sigterm")
-EXPECTED = {"crash": "process_exit", "kill": "process_exit", "hang": "stall", "nan": "nonfinite_loss",
-            "spike": "loss_spike", "sigterm": "interrupted", "exit_hang": "done"}
+EXPECTED = {
+    "crash": "process_exit",
+    "kill": "process_exit",
+    "hang": "stall",
+    "nan": "nonfinite_loss",
+    "spike": "loss_spike",
+    "sigterm": "interrupted",
+    "exit_hang": "done",
+}
 FAULT_EVERY = 100
 SUPERVISE = ["--poll", "0.2", "--stall", "3", "--startup-grace", "120", "--backoff", "0.5", "--exit-grace", "2"]
 
@@ -48,9 +55,31 @@ def _plan(seed: int, steps: int) -> list[tuple[str, int]]:
 
 
 def _run(run_dir: str, steps: int, ckpt: int, faults: list[tuple[str, int]]) -> tuple[int, float, str]:
-    cmd = [sys.executable, "-m", "runwatch", "supervise", run_dir, *SUPERVISE, "--restarts", "20", "--rollbacks", "10",
-           "--", sys.executable, "-m", "runwatch.demo.tinytrain", run_dir, "--steps", str(steps), "--ckpt-every",
-           str(ckpt), "--eval-every", "100", "--step-sleep", "0.01"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "runwatch",
+        "supervise",
+        run_dir,
+        *SUPERVISE,
+        "--restarts",
+        "20",
+        "--rollbacks",
+        "10",
+        "--",
+        sys.executable,
+        "-m",
+        "runwatch.demo.tinytrain",
+        run_dir,
+        "--steps",
+        str(steps),
+        "--ckpt-every",
+        str(ckpt),
+        "--eval-every",
+        "100",
+        "--step-sleep",
+        "0.01",
+    ]
     for kind, step in faults:
         cmd += ["--fault", f"{kind}@{step}"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=SRC)
@@ -73,16 +102,26 @@ def _faults(run_dir: str, faults: list[tuple[str, int]]) -> list[dict]:
             continue
         fired = os.stat(marker).st_mtime
         v = next((r for r in verdicts if r["time"] >= fired), None)
-        row = {"kind": kind, "step": step, "fired": True, "verdict": v and v["kind"] or (v and "done"),
-               "detected": v is not None and (v["kind"] or "done") == EXPECTED[kind]}
+        row = {
+            "kind": kind,
+            "step": step,
+            "fired": True,
+            "verdict": v and v["kind"] or (v and "done"),
+            "detected": v is not None and (v["kind"] or "done") == EXPECTED[kind],
+        }
         if v is not None:
             row["detect_seconds"] = round(v["time"] - fired, 2)
-            relaunch = next((r for r in journal if r["time"] >= v["time"] and r["event"] in ("relaunch", "rollback")), None)
+            relaunch = next(
+                (r for r in journal if r["time"] >= v["time"] and r["event"] in ("relaunch", "rollback")), None
+            )
             start = None
             row["recover_seconds"] = None
             if relaunch is not None:  # the session the relaunch opened: the first that starts after it
-                later = [s for s in sessions if s.records and s.records[0].time is not None
-                         and s.records[0].time > relaunch["time"]]
+                later = [
+                    s
+                    for s in sessions
+                    if s.records and s.records[0].time is not None and s.records[0].time > relaunch["time"]
+                ]
                 start = later[0].start_step if later else None
                 first = next((r.time for r in later[0].records if r.kind == "train"), None) if later else None
                 row["recover_seconds"] = round(first - v["time"], 2) if first is not None else None
@@ -111,14 +150,24 @@ def main() -> int:
                 code, wall, last = _run(run_dir, args.steps, ckpt, faults)
                 with open(os.path.join(run_dir, "supervise.jsonl")) as f:
                     final = [json.loads(line) for line in f][-1]
-                row = {"ckpt_every": ckpt, "seed": seed, "exit": code, "last_line": last, "wall_seconds": round(wall, 1),
-                       "clean_exit": code0, "clean_wall_seconds": round(wall0, 1), "goodput": final.get("goodput"),
-                       "faults": _faults(run_dir, faults)}
+                row = {
+                    "ckpt_every": ckpt,
+                    "seed": seed,
+                    "exit": code,
+                    "last_line": last,
+                    "wall_seconds": round(wall, 1),
+                    "clean_exit": code0,
+                    "clean_wall_seconds": round(wall0, 1),
+                    "goodput": final.get("goodput"),
+                    "faults": _faults(run_dir, faults),
+                }
                 results.append(row)
                 g = row["goodput"] or {}
-                print(f"ckpt {ckpt} seed {seed}: exit {code} ({last}); goodput {g.get('ratio')} "
-                      f"({g.get('steps_kept')}/{g.get('steps_run')}), wall {wall:.1f} s vs {wall0:.1f} s fault-free",
-                      flush=True)
+                print(
+                    f"ckpt {ckpt} seed {seed}: exit {code} ({last}); goodput {g.get('ratio')} "
+                    f"({g.get('steps_kept')}/{g.get('steps_run')}), wall {wall:.1f} s vs {wall0:.1f} s fault-free",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print("\nper fault kind (all runs):")
@@ -133,18 +182,24 @@ def main() -> int:
             vals = [f[key] for f in rows if f.get(key) is not None]
             return f"{statistics.median(vals):g}" if vals else "-"
 
-        print(f"| {kind} | {len(rows)} | {sum(f['detected'] for f in rows)} | {med('detect_seconds')} | "
-              f"{med('recover_seconds')} | {med('steps_lost')} |")
+        print(
+            f"| {kind} | {len(rows)} | {sum(f['detected'] for f in rows)} | {med('detect_seconds')} | "
+            f"{med('recover_seconds')} | {med('steps_lost')} |"
+        )
     print("\nper configuration:")
-    print("| checkpoint every | runs | completed | goodput (median, min) | bound F/(F+C/2) | wall vs fault-free (median) |")
+    print(
+        "| checkpoint every | runs | completed | goodput (median, min) | bound F/(F+C/2) | wall vs fault-free (median) |"
+    )
     print("| ---: | ---: | ---: | --- | ---: | ---: |")
     for ckpt in args.ckpt_every:
         rows = [r for r in results if r["ckpt_every"] == ckpt]
         ratios = [r["goodput"]["ratio"] for r in rows if r["goodput"] and r["goodput"]["ratio"] is not None]
         slow = [r["wall_seconds"] / r["clean_wall_seconds"] for r in rows]
         bound = FAULT_EVERY / (FAULT_EVERY + ckpt / 2)
-        print(f"| {ckpt} | {len(rows)} | {sum(r['exit'] == 0 for r in rows)} | "
-              f"{statistics.median(ratios):.3f}, {min(ratios):.3f} | {bound:.3f} | {statistics.median(slow):.2f}x |")
+        print(
+            f"| {ckpt} | {len(rows)} | {sum(r['exit'] == 0 for r in rows)} | "
+            f"{statistics.median(ratios):.3f}, {min(ratios):.3f} | {bound:.3f} | {statistics.median(slow):.2f}x |"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -35,10 +35,22 @@ def generate(run_dir: str, n: int, now: float) -> None:
     for k in range(n):
         busy = [2.4 if k == slow else 1.0 + (k % 7) * 0.01] * 16
         beat = {
-            "rank": k, "world_size": n, "host": f"node{k // 8:05d}", "pid": 10000 + k, "session_id": "s-1",
-            "state": "running", "time": now - (k % 30) * 0.1, "step": 1230, "window": 123, "attempted": 1237,
-            "progress_time": now - 400, "train_seconds": busy[-1] + 0.2, "window_seconds": [b + 0.2 for b in busy],
-            "busy_seconds": busy, "where": "graph.py:979 in _engine_run_backward", "waiting": k != hung,
+            "rank": k,
+            "world_size": n,
+            "host": f"node{k // 8:05d}",
+            "pid": 10000 + k,
+            "session_id": "s-1",
+            "state": "running",
+            "time": now - (k % 30) * 0.1,
+            "step": 1230,
+            "window": 123,
+            "attempted": 1237,
+            "progress_time": now - 400,
+            "train_seconds": busy[-1] + 0.2,
+            "window_seconds": [b + 0.2 for b in busy],
+            "busy_seconds": busy,
+            "where": "graph.py:979 in _engine_run_backward",
+            "waiting": k != hung,
         }
         if k == hung:
             beat["where"] = "train.py:88 in main"
@@ -93,7 +105,9 @@ def main() -> int:
             rows.append(("bare listdir+open+json.loads", f, m, c, f"{r} files"))
             f, m, c, r = timed(lambda: mtimes(run_dir), args.repeat)
             rows.append(("mtime scan (os.stat)", f, m, c, "oldest mtime"))
-            f, m, c, r = timed(lambda: RankMonitor(rank_stall=300, straggler_patience=5).poll(run_dir, now), args.repeat)
+            f, m, c, r = timed(
+                lambda: RankMonitor(rank_stall=300, straggler_patience=5).poll(run_dir, now), args.repeat
+            )
             rows.append(("RankMonitor.poll", f, m, c, f"{r[0]}: {r[2][:70]}..." if r else "None"))
             steady = RankMonitor(rank_stall=300, straggler_patience=5)
             steady.poll(run_dir, now)

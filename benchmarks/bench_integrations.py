@@ -44,6 +44,7 @@ def _timed(fn):
             return fn(*args, **kwargs)
         finally:
             _inside[0] += time.perf_counter() - t0
+
     return wrapper
 
 
@@ -72,16 +73,35 @@ def _hf_run(steps: int, with_callback: bool, root: str) -> float:
     y = ((x == 1).sum(1) > (x == 2).sum(1)).long()
     data = [{"input_ids": a, "labels": b} for a, b in zip(x, y)]
     torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
-                                                     num_attention_heads=2, intermediate_size=64,
-                                                     max_position_embeddings=SEQ, num_labels=2))
-    args = TrainingArguments(output_dir=root, max_steps=steps, per_device_train_batch_size=BATCH, logging_steps=10,
-                             eval_strategy="no", save_strategy="no", use_cpu=True, disable_tqdm=True,
-                             report_to="none", seed=0, learning_rate=3e-3)
+    model = BertForSequenceClassification(
+        BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=SEQ,
+            num_labels=2,
+        )
+    )
+    args = TrainingArguments(
+        output_dir=root,
+        max_steps=steps,
+        per_device_train_batch_size=BATCH,
+        logging_steps=10,
+        eval_strategy="no",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        report_to="none",
+        seed=0,
+        learning_rate=3e-3,
+    )
     timer = Timer()
     hooks = ("on_train_begin", "on_step_end", "on_epoch_end", "on_log", "on_evaluate", "on_save", "on_train_end")
-    callbacks = [timer] + ([_time_hooks(RunwatchCallback(os.path.join(root, "runwatch"), seq_len=SEQ), hooks)]
-                           if with_callback else [])
+    callbacks = [timer] + (
+        [_time_hooks(RunwatchCallback(os.path.join(root, "runwatch"), seq_len=SEQ), hooks)] if with_callback else []
+    )
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks)
     trainer.remove_callback(PrinterCallback)  # it prints every log line
     from runwatch.integrations import hf
@@ -127,12 +147,31 @@ def _lightning_run(steps: int, with_callback: bool, root: str) -> float:
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32)
     torch.manual_seed(0)
     timer = Timer()
-    hooks = ("on_load_checkpoint", "on_train_start", "on_before_optimizer_step", "on_train_batch_end",
-             "on_validation_end", "on_save_checkpoint", "on_fit_end", "on_exception")
-    callbacks = [timer] + ([_time_hooks(RunwatchCallback(os.path.join(root, "runwatch")), hooks)] if with_callback else [])
-    trainer = L.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, enable_checkpointing=False, limit_val_batches=0,
-                        default_root_dir=root, callbacks=callbacks)
+    hooks = (
+        "on_load_checkpoint",
+        "on_train_start",
+        "on_before_optimizer_step",
+        "on_train_batch_end",
+        "on_validation_end",
+        "on_save_checkpoint",
+        "on_fit_end",
+        "on_exception",
+    )
+    callbacks = [timer] + (
+        [_time_hooks(RunwatchCallback(os.path.join(root, "runwatch")), hooks)] if with_callback else []
+    )
+    trainer = L.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        limit_val_batches=0,
+        default_root_dir=root,
+        callbacks=callbacks,
+    )
     trainer.fit(Classifier(), loader)
     return steps / (timer.t1 - timer.t0), timer.t1 - timer.t0
 
@@ -190,11 +229,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
     else:
-        print(f"{'framework':<10} {'steps':>6} {'without (steps/s)':>18} {'with (steps/s)':>15} {'ratio':>7}"
-              f" {'slower':>7} {'in callback':>12}")
+        print(
+            f"{'framework':<10} {'steps':>6} {'without (steps/s)':>18} {'with (steps/s)':>15} {'ratio':>7}"
+            f" {'slower':>7} {'in callback':>12}"
+        )
         for framework, r in results.items():
-            print(f"{framework:<10} {r['steps']:>6} {r['without_steps_per_second']:>18.1f} {r['with_steps_per_second']:>15.1f}"
-                  f" {r['ratio']:>7.3f} {r['slower_percent']:>6.1f}% {r['inside_callback_percent']:>11.2f}%")
+            print(
+                f"{framework:<10} {r['steps']:>6} {r['without_steps_per_second']:>18.1f} {r['with_steps_per_second']:>15.1f}"
+                f" {r['ratio']:>7.3f} {r['slower_percent']:>6.1f}% {r['inside_callback_percent']:>11.2f}%"
+            )
     return 0
 
 

@@ -27,7 +27,7 @@ import time
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 
-WRITER = textwrap.dedent('''
+WRITER = textwrap.dedent("""
     import sys, time
     from runwatch import RunLogger
     run_dir, steps, step_s, eval_every, eval_s, hang = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), \\
@@ -41,20 +41,59 @@ WRITER = textwrap.dedent('''
                 with log.phase("eval"):
                     time.sleep(3600 if hang else eval_s)
                 log.val(0.9)
-''')
+""")
 
 
-def _run(case: str, stall: float, poll: float, steps: int, step_s: float, eval_every: int, eval_s: float,
-         hang: bool, max_window: float, extra: list[str]) -> dict:
+def _run(
+    case: str,
+    stall: float,
+    poll: float,
+    steps: int,
+    step_s: float,
+    eval_every: int,
+    eval_s: float,
+    hang: bool,
+    max_window: float,
+    extra: list[str],
+) -> dict:
     run_dir = tempfile.mkdtemp(prefix=f"liveness-{case}-")
     env = dict(os.environ, PYTHONPATH=SRC, OMP_NUM_THREADS="1")
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, run_dir, str(steps), str(step_s), str(eval_every),
-                               str(eval_s), "hang" if hang else "ok", str(max_window)], env=env)
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            WRITER,
+            run_dir,
+            str(steps),
+            str(step_s),
+            str(eval_every),
+            str(eval_s),
+            "hang" if hang else "ok",
+            str(max_window),
+        ],
+        env=env,
+    )
     with open(os.path.join(run_dir, "pid"), "w") as f:
         f.write(f"{writer.pid}\n")
     t0 = time.time()
-    watch = subprocess.run([sys.executable, "-m", "runwatch", "watch", run_dir, "--poll", str(poll), "--stall",
-                            str(stall), "--stop-on-anomaly", *extra], env=env, capture_output=True, text=True)
+    watch = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runwatch",
+            "watch",
+            run_dir,
+            "--poll",
+            str(poll),
+            "--stall",
+            str(stall),
+            "--stop-on-anomaly",
+            *extra,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.time() - t0
     writer.wait()
     line = watch.stdout.strip().splitlines()[-1] if watch.stdout.strip() else watch.stderr.strip()[-200:]
@@ -67,10 +106,17 @@ def _run(case: str, stall: float, poll: float, steps: int, step_s: float, eval_e
         latency = round(verdict_time - since, 2) if since else None
     except (OSError, ValueError, KeyError):
         pass
-    check = subprocess.run([sys.executable, "-m", "runwatch", "check", run_dir], env=env, capture_output=True, text=True)
-    return {"case": case, "exit": watch.returncode, "line": line, "seconds": round(elapsed, 1),
-            "phase_to_verdict_seconds": latency,
-            "check": check.stdout.strip().splitlines()[-1] if check.stdout.strip() else check.stderr.strip()}
+    check = subprocess.run(
+        [sys.executable, "-m", "runwatch", "check", run_dir], env=env, capture_output=True, text=True
+    )
+    return {
+        "case": case,
+        "exit": watch.returncode,
+        "line": line,
+        "seconds": round(elapsed, 1),
+        "phase_to_verdict_seconds": latency,
+        "check": check.stdout.strip().splitlines()[-1] if check.stdout.strip() else check.stderr.strip(),
+    }
 
 
 def main() -> None:
@@ -83,8 +129,20 @@ def main() -> None:
     rows = []
     # (case, steps, step seconds, eval every, eval seconds, hang, max_window_seconds, extra watch options)
     for mult in (1, 5, 20):
-        rows.append(_run(f"eval {mult}x --stall", s, a.poll, 30, 0.01, 10, mult * s, False, 60.0,
-                         ["--stall-phase", f"eval={max(60.0, 2 * 20 * s):g}"]))
+        rows.append(
+            _run(
+                f"eval {mult}x --stall",
+                s,
+                a.poll,
+                30,
+                0.01,
+                10,
+                mult * s,
+                False,
+                60.0,
+                ["--stall-phase", f"eval={max(60.0, 2 * 20 * s):g}"],
+            )
+        )
     # a window of 10 updates takes 2x --stall: it closes on time (max_window_seconds = stall / 2)
     rows.append(_run("steps 2x --stall per window", s, a.poll, 30, 2 * s / 10, 0, 0, False, s / 2, []))
     limit = 4 * s
@@ -102,8 +160,10 @@ def main() -> None:
         print(f"{'':45}{r['check'][:90]}")
     false_alarms = sum(1 for r in rows[:-1] if r["exit"] != 0)
     h = rows[-1]
-    print(f"false alarms: {false_alarms} of {len(rows) - 1} healthy runs; hang caught: {h['exit'] == 7}, "
-          f"{h['phase_to_verdict_seconds']} s after entering the phase (limit + poll = {h['limit_plus_poll']} s)")
+    print(
+        f"false alarms: {false_alarms} of {len(rows) - 1} healthy runs; hang caught: {h['exit'] == 7}, "
+        f"{h['phase_to_verdict_seconds']} s after entering the phase (limit + poll = {h['limit_plus_poll']} s)"
+    )
 
 
 if __name__ == "__main__":

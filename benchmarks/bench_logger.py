@@ -62,8 +62,12 @@ def tensor_values(n: int) -> list[tuple]:
 def peer_runlogger(tmp: str):
     from runwatch import RunLogger
 
-    log = RunLogger(os.path.join(tmp, "runwatch"), recipe=RECIPE, optimizers=[{"name": "all", "algorithm": "adamw"}],
-                    hardware={"device": "cpu"})
+    log = RunLogger(
+        os.path.join(tmp, "runwatch"),
+        recipe=RECIPE,
+        optimizers=[{"name": "all", "algorithm": "adamw"}],
+        hardware={"device": "cpu"},
+    )
     step = log.step
 
     def run(values):
@@ -135,8 +139,12 @@ def peer_wandb(tmp: str):
     os.environ["WANDB_DATA_DIR"] = os.path.join(tmp, "wandb-data")
     import wandb
 
-    run_ = wandb.init(project="runwatch-bench", mode="offline", dir=tmp,
-                      settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
+    run_ = wandb.init(
+        project="runwatch-bench",
+        mode="offline",
+        dir=tmp,
+        settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
+    )
     log = run_.log
     counter = [0]
 
@@ -158,8 +166,12 @@ def peer_naive(tmp: str):
     def run(values):
         i = counter[0]
         for loss, lr, grad_norm, clipped, skipped in values:
-            f.write(dumps({"step": i, "loss": loss, "lr": lr, "grad_norm": grad_norm,
-                           "clipped": clipped, "skipped": skipped}) + "\n")
+            f.write(
+                dumps(
+                    {"step": i, "loss": loss, "lr": lr, "grad_norm": grad_norm, "clipped": clipped, "skipped": skipped}
+                )
+                + "\n"
+            )
             f.flush()
             i += 1
         counter[0] = i
@@ -176,8 +188,19 @@ def peer_naive_tensors(tmp: str):
     def run(values):
         i = counter[0]
         for loss, lr, grad_norm, clipped, skipped in values:
-            f.write(dumps({"step": i, "loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm),
-                           "clipped": bool(clipped), "skipped": bool(skipped)}) + "\n")
+            f.write(
+                dumps(
+                    {
+                        "step": i,
+                        "loss": float(loss),
+                        "lr": float(lr),
+                        "grad_norm": float(grad_norm),
+                        "clipped": bool(clipped),
+                        "skipped": bool(skipped),
+                    }
+                )
+                + "\n"
+            )
             f.flush()
             i += 1
         counter[0] = i
@@ -251,6 +274,7 @@ def count_conversions(steps: int = 100, window: int = 10) -> dict[str, int]:
         def counted(self, *a, **k):
             calls.append(n)
             return f(self, *a, **k)
+
         return counted
 
     tmp = tempfile.mkdtemp(prefix="runwatch-bench-sync-")
@@ -274,8 +298,14 @@ def count_conversions(steps: int = 100, window: int = 10) -> dict[str, int]:
     closing = [c for i, c in enumerate(per_step) if (i + 1) % window == 0]
     other = [c for i, c in enumerate(per_step) if (i + 1) % window != 0]
     kinds = {n: calls.count(n) for n in names if calls.count(n)}
-    return {"steps": steps, "windows": len(closing), "max_per_plain_step": max(other),
-            "max_per_window_close": max(closing), "total": len(calls), "by_kind": kinds}
+    return {
+        "steps": steps,
+        "windows": len(closing),
+        "max_per_plain_step": max(other),
+        "max_per_window_close": max(closing),
+        "total": len(calls),
+        "by_kind": kinds,
+    }
 
 
 def heartbeat_costs(n: int = 400) -> dict[str, float]:
@@ -289,8 +319,11 @@ def heartbeat_costs(n: int = 400) -> dict[str, float]:
         log = RunLogger(os.path.join(tmp, "posted"), recipe=RECIPE, hardware={"device": "cpu"})
         sync = RunLogger(os.path.join(tmp, "sync"), recipe=RECIPE, hardware={"device": "cpu"})
         synchronous_heartbeat(sync)
-        samples: dict[str, list[float]] = {"window heartbeat, posted": [], "window heartbeat, written": [],
-                                           "phase change (enter + leave)": []}
+        samples: dict[str, list[float]] = {
+            "window heartbeat, posted": [],
+            "window heartbeat, written": [],
+            "phase change (enter + leave)": [],
+        }
         for _ in range(n):
             t0 = time.perf_counter()
             log._beat.window(1, 0.1)
@@ -324,8 +357,9 @@ def main() -> int:
 
     import torch
 
-    print(f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} cores, "
-          f"repeats {args.repeats}")
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} cores, repeats {args.repeats}"
+    )
     results = measure(args.repeats, args.scale, args.no_wandb)
     base = statistics.median(results[BASELINE])
     print()
@@ -336,26 +370,39 @@ def main() -> int:
 
     conv = count_conversions()
     print()
-    print(f"host-device conversions with 0-dim tensors, window 10, {conv['steps']} steps:"
-          f" {conv['max_per_plain_step']} per step between windows (max),"
-          f" {conv['max_per_window_close']} at a window close (max), {conv['total']} in all"
-          f" {conv['by_kind']}")
+    print(
+        f"host-device conversions with 0-dim tensors, window 10, {conv['steps']} steps:"
+        f" {conv['max_per_plain_step']} per step between windows (max),"
+        f" {conv['max_per_window_close']} at a window close (max), {conv['total']} in all"
+        f" {conv['by_kind']}"
+    )
 
     med = {name: statistics.median(s) for name, s in results.items()}
     hb = heartbeat_costs()
     window_step = med["RunLogger.step, floats, no heartbeat"] * 10  # one window of step() calls, µs
     print()
-    print(f"heartbeat (tmp dir {tempfile.gettempdir()}), median µs on the training thread; "
-          f"a window of 10 step() calls without heartbeats: {window_step:.1f} µs")
+    print(
+        f"heartbeat (tmp dir {tempfile.gettempdir()}), median µs on the training thread; "
+        f"a window of 10 step() calls without heartbeats: {window_step:.1f} µs"
+    )
     for what, us in hb.items():
         print(f"  {what:<32} {us:>9.1f} µs  = {us / window_step:.2f}x a window of step()")
     floats, tensors = med["RunLogger.step, floats"], med["RunLogger.step, 0-dim tensors"]
     checks = [
         ("step() with floats <= 1/20 of TensorBoard", floats <= base / 20),
         ("step() with tensors <= 1/20 of TensorBoard", tensors <= base / 20),
-        ("step() with floats cheaper than the naive writer (floats)", floats < med["naive json.dumps+write+flush, floats"]),
-        ("step() with tensors cheaper than the naive writer (floats)", tensors < med["naive json.dumps+write+flush, floats"]),
-        ("step() with tensors cheaper than the naive writer (tensors)", tensors < med["naive json.dumps+write+flush, tensors"]),
+        (
+            "step() with floats cheaper than the naive writer (floats)",
+            floats < med["naive json.dumps+write+flush, floats"],
+        ),
+        (
+            "step() with tensors cheaper than the naive writer (floats)",
+            tensors < med["naive json.dumps+write+flush, floats"],
+        ),
+        (
+            "step() with tensors cheaper than the naive writer (tensors)",
+            tensors < med["naive json.dumps+write+flush, tensors"],
+        ),
         ("zero conversions per step with tensors", conv["max_per_plain_step"] == 0),
         ("one .tolist() per window with tensors", conv["by_kind"] == {"tolist": conv["windows"]}),
     ]

@@ -29,9 +29,9 @@ RECIPE = {"batch_size": 8, "seq_len": 128, "gradient_accumulation_steps": 1, "qk
 def make_log(run_dir: str, steps: int) -> int:
     with RunLogger(run_dir, recipe=RECIPE, hardware={}, window=10) as log:
         for s in range(1, steps + 1):
-            log.step(loss=1.0 / s ** 0.3, lr=1e-3, grad_norm=0.5 + (s % 13) / 13)
+            log.step(loss=1.0 / s**0.3, lr=1e-3, grad_norm=0.5 + (s % 13) / 13)
             if s % 1000 == 0:
-                log.val(loss=0.9 / s ** 0.3, metrics={"auroc": 0.9})
+                log.val(loss=0.9 / s**0.3, metrics={"auroc": 0.9})
     with open(os.path.join(run_dir, "metrics.jsonl"), "rb") as f:
         return sum(1 for _ in f)
 
@@ -66,8 +66,10 @@ def main() -> None:
     base = tempfile.mkdtemp(prefix="bench-look-")
     run_dir = os.path.join(base, "run")
     lines = make_log(run_dir, args.steps)
-    print(f"log: {lines} records ({os.path.getsize(os.path.join(run_dir, 'metrics.jsonl')) / 1e6:.1f} MB), "
-          f"median of {args.repeat}")
+    print(
+        f"log: {lines} records ({os.path.getsize(os.path.join(run_dir, 'metrics.jsonl')) / 1e6:.1f} MB), "
+        f"median of {args.repeat}"
+    )
     rows = [
         ("runwatch check (parse + rules)", lambda: check(run_dir)),
         ("runwatch plot", lambda: plot.snapshot(run_dir)),

@@ -34,8 +34,12 @@ TAGS = ("train/loss", "train/learning_rate", "train/grad_norm", "train/samples_p
 
 def _record(data: bytes) -> bytes:
     header = struct.pack("<Q", len(data))
-    return (header + struct.pack("<I", tfrecord.masked_crc32c(header)) + data
-            + struct.pack("<I", tfrecord.masked_crc32c(data)))
+    return (
+        header
+        + struct.pack("<I", tfrecord.masked_crc32c(header))
+        + data
+        + struct.pack("<I", tfrecord.masked_crc32c(data))
+    )
 
 
 def make_event_file(mb: int) -> tuple[str, int]:
@@ -124,6 +128,7 @@ def bench_tensorboard(mb: int, repeat: int) -> None:
         rows = []
         for name, fn in peers:
             if fn is None:
+
                 def fn(path=path):
                     saved = tfrecord.crc32c
                     tfrecord.crc32c = tfrecord._crc32c_py
@@ -131,6 +136,7 @@ def bench_tensorboard(mb: int, repeat: int) -> None:
                         return runwatch_reader(path, "none")
                     finally:
                         tfrecord.crc32c = saved
+
             times = []
             for _ in range(repeat):
                 try:
@@ -144,14 +150,19 @@ def bench_tensorboard(mb: int, repeat: int) -> None:
             wall = statistics.median(t[0] for t in times)
             cpu = statistics.median(t[1] for t in times)
             rows.append((name, wall, cpu, times[0][2]))
-            print(f"{name}: {wall:.1f} s wall, {cpu:.1f} s CPU, {size / 1e6 / wall:.1f} MB/s, "
-                  f"{values / wall / 1000:.0f}k values/s, out={times[0][2]}", flush=True)
+            print(
+                f"{name}: {wall:.1f} s wall, {cpu:.1f} s CPU, {size / 1e6 / wall:.1f} MB/s, "
+                f"{values / wall / 1000:.0f}k values/s, out={times[0][2]}",
+                flush=True,
+            )
         base = next((r for r in rows if r[0].startswith("TensorBoard")), None)
         print("\n| reader | wall s | CPU s | MB/s | values/s | x EventAccumulator |")
         print("| --- | ---: | ---: | ---: | ---: | ---: |")
         for name, wall, cpu, _n in rows:
             ratio = f"{base[1] / wall:.1f}x" if base else "-"
-            print(f"| {name} | {wall:.1f} | {cpu:.1f} | {size / 1e6 / wall:.1f} | {values / wall / 1000:.0f}k | {ratio} |")
+            print(
+                f"| {name} | {wall:.1f} | {cpu:.1f} | {size / 1e6 / wall:.1f} | {values / wall / 1000:.0f}k | {ratio} |"
+            )
     finally:
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
@@ -181,8 +192,11 @@ def bench_poll(mb: int) -> None:
                 t = time.perf_counter()
                 reader.poll()
                 grow.append(time.perf_counter() - t)
-            print(f"| {os.path.getsize(p) / 1e6:.0f} MB | {wall:.1f} | {statistics.median(idle) * 1e6:.0f} | "
-                  f"{statistics.median(grow) * 1e6:.0f} |", flush=True)
+            print(
+                f"| {os.path.getsize(p) / 1e6:.0f} MB | {wall:.1f} | {statistics.median(idle) * 1e6:.0f} | "
+                f"{statistics.median(grow) * 1e6:.0f} |",
+                flush=True,
+            )
     finally:
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
@@ -196,11 +210,16 @@ def make_store(rows: int) -> tuple[str, str]:
     con.execute("VACUUM")
     exp = con.execute("SELECT experiment_id FROM runs LIMIT 1").fetchone()[0]
     run = "bench" + "0" * 27
-    con.execute("INSERT INTO runs (run_uuid, name, status, start_time, lifecycle_stage, experiment_id) "
-                "VALUES (?, 'bench', 'RUNNING', 9999999999999, 'active', ?)", (run, exp))
+    con.execute(
+        "INSERT INTO runs (run_uuid, name, status, start_time, lifecycle_stage, experiment_id) "
+        "VALUES (?, 'bench', 'RUNNING', 9999999999999, 'active', ?)",
+        (run, exp),
+    )
     keys = ("train_loss", "learning_rate", "grad_norm", "samples_per_second")
-    con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?, 0)",
-                    ((keys[i % 4], 1.0 / (i // 4 + 1), 1_700_000_000_000 + i, run, i // 4) for i in range(rows)))
+    con.executemany(
+        "INSERT INTO metrics VALUES (?, ?, ?, ?, ?, 0)",
+        ((keys[i % 4], 1.0 / (i // 4 + 1), 1_700_000_000_000 + i, run, i // 4) for i in range(rows)),
+    )
     con.commit()
     con.close()
     return db, run
@@ -210,8 +229,10 @@ def mlflow_client(db: str, run: str) -> int:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{db}")
-    return sum(len(client.get_metric_history(run, k)) for k in ("train_loss", "learning_rate", "grad_norm",
-                                                                  "samples_per_second"))
+    return sum(
+        len(client.get_metric_history(run, k))
+        for k in ("train_loss", "learning_rate", "grad_norm", "samples_per_second")
+    )
 
 
 def bench_mlflow(rows: int) -> None:
@@ -230,7 +251,9 @@ def bench_mlflow(rows: int) -> None:
             return r, n + len(r.finish())
 
         wall, cpu, (reader, n) = _timed(catch_up)
-        print(f"runwatch SqliteReader catch-up: {wall:.1f} s wall, {cpu:.1f} s CPU, {rows / wall / 1000:.0f}k rows/s, {n} records")
+        print(
+            f"runwatch SqliteReader catch-up: {wall:.1f} s wall, {cpu:.1f} s CPU, {rows / wall / 1000:.0f}k rows/s, {n} records"
+        )
         idle = []
         for _ in range(1000):
             t = time.perf_counter()
@@ -239,20 +262,26 @@ def bench_mlflow(rows: int) -> None:
         con = sqlite3.connect(db)
         grow = []
         for i in range(100):
-            con.execute("INSERT INTO metrics VALUES ('train_loss', 0.1, ?, ?, ?, 0)", (1_800_000_000_000 + i, run, 10**7 + i))
+            con.execute(
+                "INSERT INTO metrics VALUES ('train_loss', 0.1, ?, ?, ?, 0)", (1_800_000_000_000 + i, run, 10**7 + i)
+            )
             con.commit()
             t = time.perf_counter()
             reader.poll()
             grow.append(time.perf_counter() - t)
         con.close()
-        print(f"idle poll: {statistics.median(idle) * 1e6:.0f} µs (median of 1000); poll after one new row: "
-              f"{statistics.median(grow) * 1e6:.0f} µs (median of 100)")
+        print(
+            f"idle poll: {statistics.median(idle) * 1e6:.0f} µs (median of 1000); poll after one new row: "
+            f"{statistics.median(grow) * 1e6:.0f} µs (median of 100)"
+        )
         wall, cpu, _ = _timed(lambda: sum(1 for _ in iter_records(db)))
         print(f"runwatch iter_records (reader + RecordParser): {wall:.1f} s wall, {rows / wall / 1000:.0f}k rows/s")
         try:
             wall, cpu, n = _timed(lambda: mlflow_client(db, run))
-            print(f"MLflow client get_metric_history x4 keys: {wall:.1f} s wall, {cpu:.1f} s CPU, "
-                  f"{rows / wall / 1000:.0f}k rows/s, {n} rows")
+            print(
+                f"MLflow client get_metric_history x4 keys: {wall:.1f} s wall, {cpu:.1f} s CPU, "
+                f"{rows / wall / 1000:.0f}k rows/s, {n} rows"
+            )
         except ImportError as exc:
             print(f"MLflow client: skipped ({exc})")
     finally:

@@ -35,31 +35,76 @@ sys.path.insert(0, SRC)
 
 from runwatch.status import status
 
-RECIPE = {"batch_size": 8, "seq_len": 512, "gradient_accumulation_steps": 1, "qk_clip_threshold": None, "max_steps": 10**9}
+RECIPE = {
+    "batch_size": 8,
+    "seq_len": 512,
+    "gradient_accumulation_steps": 1,
+    "qk_clip_threshold": None,
+    "max_steps": 10**9,
+}
 TOKENS = 8 * 512 * 10  # a window of 10 updates
 
 
 def _record(run_id: str, step: int, t0: float) -> str:
-    return json.dumps({
-        "run_id": run_id, "session_id": "s-1", "event": "train", "step": step, "time": t0 + step / 10,
-        "session": {"elapsed_seconds": step / 10, "tokens": step * TOKENS // 10, "tokens_per_second": 40960.0, "profiling_seconds": 0},
-        "updates": 10, "skipped": 0, "attempted": 10, "tokens": TOKENS, "train_seconds": 1.0,
-        "loss": 2.0 + (step % 97) / 1000, "lr": 3e-4, "grad_norm": {"mean": 0.8, "max": 1.3},
-        "nonfinite_grad_norms": 0, "grad_clipped_fraction": 0.1}, separators=(",", ":")) + "\n"
+    return (
+        json.dumps(
+            {
+                "run_id": run_id,
+                "session_id": "s-1",
+                "event": "train",
+                "step": step,
+                "time": t0 + step / 10,
+                "session": {
+                    "elapsed_seconds": step / 10,
+                    "tokens": step * TOKENS // 10,
+                    "tokens_per_second": 40960.0,
+                    "profiling_seconds": 0,
+                },
+                "updates": 10,
+                "skipped": 0,
+                "attempted": 10,
+                "tokens": TOKENS,
+                "train_seconds": 1.0,
+                "loss": 2.0 + (step % 97) / 1000,
+                "lr": 3e-4,
+                "grad_norm": {"mean": 0.8, "max": 1.3},
+                "nonfinite_grad_norms": 0,
+                "grad_clipped_fraction": 0.1,
+            },
+            separators=(",", ":"),
+        )
+        + "\n"
+    )
 
 
 def make_run(run_dir: str, size_bytes: int, t0: float) -> int:
     """A valid schema-v1 session of about `size_bytes`; returns its last step."""
     os.makedirs(run_dir)
     run_id = "r-" + os.path.basename(run_dir)
-    manifest = {"schema_version": 1, "run_id": run_id, "created_at": "2026-01-01T00:00:00Z", "sessions": [
-        {"session_id": "s-1", "started_at": "2026-01-01T00:00:00Z", "start": {"step": 0, "tokens": 0, "skipped": 0},
-         "recipe": RECIPE, "optimizers": [{"name": "all", "algorithm": "adamw"}], "hardware": {}}]}
+    manifest = {
+        "schema_version": 1,
+        "run_id": run_id,
+        "created_at": "2026-01-01T00:00:00Z",
+        "sessions": [
+            {
+                "session_id": "s-1",
+                "started_at": "2026-01-01T00:00:00Z",
+                "start": {"step": 0, "tokens": 0, "skipped": 0},
+                "recipe": RECIPE,
+                "optimizers": [{"name": "all", "algorithm": "adamw"}],
+                "hardware": {},
+            }
+        ],
+    }
     with open(os.path.join(run_dir, "run.json"), "w") as f:
         json.dump(manifest, f)
     # The template's step, time and token fields are filled in by %-formatting: much faster than json.dumps.
-    tpl = _record(run_id, 123456789, 0.0).replace('"step":123456789', '"step":%(s)d').replace(
-        '"time":12345678.9', '"time":%(t).1f').replace('"tokens":505679007744', '"tokens":%(k)d')
+    tpl = (
+        _record(run_id, 123456789, 0.0)
+        .replace('"step":123456789', '"step":%(s)d')
+        .replace('"time":12345678.9', '"time":%(t).1f')
+        .replace('"tokens":505679007744', '"tokens":%(k)d')
+    )
     if tpl.count("%(") != 3:
         raise RuntimeError("the record template lost a field")
     step, written = 0, 0
@@ -103,8 +148,13 @@ def bench(n_runs: int, mb: int) -> dict:
         t = time.perf_counter()
         last = {f"run-{i:02d}": make_run(os.path.join(root, f"run-{i:02d}"), mb * 2**20, t0) for i in range(n_runs)}
         write_s = time.perf_counter() - t
-        proc = subprocess.Popen([sys.executable, "-m", "runwatch", "serve", root, "--port", "0"], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": SRC})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runwatch", "serve", root, "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONPATH": SRC},
+        )
         try:
             line = proc.stdout.readline()
             url = line.rsplit(" at ", 1)[1].strip()
@@ -150,11 +200,25 @@ def bench(n_runs: int, mb: int) -> dict:
             for rel in last:
                 status(os.path.join(root, rel), gpus=False)
             peers.append(time.perf_counter() - t)
-        return {"runs": n_runs, "mb": mb, "write_s": write_s, "ttfb_page_ms": ttfb_page * 1e3, "ttfb_api_ms": ttfb_api * 1e3,
-                "catchup_s": catchup_s, "visible_s": visible_s, "full_refresh_ms": full * 1e3, "one_run_ms": one * 1e3,
-                "one_run_kb": one_bytes / 1024, "status_peer_ms": statistics.median(peers) * 1e3,
-                "rss_mb": rss / 2**20, "peak_rss_mb": peak / 2**20, "list_page_kb": len(page) / 1024,
-                "run_page_kb": run_page / 1024, "js_kb": js / 1024, "css_kb": css / 1024}
+        return {
+            "runs": n_runs,
+            "mb": mb,
+            "write_s": write_s,
+            "ttfb_page_ms": ttfb_page * 1e3,
+            "ttfb_api_ms": ttfb_api * 1e3,
+            "catchup_s": catchup_s,
+            "visible_s": visible_s,
+            "full_refresh_ms": full * 1e3,
+            "one_run_ms": one * 1e3,
+            "one_run_kb": one_bytes / 1024,
+            "status_peer_ms": statistics.median(peers) * 1e3,
+            "rss_mb": rss / 2**20,
+            "peak_rss_mb": peak / 2**20,
+            "list_page_kb": len(page) / 1024,
+            "run_page_kb": run_page / 1024,
+            "js_kb": js / 1024,
+            "css_kb": css / 1024,
+        }
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -164,15 +228,20 @@ def main() -> None:
     ap.add_argument("--runs", type=int, nargs="+", default=[1, 10, 50])
     ap.add_argument("--mb", type=int, default=20, help="megabytes of log per run (default 20)")
     args = ap.parse_args()
-    print("| runs x MB | TTFB / | TTFB /api/runs | catch-up | append -> visible (all runs) | full refresh /api/runs | "
-          "one run /api/run (KB) | peer: status() of every run | RSS (peak) | page weight: list HTML + JS + CSS; run HTML |")
+    print(
+        "| runs x MB | TTFB / | TTFB /api/runs | catch-up | append -> visible (all runs) | full refresh /api/runs | "
+        "one run /api/run (KB) | peer: status() of every run | RSS (peak) | page weight: list HTML + JS + CSS; run HTML |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for n in args.runs:
         r = bench(n, args.mb)
-        print(f"| {n} x {args.mb} MB | {r['ttfb_page_ms']:.1f} ms | {r['ttfb_api_ms']:.1f} ms | {r['catchup_s']:.1f} s | "
-              f"{r['visible_s'] * 1e3:.0f} ms | {r['full_refresh_ms']:.1f} ms | {r['one_run_ms']:.1f} ms ({r['one_run_kb']:.0f} KB) | "
-              f"{r['status_peer_ms']:.1f} ms | {r['rss_mb']:.0f} MB ({r['peak_rss_mb']:.0f} MB) | "
-              f"{r['list_page_kb']:.1f} + {r['js_kb']:.1f} + {r['css_kb']:.1f} KB; {r['run_page_kb']:.0f} KB |", flush=True)
+        print(
+            f"| {n} x {args.mb} MB | {r['ttfb_page_ms']:.1f} ms | {r['ttfb_api_ms']:.1f} ms | {r['catchup_s']:.1f} s | "
+            f"{r['visible_s'] * 1e3:.0f} ms | {r['full_refresh_ms']:.1f} ms | {r['one_run_ms']:.1f} ms ({r['one_run_kb']:.0f} KB) | "
+            f"{r['status_peer_ms']:.1f} ms | {r['rss_mb']:.0f} MB ({r['peak_rss_mb']:.0f} MB) | "
+            f"{r['list_page_kb']:.1f} + {r['js_kb']:.1f} + {r['css_kb']:.1f} KB; {r['run_page_kb']:.0f} KB |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

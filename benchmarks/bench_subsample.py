@@ -45,34 +45,44 @@ PEERS = {
         "import sys; sys.path.insert(0, %r)\n"
         "from runwatch.preflight.subsample import SubsampleOptions, subsample\n"
         "r = subsample(sys.argv[1], SubsampleOptions(n=int(sys.argv[3]), out=sys.argv[2], stratify='label'), warn=print)\n"
-        "rows_out = r['written']\n" % SRC) + _RUSAGE,
+        "rows_out = r['written']\n" % SRC
+    )
+    + _RUSAGE,
     "runwatch subsample (no --stratify)": (
         "import sys; sys.path.insert(0, %r)\n"
         "from runwatch.preflight.subsample import SubsampleOptions, subsample\n"
         "r = subsample(sys.argv[1], SubsampleOptions(n=int(sys.argv[3]), out=sys.argv[2]), warn=print)\n"
-        "rows_out = r['written']\n" % SRC) + _RUSAGE,
+        "rows_out = r['written']\n" % SRC
+    )
+    + _RUSAGE,
     "pandas groupby().sample(frac)": (
         "import sys, pandas as pd\n"
         "df = pd.read_json(sys.argv[1], lines=True)\n"
         "out = df.groupby('label', group_keys=False).sample(frac=int(sys.argv[3]) / len(df), random_state=0)\n"
         "out.to_json(sys.argv[2], orient='records', lines=True)\n"
-        "rows_out = len(out)\n") + _RUSAGE,
+        "rows_out = len(out)\n"
+    )
+    + _RUSAGE,
     "DuckDB USING SAMPLE reservoir": (
         "import sys, duckdb\n"
         "con = duckdb.connect()\n"
         "con.execute(f\"COPY (SELECT * FROM read_json_auto('{sys.argv[1]}') USING SAMPLE reservoir({int(sys.argv[3])} ROWS)"
         " REPEATABLE (0)) TO '{sys.argv[2]}' (FORMAT json)\")\n"
-        "rows_out = con.execute(f\"SELECT count(*) FROM read_json_auto('{sys.argv[2]}')\").fetchone()[0]\n") + _RUSAGE,
+        "rows_out = con.execute(f\"SELECT count(*) FROM read_json_auto('{sys.argv[2]}')\").fetchone()[0]\n"
+    )
+    + _RUSAGE,
     "DuckDB per-label window": (
         "import sys, duckdb\n"
         "con = duckdb.connect()\n"
         "n = int(sys.argv[3])\n"
-        "con.execute(f\"\"\"COPY (SELECT id, label, source, text FROM (\n"
+        'con.execute(f"""COPY (SELECT id, label, source, text FROM (\n'
         "  SELECT *, row_number() OVER (PARTITION BY label ORDER BY hash(id, 0)) AS rn,\n"
         "         count(*) OVER (PARTITION BY label) AS c, count(*) OVER () AS total\n"
         "  FROM read_json_auto('{sys.argv[1]}')) WHERE rn <= round({n} * c / total)\n"
-        ") TO '{sys.argv[2]}' (FORMAT json)\"\"\")\n"
-        "rows_out = con.execute(f\"SELECT count(*) FROM read_json_auto('{sys.argv[2]}')\").fetchone()[0]\n") + _RUSAGE,
+        ') TO \'{sys.argv[2]}\' (FORMAT json)""")\n'
+        "rows_out = con.execute(f\"SELECT count(*) FROM read_json_auto('{sys.argv[2]}')\").fetchone()[0]\n"
+    )
+    + _RUSAGE,
 }
 
 
@@ -89,8 +99,16 @@ def generate(path: str, mb: int, seed: int = 0) -> int:
             block = []
             for _ in range(10000):
                 text = " ".join(rng.choice(words) for _ in range(rng.randint(18, 34)))
-                block.append(json.dumps({"id": rows, "label": labels[rng.randrange(100)],
-                                         "source": f"mailbox-{rng.randrange(500)}", "text": text}))
+                block.append(
+                    json.dumps(
+                        {
+                            "id": rows,
+                            "label": labels[rng.randrange(100)],
+                            "source": f"mailbox-{rng.randrange(500)}",
+                            "text": text,
+                        }
+                    )
+                )
                 rows += 1
             chunk = "\n".join(block) + "\n"
             f.write(chunk)
@@ -118,7 +136,9 @@ def bench_subsample(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         rows = generate(path, args.mb)
         size_mb = os.path.getsize(path) / 1e6
-        print(f"generated {rows:,} rows, {size_mb:,.0f} MB in {time.perf_counter() - t0:.0f}s; n = {args.n:,}", flush=True)
+        print(
+            f"generated {rows:,} rows, {size_mb:,.0f} MB in {time.perf_counter() - t0:.0f}s; n = {args.n:,}", flush=True
+        )
         results: dict[str, list[dict]] = {name: [] for name in PEERS}
         for r in range(args.repeats):
             for name in PEERS:
@@ -142,13 +162,16 @@ def bench_subsample(args: argparse.Namespace) -> None:
             wall = statistics.median(x["wall"] for x in runs)
             cpu = statistics.median(x["cpu"] for x in runs)
             rss = statistics.median(x["rss_mb"] for x in runs)
-            print(f"| {name} | {wall:.1f} | {cpu:.1f} | {rows / wall:,.0f} | {size_mb / wall:.1f} | {rss:,.0f} |"
-                  f" {runs[0]['rows_out']:,} |")
+            print(
+                f"| {name} | {wall:.1f} | {cpu:.1f} | {rows / wall:,.0f} | {size_mb / wall:.1f} | {rss:,.0f} |"
+                f" {runs[0]['rows_out']:,} |"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-BENCH_CODE = """
+BENCH_CODE = (
+    """
 import json, resource, sys, time
 sys.path.insert(0, %r)
 from runwatch.cli import main
@@ -158,7 +181,9 @@ wall = time.perf_counter() - t0
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"code": code, "wall": wall, "bench_cpu": me.ru_utime + me.ru_stime,
                   "job_cpu": kids.ru_utime + kids.ru_stime}))
-""" % SRC
+"""
+    % SRC
+)
 
 
 def bench_overhead(args: argparse.Namespace) -> None:
@@ -167,19 +192,39 @@ def bench_overhead(args: argparse.Namespace) -> None:
         runs = []
         for r in range(args.repeats):
             run_dir = os.path.join(work, f"run{r}")
-            argv = ["bench", run_dir, "--steps", str(args.steps), "--json", "--", sys.executable, "-m",
-                    "runwatch.demo.tinytrain", run_dir, "--steps", "100000", "--step-sleep", str(args.step_sleep)]
-            proc = subprocess.run([sys.executable, "-c", BENCH_CODE, *argv], capture_output=True, text=True,
-                                  env=dict(os.environ, PYTHONPATH=SRC, OMP_NUM_THREADS="1"))
+            argv = [
+                "bench",
+                run_dir,
+                "--steps",
+                str(args.steps),
+                "--json",
+                "--",
+                sys.executable,
+                "-m",
+                "runwatch.demo.tinytrain",
+                run_dir,
+                "--steps",
+                "100000",
+                "--step-sleep",
+                str(args.step_sleep),
+            ]
+            proc = subprocess.run(
+                [sys.executable, "-c", BENCH_CODE, *argv],
+                capture_output=True,
+                text=True,
+                env=dict(os.environ, PYTHONPATH=SRC, OMP_NUM_THREADS="1"),
+            )
             info = json.loads(proc.stdout.strip().splitlines()[-1])
             runs.append(info)
             print(f"  repeat {r + 1}: {info}", flush=True)
         wall = statistics.median(x["wall"] for x in runs)
         mine = statistics.median(x["bench_cpu"] for x in runs)
         job = statistics.median(x["job_cpu"] for x in runs)
-        print(f"\nbench over {args.steps} steps of {args.step_sleep}s sleep + a tiny step: wall {wall:.1f}s,"
-              f" bench's own CPU {mine:.2f}s ({100 * mine / wall:.1f}% of one core while it ran; the python"
-              f" start-up and imports included), the job's CPU {job:.2f}s")
+        print(
+            f"\nbench over {args.steps} steps of {args.step_sleep}s sleep + a tiny step: wall {wall:.1f}s,"
+            f" bench's own CPU {mine:.2f}s ({100 * mine / wall:.1f}% of one core while it ran; the python"
+            f" start-up and imports included), the job's CPU {job:.2f}s"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

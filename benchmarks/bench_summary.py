@@ -39,8 +39,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")
 HERE = os.path.abspath(__file__)
 
-RECIPE = {"batch_size": 32, "seq_len": 2048, "gradient_accumulation_steps": 4, "qk_clip_threshold": 100.0,
-          "max_steps": 10**9}
+RECIPE = {
+    "batch_size": 32,
+    "seq_len": 2048,
+    "gradient_accumulation_steps": 4,
+    "qk_clip_threshold": 100.0,
+    "max_steps": 10**9,
+}
 OPTIMIZERS = [{"name": "matrices", "algorithm": "muon"}, {"name": "embeddings", "algorithm": "adamw"}]
 HARDWARE = {"device": "NVIDIA H200", "device_count": 8, "world_size": 8, "host": "bench"}
 WINDOW = 10
@@ -72,27 +77,55 @@ def generate(run_dir: str, size_mb: float) -> dict:
 
     with RunLogger(run_dir, recipe=RECIPE, optimizers=OPTIMIZERS, hardware=HARDWARE, window=WINDOW) as log:
         for i in range(WINDOW):
-            log.step(loss=3.0, lr=3e-4, grad_norm=1.0, clipped=i % 3 == 0, qk_observed=64, qk_clipped=i % 2,
-                     qk_max_logit=80.0 + i)
+            log.step(
+                loss=3.0,
+                lr=3e-4,
+                grad_norm=1.0,
+                clipped=i % 3 == 0,
+                qk_observed=64,
+                qk_clipped=i % 2,
+                qk_max_logit=80.0 + i,
+            )
         log.val(loss=2.9, metrics={"auroc": 0.61, "accuracy": 0.57})
         log.checkpoint("ckpt/step-10.pt", seconds=1.5, bytes=123456789, verified=True)
     path = os.path.join(run_dir, "metrics.jsonl")
     with open(path, encoding="utf-8") as f:
         real = {rec["event"]: rec for rec in map(json.loads, f)}
-    session = {"elapsed_seconds": "elapsed", "tokens": "session_tokens", "tokens_per_second": "tps",
-               "profiling_seconds": "profiling"}
-    common = {"step": "step", "time": "time", "memory.host_rss_peak_bytes": "rss",
-              **{f"session.{k}": v for k, v in session.items()}}
-    train = _template(real["train"], {
-        **common, "updates": "updates", "skipped": "skipped", "attempted": "attempted", "tokens": "tokens",
-        "train_seconds": "train_seconds", "loss": "loss", "lr": "lr", "grad_norm.mean": "gmean",
-        "grad_norm.max": "gmax", "nonfinite_grad_norms": "nonfinite", "grad_clipped_fraction": "clipfrac",
-        "qk_clip.observed_head_updates": "observed", "qk_clip.clipped_head_updates": "clipped",
-        "qk_clip.max_logit": "max_logit"})
+    session = {
+        "elapsed_seconds": "elapsed",
+        "tokens": "session_tokens",
+        "tokens_per_second": "tps",
+        "profiling_seconds": "profiling",
+    }
+    common = {
+        "step": "step",
+        "time": "time",
+        "memory.host_rss_peak_bytes": "rss",
+        **{f"session.{k}": v for k, v in session.items()},
+    }
+    train = _template(
+        real["train"],
+        {
+            **common,
+            "updates": "updates",
+            "skipped": "skipped",
+            "attempted": "attempted",
+            "tokens": "tokens",
+            "train_seconds": "train_seconds",
+            "loss": "loss",
+            "lr": "lr",
+            "grad_norm.mean": "gmean",
+            "grad_norm.max": "gmax",
+            "nonfinite_grad_norms": "nonfinite",
+            "grad_clipped_fraction": "clipfrac",
+            "qk_clip.observed_head_updates": "observed",
+            "qk_clip.clipped_head_updates": "clipped",
+            "qk_clip.max_logit": "max_logit",
+        },
+    )
     val = _template(real["val"], {**common, "loss": "loss", "metrics.auroc": "auroc"})
     checkpoint = _template(real["checkpoint"], {**common, "path": "path"})
-    end = _template(real["session_end"], {**common, "totals.tokens": "total_tokens",
-                                          "totals.skipped": "total_skipped"})
+    end = _template(real["session_end"], {**common, "totals.tokens": "total_tokens", "totals.skipped": "total_skipped"})
 
     per_attempt = RECIPE["batch_size"] * RECIPE["seq_len"] * RECIPE["gradient_accumulation_steps"]
     target = int(size_mb * 1024 * 1024)
@@ -110,14 +143,32 @@ def generate(run_dir: str, size_mb: float) -> dict:
             skipped_total += skipped
             elapsed = windows * 2.5
             loss = 3.0 / (1.0 + windows * 1e-4) + (windows % 7) * 1e-3
-            values = {"step": step, "time": t0 + elapsed, "rss": 2_000_000_000 + windows, "elapsed": elapsed,
-                      "session_tokens": tokens, "tps": tokens / elapsed, "profiling": 0.0}
-            line = train.format(**values, updates=updates, skipped=skipped, attempted=WINDOW,
-                                tokens=per_attempt * WINDOW, train_seconds=2.4 + (windows % 5) * 0.01, loss=loss,
-                                lr=3e-4 * (1.0 - windows * 1e-8), gmean=0.9 + (windows % 11) * 0.01,
-                                gmax=1.2 + (windows % 13) * 0.1, nonfinite=skipped,
-                                clipfrac=(windows % 4) / updates, observed=640, clipped=windows % 64,
-                                max_logit=90.0 + (windows % 17) * 0.5)
+            values = {
+                "step": step,
+                "time": t0 + elapsed,
+                "rss": 2_000_000_000 + windows,
+                "elapsed": elapsed,
+                "session_tokens": tokens,
+                "tps": tokens / elapsed,
+                "profiling": 0.0,
+            }
+            line = train.format(
+                **values,
+                updates=updates,
+                skipped=skipped,
+                attempted=WINDOW,
+                tokens=per_attempt * WINDOW,
+                train_seconds=2.4 + (windows % 5) * 0.01,
+                loss=loss,
+                lr=3e-4 * (1.0 - windows * 1e-8),
+                gmean=0.9 + (windows % 11) * 0.01,
+                gmax=1.2 + (windows % 13) * 0.1,
+                nonfinite=skipped,
+                clipfrac=(windows % 4) / updates,
+                observed=640,
+                clipped=windows % 64,
+                max_logit=90.0 + (windows % 17) * 0.5,
+            )
             chunk.append(line)
             size += len(line)
             if windows % 100 == 0:
@@ -194,7 +245,8 @@ def _pandas_partial(df, acc: dict) -> None:
         acc["last_loss"] = float(train["loss"].iloc[-1])
         acc["grad_max"] = max(acc.get("grad_max", -math.inf), float(train["grad_norm"].str.get("max").max()))
         acc["clipped_weighted"] = acc.get("clipped_weighted", 0.0) + float(
-            (train["grad_clipped_fraction"] * train["updates"]).sum())
+            (train["grad_clipped_fraction"] * train["updates"]).sum()
+        )
         qk = train["qk_clip"]
         acc["qk_observed"] = acc.get("qk_observed", 0) + int(qk.str.get("observed_head_updates").sum())
         acc["qk_clipped"] = acc.get("qk_clipped", 0) + int(qk.str.get("clipped_head_updates").sum())
@@ -211,14 +263,22 @@ def _pandas_partial(df, acc: dict) -> None:
 
 def _finish(acc: dict) -> dict:
     return {
-        "last_step": acc["last_step"], "updates": acc["updates"], "tokens": acc["tokens"],
-        "skipped_updates": acc["skipped"], "nonfinite_grad_norms": acc["nonfinite"],
-        "train_windows": acc["windows"], "loss": {"first": acc["first_loss"], "last": acc["last_loss"]},
+        "last_step": acc["last_step"],
+        "updates": acc["updates"],
+        "tokens": acc["tokens"],
+        "skipped_updates": acc["skipped"],
+        "nonfinite_grad_norms": acc["nonfinite"],
+        "train_windows": acc["windows"],
+        "loss": {"first": acc["first_loss"], "last": acc["last_loss"]},
         "gradient_norm_max": acc["grad_max"],
         "gradient_clipped_fraction": acc["clipped_weighted"] / acc["updates"],
-        "qk_observed": acc["qk_observed"], "qk_clipped": acc["qk_clipped"], "qk_max_logit": acc["qk_max_logit"],
-        "steady_train_tokens": acc["tokens"], "steady_train_seconds": acc["steady_seconds"],
-        "host_rss_peak_bytes": acc.get("rss"), "last_val": [acc.get("last_val_step"), acc.get("last_val_loss")],
+        "qk_observed": acc["qk_observed"],
+        "qk_clipped": acc["qk_clipped"],
+        "qk_max_logit": acc["qk_max_logit"],
+        "steady_train_tokens": acc["tokens"],
+        "steady_train_seconds": acc["steady_seconds"],
+        "host_rss_peak_bytes": acc.get("rss"),
+        "last_val": [acc.get("last_val_step"), acc.get("last_val_loss")],
         "end_reason": acc.get("end_reason"),
     }
 
@@ -243,11 +303,19 @@ def child_pandas_whole(path: str, nrows: str) -> dict:
 
 
 DUCKDB_COLUMNS = {
-    "event": "VARCHAR", "step": "BIGINT", "updates": "BIGINT", "skipped": "BIGINT", "tokens": "BIGINT",
-    "nonfinite_grad_norms": "BIGINT", "loss": "DOUBLE", "train_seconds": "DOUBLE",
-    "grad_norm": "STRUCT(mean DOUBLE, max DOUBLE)", "grad_clipped_fraction": "DOUBLE",
+    "event": "VARCHAR",
+    "step": "BIGINT",
+    "updates": "BIGINT",
+    "skipped": "BIGINT",
+    "tokens": "BIGINT",
+    "nonfinite_grad_norms": "BIGINT",
+    "loss": "DOUBLE",
+    "train_seconds": "DOUBLE",
+    "grad_norm": "STRUCT(mean DOUBLE, max DOUBLE)",
+    "grad_clipped_fraction": "DOUBLE",
     "qk_clip": "STRUCT(threshold DOUBLE, observed_head_updates BIGINT, clipped_head_updates BIGINT, max_logit DOUBLE)",
-    "memory": "STRUCT(host_rss_peak_bytes BIGINT)", "reason": "VARCHAR",
+    "memory": "STRUCT(host_rss_peak_bytes BIGINT)",
+    "reason": "VARCHAR",
 }
 
 
@@ -257,8 +325,7 @@ def child_duckdb(path: str) -> dict:
     columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in DUCKDB_COLUMNS.items()) + "}"
     con = duckdb.connect()
     # In a valid log steps never decrease and train windows' steps increase: order by step.
-    con.execute(f"CREATE VIEW log AS SELECT * FROM read_json('{path}', "
-                f"format='newline_delimited', columns={columns})")
+    con.execute(f"CREATE VIEW log AS SELECT * FROM read_json('{path}', format='newline_delimited', columns={columns})")
     row = con.execute("""
         SELECT
           sum(updates) FILTER (event = 'train'), sum(tokens) FILTER (event = 'train'),
@@ -274,18 +341,58 @@ def child_duckdb(path: str) -> dict:
           max(reason) FILTER (event = 'session_end'),
           max(step)
         FROM log""").fetchone()
-    (updates, tokens, skipped, nonfinite, windows, first_loss, last_loss, grad_max, clipped_weighted,
-     observed, clipped, max_logit, seconds, rss, val_step, val_loss, reason, last_step) = row
-    return _finish({
-        "last_step": last_step, "updates": updates, "tokens": tokens, "skipped": skipped, "nonfinite": nonfinite,
-        "windows": windows, "first_loss": first_loss, "last_loss": last_loss, "grad_max": grad_max,
-        "clipped_weighted": clipped_weighted, "qk_observed": observed, "qk_clipped": clipped,
-        "qk_max_logit": max_logit, "steady_seconds": seconds, "rss": rss, "last_val_step": val_step,
-        "last_val_loss": val_loss, "end_reason": reason})
+    (
+        updates,
+        tokens,
+        skipped,
+        nonfinite,
+        windows,
+        first_loss,
+        last_loss,
+        grad_max,
+        clipped_weighted,
+        observed,
+        clipped,
+        max_logit,
+        seconds,
+        rss,
+        val_step,
+        val_loss,
+        reason,
+        last_step,
+    ) = row
+    return _finish(
+        {
+            "last_step": last_step,
+            "updates": updates,
+            "tokens": tokens,
+            "skipped": skipped,
+            "nonfinite": nonfinite,
+            "windows": windows,
+            "first_loss": first_loss,
+            "last_loss": last_loss,
+            "grad_max": grad_max,
+            "clipped_weighted": clipped_weighted,
+            "qk_observed": observed,
+            "qk_clipped": clipped,
+            "qk_max_logit": max_logit,
+            "steady_seconds": seconds,
+            "rss": rss,
+            "last_val_step": val_step,
+            "last_val_loss": val_loss,
+            "end_reason": reason,
+        }
+    )
 
 
-CHILDREN = {"bare": child_bare, "bare-bytes": child_bare_bytes, "bare-orjson": child_bare_orjson, "pandas-chunked": child_pandas_chunked,
-            "pandas-whole": child_pandas_whole, "duckdb": child_duckdb}
+CHILDREN = {
+    "bare": child_bare,
+    "bare-bytes": child_bare_bytes,
+    "bare-orjson": child_bare_orjson,
+    "pandas-chunked": child_pandas_chunked,
+    "pandas-whole": child_pandas_whole,
+    "duckdb": child_duckdb,
+}
 
 
 # --- measuring ---------------------------------------------------------------------------------
@@ -308,15 +415,26 @@ with open(sys.argv[1], "w") as f:
 
 def run_child(cmd: list[str], env: dict) -> dict:
     """Run `cmd`; its wall seconds, CPU seconds, peak RSS (bytes), exit status and output."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-            tempfile.NamedTemporaryFile("r") as stats:
-        subprocess.run([sys.executable, "-S", "-c", LAUNCHER, stats.name, *cmd], stdout=out, stderr=err,
-                       env=env, cwd=tempfile.gettempdir(), check=True)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as stats:
+        subprocess.run(
+            [sys.executable, "-S", "-c", LAUNCHER, stats.name, *cmd],
+            stdout=out,
+            stderr=err,
+            env=env,
+            cwd=tempfile.gettempdir(),
+            check=True,
+        )
         wall, cpu, rss, rc = eval(stats.read())  # the launcher's repr of four numbers
         out.seek(0)
         err.seek(0)
-        return {"wall": wall, "cpu": cpu, "rss": rss, "rc": rc, "stdout": out.read().decode(),
-                "stderr": err.read().decode()}
+        return {
+            "wall": wall,
+            "cpu": cpu,
+            "rss": rss,
+            "rc": rc,
+            "stdout": out.read().decode(),
+            "stderr": err.read().decode(),
+        }
 
 
 def prefix_lines(path: str, limit: float) -> tuple[int, int]:
@@ -346,19 +464,26 @@ def close_enough(a, b) -> bool:
 def agrees(summary: dict, other: dict) -> bool:
     """Do the aggregates of pandas/DuckDB match the summary's?"""
     expected = {
-        "last_step": summary["last_step"], "updates": summary["updates"], "tokens": summary["tokens"],
-        "skipped_updates": summary["skipped_updates"], "nonfinite_grad_norms": summary["nonfinite_grad_norms"],
-        "train_windows": summary["train_windows"], "gradient_norm_max": summary["gradient_norm_max"],
+        "last_step": summary["last_step"],
+        "updates": summary["updates"],
+        "tokens": summary["tokens"],
+        "skipped_updates": summary["skipped_updates"],
+        "nonfinite_grad_norms": summary["nonfinite_grad_norms"],
+        "train_windows": summary["train_windows"],
+        "gradient_norm_max": summary["gradient_norm_max"],
         "gradient_clipped_fraction": summary["gradient_clipped_fraction"],
         "qk_observed": summary["qk_clip"]["observed_head_updates"],
-        "qk_clipped": summary["qk_clip"]["clipped_head_updates"], "qk_max_logit": summary["qk_clip"]["max_logit"],
+        "qk_clipped": summary["qk_clip"]["clipped_head_updates"],
+        "qk_max_logit": summary["qk_clip"]["max_logit"],
         "steady_train_tokens": summary["steady_train_tokens"],
         "steady_train_seconds": summary["steady_train_seconds"],
         "host_rss_peak_bytes": summary["memory_peaks"]["host_rss_peak_bytes"],
-        "last_val": [summary["last_val"]["step"], summary["last_val"]["loss"]], "end_reason": summary["end_reason"],
+        "last_val": [summary["last_val"]["step"], summary["last_val"]["loss"]],
+        "end_reason": summary["end_reason"],
     }
     ok = close_enough(other["loss"]["first"], summary["loss"]["first"]) and close_enough(
-        other["loss"]["last"], summary["loss"]["last"])
+        other["loss"]["last"], summary["loss"]["last"]
+    )
     for key, value in expected.items():
         if isinstance(value, list):
             ok = ok and all(close_enough(a, b) for a, b in zip(other[key], value))
@@ -371,8 +496,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=1024, help="size of the generated log (default 1024)")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each peer, taken in turn (median)")
-    parser.add_argument("--pandas-mb", type=float, default=100,
-                        help="unchunked pandas reads only the first N MB (default 100)")
+    parser.add_argument(
+        "--pandas-mb", type=float, default=100, help="unchunked pandas reads only the first N MB (default 100)"
+    )
     parser.add_argument("--keep", metavar="DIR", help="generate into DIR and keep it (default: a temporary folder)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -388,8 +514,10 @@ def main() -> int:
         info = generate(run_dir, args.size_mb)
         path = os.path.join(run_dir, "metrics.jsonl")
         mb = info["bytes"] / 1e6
-        print(f"generated {mb:.0f} MB, {info['records']} records ({info['windows']} train windows) "
-              f"in {time.perf_counter() - t0:.1f} s; python {sys.version.split()[0]}, {os.cpu_count()} cores")
+        print(
+            f"generated {mb:.0f} MB, {info['records']} records ({info['windows']} train windows) "
+            f"in {time.perf_counter() - t0:.1f} s; python {sys.version.split()[0]}, {os.cpu_count()} cores"
+        )
 
         py = sys.executable
         env = dict(os.environ, PYTHONPATH=SRC, OMP_NUM_THREADS="1")
@@ -397,13 +525,28 @@ def main() -> int:
         pandas_rows, pandas_bytes = prefix_lines(path, args.pandas_mb * 1e6)
         pandas_mb = pandas_bytes / 1e6
         peers = [
-            ("summary, python -S (stdlib)", [py, "-S", os.path.join(ROOT, "scripts", "summarize_training_run.py"), run_dir], mb, info["records"]),
+            (
+                "summary, python -S (stdlib)",
+                [py, "-S", os.path.join(ROOT, "scripts", "summarize_training_run.py"), run_dir],
+                mb,
+                info["records"],
+            ),
             ("summary, orjson fast path", [py, "-m", "runwatch", "summarize", run_dir], mb, info["records"]),
             ("bare json.loads loop, python -S", [py, "-S", HERE, "--child", "bare", path], mb, info["records"]),
-            ("bare json.loads loop, bytes lines, -S", [py, "-S", HERE, "--child", "bare-bytes", path], mb, info["records"]),
+            (
+                "bare json.loads loop, bytes lines, -S",
+                [py, "-S", HERE, "--child", "bare-bytes", path],
+                mb,
+                info["records"],
+            ),
             ("bare orjson.loads loop", [py, HERE, "--child", "bare-orjson", path], mb, info["records"]),
             ("pandas read_json, chunks of 100k", [py, HERE, "--child", "pandas-chunked", path], mb, info["records"]),
-            (f"pandas read_json, whole (first {pandas_mb:.0f} MB)", [py, HERE, "--child", "pandas-whole", path, str(pandas_rows)], pandas_mb, pandas_rows),
+            (
+                f"pandas read_json, whole (first {pandas_mb:.0f} MB)",
+                [py, HERE, "--child", "pandas-whole", path, str(pandas_rows)],
+                pandas_mb,
+                pandas_rows,
+            ),
             ("DuckDB read_json + SQL", [py, HERE, "--child", "duckdb", path], mb, info["records"]),
         ]
         warm(path)
@@ -418,13 +561,16 @@ def main() -> int:
         stdlib = runs[peers[0][0]][0]
         fast = runs[peers[1][0]][0]
         summary = json.loads(stdlib["stdout"])
-        identical = stdlib["stdout"] == fast["stdout"] and all(r["stdout"] == stdlib["stdout"] for n in runs
-                                                                for r in runs[n] if n.startswith("summary"))
+        identical = stdlib["stdout"] == fast["stdout"] and all(
+            r["stdout"] == stdlib["stdout"] for n in runs for r in runs[n] if n.startswith("summary")
+        )
         print()
         print("MB/s: MB of the log / wall seconds; per CPU s: / CPU seconds (user + sys, all threads), which a")
         print("shared machine disturbs less. x bare: throughput / that of the bare json.loads loop (text lines).")
-        print(f"{'peer':<40} {'MB':>5} {'wall s':>7} {'CPU s':>7} {'MB/s':>6} {'per CPU s':>9} {'records/s':>9} "
-              f"{'peak RSS MB':>11} {'x bare':>6} {'x bare CPU':>10}  result")
+        print(
+            f"{'peer':<40} {'MB':>5} {'wall s':>7} {'CPU s':>7} {'MB/s':>6} {'per CPU s':>9} {'records/s':>9} "
+            f"{'peak RSS MB':>11} {'x bare':>6} {'x bare CPU':>10}  result"
+        )
         table = {}
         for name, _cmd, size, records in peers:
             rs = runs[name]
@@ -448,8 +594,10 @@ def main() -> int:
             x, x_cpu = t["speed"] / bare["speed"], t["cpu_speed"] / bare["cpu_speed"]
             t.update(x=x, x_cpu=x_cpu)
             wall, cpu = size / t["speed"], size / t["cpu_speed"]
-            print(f"{name:<40} {size:>5.0f} {wall:>7.2f} {cpu:>7.2f} {t['speed']:>6.1f} {t['cpu_speed']:>9.1f} "
-                  f"{records / wall:>9.0f} {t['rss'] / 2**20:>11.1f} {x:>6.2f} {x_cpu:>10.2f}  {t['result']}")
+            print(
+                f"{name:<40} {size:>5.0f} {wall:>7.2f} {cpu:>7.2f} {t['speed']:>6.1f} {t['cpu_speed']:>9.1f} "
+                f"{records / wall:>9.0f} {t['rss'] / 2**20:>11.1f} {x:>6.2f} {x_cpu:>10.2f}  {t['result']}"
+            )
 
         s_std, s_fast = table[peers[0][0]], table[peers[1][0]]
         checks = [

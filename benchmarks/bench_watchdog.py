@@ -25,15 +25,33 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 from runwatch.follow import LogFollower, tail_lines  # noqa: E402
 
-RECIPE = {"batch_size": 8, "seq_len": 512, "gradient_accumulation_steps": 1, "qk_clip_threshold": None, "max_steps": 10**9}
+RECIPE = {
+    "batch_size": 8,
+    "seq_len": 512,
+    "gradient_accumulation_steps": 1,
+    "qk_clip_threshold": None,
+    "max_steps": 10**9,
+}
 RUN_ID, SID = "r-bench", "s-bench"
 
 
 def make_run(size_bytes: int) -> str:
     d = tempfile.mkdtemp(prefix="rw-bench-", dir="/tmp")
-    manifest = {"schema_version": 1, "run_id": RUN_ID, "created_at": "2026-01-01T00:00:00Z", "sessions": [
-        {"session_id": SID, "started_at": "2026-01-01T00:00:00Z", "start": {"step": 0, "tokens": 0, "skipped": 0},
-         "recipe": RECIPE, "optimizers": [{"name": "all", "algorithm": "adamw"}], "hardware": {}}]}
+    manifest = {
+        "schema_version": 1,
+        "run_id": RUN_ID,
+        "created_at": "2026-01-01T00:00:00Z",
+        "sessions": [
+            {
+                "session_id": SID,
+                "started_at": "2026-01-01T00:00:00Z",
+                "start": {"step": 0, "tokens": 0, "skipped": 0},
+                "recipe": RECIPE,
+                "optimizers": [{"name": "all", "algorithm": "adamw"}],
+                "hardware": {},
+            }
+        ],
+    }
     with open(os.path.join(d, "run.json"), "w") as f:
         json.dump(manifest, f)
     written, step, tokens, t0 = 0, 0, 0, time.time() - 10**6
@@ -43,11 +61,30 @@ def make_run(size_bytes: int) -> str:
         while written < size_bytes:
             step += 10
             tokens += 40960
-            rec = {"run_id": RUN_ID, "session_id": SID, "event": "train", "step": step, "time": t0 + step / 10,
-                   "session": {"elapsed_seconds": step / 10, "tokens": tokens, "tokens_per_second": 40960.0, "profiling_seconds": 0},
-                   "memory": {"host_rss_peak_bytes": 123456789}, "updates": 10, "skipped": 0, "attempted": 10,
-                   "tokens": 40960, "train_seconds": 1.0, "loss": 2.0 + (step % 97) / 1000, "lr": 3e-4,
-                   "grad_norm": {"mean": 0.8, "max": 1.3}, "nonfinite_grad_norms": 0, "grad_clipped_fraction": 0.1}
+            rec = {
+                "run_id": RUN_ID,
+                "session_id": SID,
+                "event": "train",
+                "step": step,
+                "time": t0 + step / 10,
+                "session": {
+                    "elapsed_seconds": step / 10,
+                    "tokens": tokens,
+                    "tokens_per_second": 40960.0,
+                    "profiling_seconds": 0,
+                },
+                "memory": {"host_rss_peak_bytes": 123456789},
+                "updates": 10,
+                "skipped": 0,
+                "attempted": 10,
+                "tokens": 40960,
+                "train_seconds": 1.0,
+                "loss": 2.0 + (step % 97) / 1000,
+                "lr": 3e-4,
+                "grad_norm": {"mean": 0.8, "max": 1.3},
+                "nonfinite_grad_norms": 0,
+                "grad_clipped_fraction": 0.1,
+            }
             line = dumps(rec) + "\n"
             buf.append(line)
             written += len(line)
@@ -64,7 +101,9 @@ def _append_record(path: str, step: int) -> None:
 
 
 def bench_poll() -> None:
-    print("| log | naive re-read + split: time / peak memory | follower: idle poll | follower: poll with one new record | seek back from the end (last line) |")
+    print(
+        "| log | naive re-read + split: time / peak memory | follower: idle poll | follower: poll with one new record | seek back from the end (last line) |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for label, size in (("10 MB", 10 * 2**20), ("100 MB", 100 * 2**20), ("1 GB", 2**30)):
         d = make_run(size)
@@ -80,7 +119,9 @@ def bench_poll() -> None:
                 peaks.append(tracemalloc.get_traced_memory()[1])
                 tracemalloc.stop()
                 del lines
-            fol = LogFollower.from_state({"path": path, "offset": os.path.getsize(path), "lineno": 0, "inode": None, "skipping": False})
+            fol = LogFollower.from_state(
+                {"path": path, "offset": os.path.getsize(path), "lineno": 0, "inode": None, "skipping": False}
+            )
             fol.poll()
             idle = []
             tracemalloc.start()
@@ -103,9 +144,12 @@ def bench_poll() -> None:
                 tail_lines(path, 1)
                 tails.append(time.perf_counter() - t)
             fol.close()
-            print(f"| {label} | {statistics.median(naive) * 1e3:.0f} ms / {max(peaks) / 2**20:.0f} MiB "
-                  f"| {statistics.median(idle) * 1e6:.1f} µs (peak {idle_peak / 1024:.1f} KiB over 2000 polls) "
-                  f"| {statistics.median(new) * 1e6:.1f} µs | {statistics.median(tails) * 1e6:.1f} µs |", flush=True)
+            print(
+                f"| {label} | {statistics.median(naive) * 1e3:.0f} ms / {max(peaks) / 2**20:.0f} MiB "
+                f"| {statistics.median(idle) * 1e6:.1f} µs (peak {idle_peak / 1024:.1f} KiB over 2000 polls) "
+                f"| {statistics.median(new) * 1e6:.1f} µs | {statistics.median(tails) * 1e6:.1f} µs |",
+                flush=True,
+            )
         finally:
             shutil.rmtree(d)
 
@@ -132,9 +176,11 @@ def bench_catchup() -> None:
         res = check(d)
         check_s = time.perf_counter() - t
         assert not res.findings
-        print(f"| 1 GB, {n} records | bare json.loads loop {bare:.1f} s ({n / bare / 1e3:.0f} k rec/s) "
-              f"| watch catch-up {watch_s:.1f} s ({n / watch_s / 1e3:.0f} k rec/s, {bare / watch_s:.2f}x) "
-              f"| check {check_s:.1f} s ({bare / check_s:.2f}x) |")
+        print(
+            f"| 1 GB, {n} records | bare json.loads loop {bare:.1f} s ({n / bare / 1e3:.0f} k rec/s) "
+            f"| watch catch-up {watch_s:.1f} s ({n / watch_s / 1e3:.0f} k rec/s, {bare / watch_s:.2f}x) "
+            f"| check {check_s:.1f} s ({bare / check_s:.2f}x) |"
+        )
     finally:
         shutil.rmtree(d)
 
@@ -153,19 +199,23 @@ def bench_status() -> None:
         t = time.perf_counter()
         status(d, gpus=True)
         with_gpu = time.perf_counter() - t
-        env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+        env = dict(
+            os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+        )
         cli = []
         for _ in range(5):
             t = time.perf_counter()
             subprocess.run([sys.executable, "-m", "runwatch", "status", d], env=env, check=True, capture_output=True)
             cli.append(time.perf_counter() - t)
-        print(f"| status, 1 GB log | in-process median {statistics.median(times) * 1e3:.1f} ms (GPU query once: {with_gpu * 1e3:.1f} ms) "
-              f"| whole command incl. interpreter start median {statistics.median(cli) * 1e3:.0f} ms |")
+        print(
+            f"| status, 1 GB log | in-process median {statistics.median(times) * 1e3:.1f} ms (GPU query once: {with_gpu * 1e3:.1f} ms) "
+            f"| whole command incl. interpreter start median {statistics.median(cli) * 1e3:.0f} ms |"
+        )
     finally:
         shutil.rmtree(d)
 
 
-WRITER = r'''
+WRITER = r"""
 import sys, time
 path, interval = sys.argv[1], float(sys.argv[2])
 with open(path, "a") as f:
@@ -175,7 +225,7 @@ with open(path, "a") as f:
     f.write('{"step": 6, "loss": NaN}\n'); f.flush()
     print(time.time(), flush=True)
     time.sleep(60)
-'''
+"""
 
 
 def bench_latency() -> None:
@@ -186,11 +236,19 @@ def bench_latency() -> None:
             d = tempfile.mkdtemp(prefix="rw-lat-", dir="/tmp")
             log = os.path.join(d, "m.jsonl")
             try:
-                w = subprocess.Popen([sys.executable, "-m", "runwatch", "watch", log, "--poll", poll], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                w = subprocess.Popen(
+                    [sys.executable, "-m", "runwatch", "watch", log, "--poll", poll],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
                 # write the bad record at a varying phase of the poll cycle
-                p = subprocess.Popen([sys.executable, "-c", WRITER, log, "0.05", str(1 + k * float(poll) / trials)],
-                                     stdout=subprocess.PIPE, text=True)
+                p = subprocess.Popen(
+                    [sys.executable, "-c", WRITER, log, "0.05", str(1 + k * float(poll) / trials)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
                 written = float(p.stdout.readline())
                 w.wait(timeout=60)
                 done = time.time()
@@ -203,9 +261,12 @@ def bench_latency() -> None:
                 w.stdout.close()
             finally:
                 shutil.rmtree(d)
-        print(f"| --poll {poll} | {trials} trials | to the verdict: median {statistics.median(decided):.2f} s, max {max(decided):.2f} s "
-              f"| to the process exit: median {statistics.median(lat):.2f} s, max {max(lat):.2f} s "
-              f"| bound poll + 0.1 s = {float(poll) + 0.1:.1f} s |", flush=True)
+        print(
+            f"| --poll {poll} | {trials} trials | to the verdict: median {statistics.median(decided):.2f} s, max {max(decided):.2f} s "
+            f"| to the process exit: median {statistics.median(lat):.2f} s, max {max(lat):.2f} s "
+            f"| bound poll + 0.1 s = {float(poll) + 0.1:.1f} s |",
+            flush=True,
+        )
 
 
 def bench_idle() -> None:
@@ -215,8 +276,25 @@ def bench_idle() -> None:
     d = make_run(100 * 2**20)
     try:
         for poll in ("5", "0.2"):
-            w = subprocess.Popen([sys.executable, "-m", "runwatch", "watch", d, "--poll", poll, "--stall", "100000",
-                                  "--pid", str(os.getpid())], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            w = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "runwatch",
+                    "watch",
+                    d,
+                    "--poll",
+                    poll,
+                    "--stall",
+                    "100000",
+                    "--pid",
+                    str(os.getpid()),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
             def cpu_now() -> float:
                 with open(f"/proc/{w.pid}/stat") as f:
                     parts = f.read().rsplit(")", 1)[1].split()
@@ -241,10 +319,19 @@ def bench_idle() -> None:
             w.kill()
             w.wait()
             per_hour = (c1 - c0) / (t1 - t0) * 3600
-            print(f"| --poll {poll} | {c1 - c0:.2f} CPU s over {t1 - t0:.0f} s | {per_hour:.1f} CPU s per hour |", flush=True)
+            print(
+                f"| --poll {poll} | {c1 - c0:.2f} CPU s over {t1 - t0:.0f} s | {per_hour:.1f} CPU s per hour |",
+                flush=True,
+            )
     finally:
         shutil.rmtree(d)
 
 
 if __name__ == "__main__":
-    {"poll": bench_poll, "catchup": bench_catchup, "status": bench_status, "latency": bench_latency, "idle": bench_idle}[sys.argv[1]]()
+    {
+        "poll": bench_poll,
+        "catchup": bench_catchup,
+        "status": bench_status,
+        "latency": bench_latency,
+        "idle": bench_idle,
+    }[sys.argv[1]]()

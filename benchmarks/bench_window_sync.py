@@ -105,10 +105,15 @@ def main() -> int:
     os.makedirs(root, exist_ok=True)
     results: dict[str, list[float]] = {}
     gathers: list[float] = []
-    cases = [("empty loop", "none", False, 0.1), ("RunLogger(window=10)", "runwatch", False, 0.1),
-             ("RunLogger, sampler off", "runwatch", False, 1e6), ("naive per-step all_reduce", "naive", False, 0.1),
-             ("DDP step", "none", True, 0.1), ("DDP step + RunLogger", "runwatch", True, 0.1),
-             ("DDP step + naive per-step", "naive", True, 0.1)]
+    cases = [
+        ("empty loop", "none", False, 0.1),
+        ("RunLogger(window=10)", "runwatch", False, 0.1),
+        ("RunLogger, sampler off", "runwatch", False, 1e6),
+        ("naive per-step all_reduce", "naive", False, 0.1),
+        ("DDP step", "none", True, 0.1),
+        ("DDP step + RunLogger", "runwatch", True, 0.1),
+        ("DDP step + naive per-step", "naive", True, 0.1),
+    ]
     for _ in range(args.repeat):
         for name, kind, ddp, sample in cases:
             g: list[float] = []
@@ -133,10 +138,14 @@ def main() -> int:
             m = statistics.median(results[name])
             ref = ddp_base if ddp else base
             print(f"{name:<28} {m * 1e6:>9.1f} {(m - ref) * 1e6:>14.1f}")
-        print(f"window all_gather: median {statistics.median(gathers) * 1e6:.0f} us, "
-              f"p90 {sorted(gathers)[int(len(gathers) * 0.9)] * 1e6:.0f} us over {len(gathers)} windows")
-        print(f"agree (windows closing on time, slow steps): median {statistics.median(agrees) * 1e6:.0f} us, "
-              f"p90 {sorted(agrees)[int(len(agrees) * 0.9)] * 1e6:.0f} us a step over {len(agrees)} steps")
+        print(
+            f"window all_gather: median {statistics.median(gathers) * 1e6:.0f} us, "
+            f"p90 {sorted(gathers)[int(len(gathers) * 0.9)] * 1e6:.0f} us over {len(gathers)} windows"
+        )
+        print(
+            f"agree (windows closing on time, slow steps): median {statistics.median(agrees) * 1e6:.0f} us, "
+            f"p90 {sorted(agrees)[int(len(agrees) * 0.9)] * 1e6:.0f} us a step over {len(agrees)} steps"
+        )
     dist.destroy_process_group()
     return 0
 

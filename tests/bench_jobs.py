@@ -1,8 +1,8 @@
 """Jobs for tests/test_bench.py, run as `python tests/bench_jobs.py KIND` by `runwatch bench`.
 
-    lightning   a real Lightning `Trainer.fit()` of a tiny classifier with runwatch's callback
-    raise       a RunLogger loop that logs 2 updates, then fails with a Python traceback
-    silent      a process that logs nothing and exits 3
+lightning   a real Lightning `Trainer.fit()` of a tiny classifier with runwatch's callback
+raise       a RunLogger loop that logs 2 updates, then fails with a Python traceback
+silent      a process that logs nothing and exits 3
 """
 
 from __future__ import annotations
@@ -32,8 +32,16 @@ def lightning_job() -> None:
 
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(4096, 8), torch.randn(4096))
-    trainer = L.Trainer(max_steps=10_000, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, enable_checkpointing=False, callbacks=[RunwatchCallback()])
+    trainer = L.Trainer(
+        max_steps=10_000,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        callbacks=[RunwatchCallback()],
+    )
     trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=16))
 
 

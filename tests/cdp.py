@@ -24,9 +24,19 @@ from urllib.parse import urlsplit
 
 # The flags every headless run of the tests uses: no sandbox (root in a container), no GPU, no
 # network beyond the page itself.
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--mute-audio",
+]
 
 
 def _read(path: str) -> str:
@@ -44,8 +54,10 @@ class WebSocket:
         u = urlsplit(url)
         self.sock = socket.create_connection((u.hostname, u.port), timeout=timeout)
         key = base64.b64encode(os.urandom(16)).decode()
-        req = (f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
-               f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        req = (
+            f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
         self.sock.sendall(req.encode())
         head = b""
         while b"\r\n\r\n" not in head:
@@ -62,9 +74,13 @@ class WebSocket:
         data = text.encode()
         mask = os.urandom(4)
         n = len(data)
-        head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else
-                                bytes([0x80 | 126]) + struct.pack(">H", n) if n < 65536 else
-                                bytes([0x80 | 127]) + struct.pack(">Q", n))
+        head = bytes([0x81]) + (
+            bytes([0x80 | n])
+            if n < 126
+            else bytes([0x80 | 126]) + struct.pack(">H", n)
+            if n < 65536
+            else bytes([0x80 | 127]) + struct.pack(">Q", n)
+        )
         self.sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
 
     def _read(self, n: int) -> bytes:
@@ -103,9 +119,19 @@ class Browser:
 
     def __init__(self, chromium: str, url: str, user_data_dir: str, timeout: float = 90.0) -> None:
         self.timeout = timeout
-        self.proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={user_data_dir}",
-                                      "--remote-debugging-port=0", "--window-size=1280,900", url],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [
+                chromium,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={user_data_dir}",
+                "--remote-debugging-port=0",
+                "--window-size=1280,900",
+                url,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         port_file = os.path.join(user_data_dir, "DevToolsActivePort")
         deadline = time.monotonic() + timeout
         while not _read(port_file).count("\n") >= 1:  # "<port>\n<browser path>": written whole

@@ -16,8 +16,12 @@ from hypothesis import strategies as st
 from runwatch import RunLogger
 
 EXAMPLES = int(os.environ.get("RUNWATCH_FUZZ_EXAMPLES", "150"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 150,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=EXAMPLES <= 150,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 RECIPE = {"batch_size": 2, "seq_len": 4, "gradient_accumulation_steps": 1, "qk_clip_threshold": 50.0}
 
 
@@ -27,8 +31,15 @@ def _make_base() -> dict[str, bytes]:
         d = os.path.join(tmp, "run")
         with RunLogger(d, recipe=RECIPE, window=2, hardware={"device": "cpu"}) as log:
             for i in range(5):
-                log.step(loss=1.0 / (i + 1), lr=0.1, grad_norm=float(i), clipped=i % 2 == 0,
-                         qk_observed=4, qk_clipped=i % 3, qk_max_logit=40.0 + i)
+                log.step(
+                    loss=1.0 / (i + 1),
+                    lr=0.1,
+                    grad_norm=float(i),
+                    clipped=i % 2 == 0,
+                    qk_observed=4,
+                    qk_clipped=i % 3,
+                    qk_max_logit=40.0 + i,
+                )
             state = log.state_dict()
             log.val(loss=0.5, metrics={"auroc": 0.8})
             log.checkpoint(os.path.join(tmp, "ckpt"), seconds=0.1, bytes=10, verified=True)
@@ -46,10 +57,30 @@ BASE = _make_base()
 # --- mutations ------------------------------------------------------------------------------------
 
 HOSTILE_VALUES = [
-    b"1e400", b"-1e400", b"1E-400", b"-0", b"0.0", b"18446744073709551616", b"-9223372036854775809",
-    b"1" + b"0" * 4300, b"1" + b"0" * 5000, b"NaN", b"Infinity", b"-Infinity", b"true", b"false", b"null",
-    b'"1"', b'""', b"[]", b"{}", b'"\\ud800"', b'"\\u0000"', b"[" * 200 + b"]" * 200,
-    b"[" * 5000 + b"]" * 5000, b'{"a":' * 3000 + b"1" + b"}" * 3000,
+    b"1e400",
+    b"-1e400",
+    b"1E-400",
+    b"-0",
+    b"0.0",
+    b"18446744073709551616",
+    b"-9223372036854775809",
+    b"1" + b"0" * 4300,
+    b"1" + b"0" * 5000,
+    b"NaN",
+    b"Infinity",
+    b"-Infinity",
+    b"true",
+    b"false",
+    b"null",
+    b'"1"',
+    b'""',
+    b"[]",
+    b"{}",
+    b'"\\ud800"',
+    b'"\\u0000"',
+    b"[" * 200 + b"]" * 200,
+    b"[" * 5000 + b"]" * 5000,
+    b'{"a":' * 3000 + b"1" + b"}" * 3000,
 ]
 INVALID_BYTES = [b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x00", b"\r", b"\x1b[2J"]
 NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -69,10 +100,25 @@ def lines_of(data: bytes) -> list[bytes]:
 def mutated(draw, data: bytes) -> bytes:
     """`data` after 1-4 mutations: byte-level and structural ones, and schema-shaped ones."""
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from([
-            "flip", "truncate", "duplicate", "delete", "swap", "number", "value", "bytes", "field", "drop",
-            "crlf", "blank", "no_newline",
-        ]))
+        kind = draw(
+            st.sampled_from(
+                [
+                    "flip",
+                    "truncate",
+                    "duplicate",
+                    "delete",
+                    "swap",
+                    "number",
+                    "value",
+                    "bytes",
+                    "field",
+                    "drop",
+                    "crlf",
+                    "blank",
+                    "no_newline",
+                ]
+            )
+        )
         lines = lines_of(data)
         if not data:
             data = draw(st.binary(max_size=64))
@@ -81,7 +127,7 @@ def mutated(draw, data: bytes) -> bytes:
         line = lines[i]
         if kind == "flip":
             pos = draw(st.integers(0, len(data) - 1))
-            data = data[:pos] + bytes([data[pos] ^ (1 << draw(st.integers(0, 7)))]) + data[pos + 1:]
+            data = data[:pos] + bytes([data[pos] ^ (1 << draw(st.integers(0, 7)))]) + data[pos + 1 :]
         elif kind == "truncate":
             data = data[: draw(st.integers(0, len(data)))]
         elif kind == "duplicate":
@@ -136,5 +182,3 @@ def mutated(draw, data: bytes) -> bytes:
         elif kind == "no_newline":
             data = data.rstrip(b"\n")
     return data
-
-

@@ -62,15 +62,27 @@ def main() -> int:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)))
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(1000 + rank)  # each rank its own data
     w_true = torch.arange(8, dtype=torch.float32) / 8
     losses: list[float] = []
-    recipe = {"batch_size": args.batch * world, "seq_len": 1, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
-    log = RunLogger(args.run_dir, recipe=recipe, optimizers=[{"name": "all", "algorithm": "sgd"}], window=args.window,
-                    max_window_seconds=args.max_window_seconds,
-                    heartbeat=HeartbeatConfig(every_seconds=args.heartbeat_seconds, sample_seconds=args.sample_seconds))
+    recipe = {
+        "batch_size": args.batch * world,
+        "seq_len": 1,
+        "gradient_accumulation_steps": 1,
+        "qk_clip_threshold": None,
+    }
+    log = RunLogger(
+        args.run_dir,
+        recipe=recipe,
+        optimizers=[{"name": "all", "algorithm": "sgd"}],
+        window=args.window,
+        max_window_seconds=args.max_window_seconds,
+        heartbeat=HeartbeatConfig(every_seconds=args.heartbeat_seconds, sample_seconds=args.sample_seconds),
+    )
     code = 0
     try:
         with log:

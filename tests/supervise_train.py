@@ -45,8 +45,12 @@ def main() -> int:
     p.add_argument("--fault", action="append", default=[])
     args = p.parse_args()
     r = runwatch.resume_checkpoint()
-    print(f"resume path={r.path} rollback={r.rollback} skip={r.skip.start}-{r.skip.stop - 1}" if r.skip
-          else f"resume path={r.path} rollback={r.rollback} skip=none", flush=True)
+    print(
+        f"resume path={r.path} rollback={r.rollback} skip={r.skip.start}-{r.skip.stop - 1}"
+        if r.skip
+        else f"resume path={r.path} rollback={r.rollback} skip=none",
+        flush=True,
+    )
     state = None
     if r.path:
         with open(r.path) as f:
@@ -69,10 +73,12 @@ def main() -> int:
                     raise RuntimeError(f"injected error at step {step + 1}")
                 log.step(loss=loss, lr=1e-3, grad_norm=1.0)
                 step += 1
-                for kind, act in (("kill", lambda: os.kill(os.getpid(), signal.SIGKILL)),
-                                  ("crash", lambda: os._exit(3)),
-                                  ("sigterm", lambda: os.kill(os.getpid(), signal.SIGTERM)),
-                                  ("hang", lambda: time.sleep(3600))):
+                for kind, act in (
+                    ("kill", lambda: os.kill(os.getpid(), signal.SIGKILL)),
+                    ("crash", lambda: os._exit(3)),
+                    ("sigterm", lambda: os.kill(os.getpid(), signal.SIGTERM)),
+                    ("hang", lambda: time.sleep(3600)),
+                ):
                     if _fires(args.run_dir, args.fault, kind, step):
                         print(f"step {step}: {kind} (injected)", flush=True)
                         act()

@@ -45,8 +45,11 @@ def run_audit(path, out, **kw):
 
 
 def test_jsonl_counts_alignment_and_read_errors(tmp_path):
-    src = write_jsonl(tmp_path / "c.jsonl", [{"code": snippet(i), "n": i} for i in range(N)],
-                      extra_lines=["", "{not json", json.dumps({"text": "x"}), json.dumps({"code": 7}), "[1, 2]"])
+    src = write_jsonl(
+        tmp_path / "c.jsonl",
+        [{"code": snippet(i), "n": i} for i in range(N)],
+        extra_lines=["", "{not json", json.dumps({"text": "x"}), json.dumps({"code": 7}), "[1, 2]"],
+    )
     out = tmp_path / "out"
     r = run_audit(src, out, normalize="ast", chunk_rows=9)
     assert (r["rows"], r["kept"], r["rejected"], r["blank_lines"]) == (N + 4, N - 14, 18, 1)
@@ -64,11 +67,19 @@ def test_jsonl_counts_alignment_and_read_errors(tmp_path):
         assert b["code"] == ast.unparse(ast.parse(a["code"])) != a["code"]
     rejected = read_jsonl(out / "rejected.jsonl")
     assert [x["id"] for x in rejected] == BROKEN + [100, 101, 102, 103]
-    assert rejected[0] == {"id": 3, "stage": "check", "reason": "SyntaxError",
-                           "message": "invalid syntax (<unknown>, line 1)", "where": "c.jsonl:4"}
+    assert rejected[0] == {
+        "id": 3,
+        "stage": "check",
+        "reason": "SyntaxError",
+        "message": "invalid syntax (<unknown>, line 1)",
+        "where": "c.jsonl:4",
+    }
     assert [(x["stage"], x["reason"], x["where"]) for x in rejected[14:]] == [
-        ("read", "malformed_json", "c.jsonl:102"), ("read", "missing_field", "c.jsonl:103"),
-        ("read", "not_text", "c.jsonl:104"), ("read", "not_object", "c.jsonl:105")]
+        ("read", "malformed_json", "c.jsonl:102"),
+        ("read", "missing_field", "c.jsonl:103"),
+        ("read", "not_text", "c.jsonl:104"),
+        ("read", "not_object", "c.jsonl:105"),
+    ]
     assert json.loads((out / "audit.json").read_text()) == r
 
 
@@ -109,20 +120,26 @@ def test_csv(tmp_path):
     with open(tmp_path / "out" / "kept.normalized.csv", newline="", encoding="utf-8") as f:
         norm = list(csv.reader(f))
     assert raw[0] == norm[0] == ["id", "code", "lang"]
-    assert [x[0] for x in raw[1:]] == [x[0] for x in norm[1:]] == [str(i) for i in range(N + 3) if i not in BROKEN
-                                                                   and i not in (N, N + 1)]
+    assert (
+        [x[0] for x in raw[1:]]
+        == [x[0] for x in norm[1:]]
+        == [str(i) for i in range(N + 3) if i not in BROKEN and i not in (N, N + 1)]
+    )
     assert all(b[1] == ast.unparse(ast.parse(a[1])) for a, b in zip(raw[1:], norm[1:]))
     # where a record starts: each snippet spans 3 physical lines
     assert [x["where"] for x in read_jsonl(tmp_path / "out" / "rejected.jsonl")[-2:]] == [
-        f"c.csv:{2 + 3 * N}", f"c.csv:{3 + 3 * N}"]
+        f"c.csv:{2 + 3 * N}",
+        f"c.csv:{3 + 3 * N}",
+    ]
 
 
 def test_parquet(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     codes = [snippet(i) for i in range(N)] + [None]
-    pq.write_table(pa.table({"id": list(range(1000, 1000 + N + 1)), "code": codes}), tmp_path / "c.parquet",
-                   row_group_size=30)
+    pq.write_table(
+        pa.table({"id": list(range(1000, 1000 + N + 1)), "code": codes}), tmp_path / "c.parquet", row_group_size=30
+    )
     r = run_audit(tmp_path / "c.parquet", tmp_path / "out", normalize="ast", chunk_rows=16)
     assert (r["rows"], r["kept"], r["made_ids"]) == (N + 1, N - 14, False)
     assert r["rejected_by_reason"] == {"check": {"SyntaxError": 14}, "read": {"not_text": 1}}
@@ -142,7 +159,9 @@ def test_directory_of_files(tmp_path):
     (d / "notes.txt").write_text("not part of the corpus")
     r = run_audit(d, tmp_path / "out")
     assert (r["files"], r["rows"], r["kept"]) == (2, N, N - 14)
-    assert [x["id"] for x in read_jsonl(tmp_path / "out" / "kept.raw.jsonl")] == [i for i in range(N) if i not in BROKEN]
+    assert [x["id"] for x in read_jsonl(tmp_path / "out" / "kept.raw.jsonl")] == [
+        i for i in range(N) if i not in BROKEN
+    ]
     assert read_jsonl(tmp_path / "out" / "rejected.jsonl")[-1]["where"] == "b.jsonl:45"  # row 94
 
 
@@ -162,8 +181,11 @@ def test_black_normalizer(tmp_path):
     r = run_audit(src, tmp_path / "out", normalize="black", workers=1)
     assert r["kept"] == 12 - 2
     norm = read_jsonl(tmp_path / "out" / "kept.normalized.jsonl")
-    assert norm[0]["code"] == black.format_str(snippet(0), mode=black.Mode()) == (
-        "def f_0(x, y=0):\n    return [x * y for _ in range(0)]\n")
+    assert (
+        norm[0]["code"]
+        == black.format_str(snippet(0), mode=black.Mode())
+        == ("def f_0(x, y=0):\n    return [x * y for _ in range(0)]\n")
+    )
 
 
 def test_json_check(tmp_path):
@@ -183,8 +205,13 @@ def test_hanging_row_cut_off_and_the_chunk_finished(tmp_path):
     assert (r["rows"], r["kept"]) == (40, 37)
     assert r["rejected_by_reason"] == {"check": {"starts with bad": 2, "timeout": 1}}
     rejected = read_jsonl(tmp_path / "out" / "rejected.jsonl")
-    assert rejected[0] == {"id": 13, "stage": "check", "reason": "timeout", "where": "c.jsonl:14",
-                           "message": "no result within --row-timeout 1s; the worker was killed and replaced"}
+    assert rejected[0] == {
+        "id": 13,
+        "stage": "check",
+        "reason": "timeout",
+        "where": "c.jsonl:14",
+        "message": "no result within --row-timeout 1s; the worker was killed and replaced",
+    }
     kept = [x["id"] for x in read_jsonl(tmp_path / "out" / "kept.raw.jsonl")]
     assert kept == [i for i in range(40) if i not in (13, 14, 30)]
 
@@ -196,7 +223,8 @@ def test_worker_that_dies_on_a_row(tmp_path):
     r = run_audit(src, tmp_path / "out", check="preflight_helpers:crash_on_marker", chunk_rows=4)
     assert r["kept"] == 29 and r["rejected_by_reason"] == {"check": {"worker_died": 1}}
     assert read_jsonl(tmp_path / "out" / "rejected.jsonl")[0]["message"] == (
-        "the worker process died on this row (exit code -9)")
+        "the worker process died on this row (exit code -9)"
+    )
 
 
 def test_deterministic_whatever_the_workers(tmp_path):
@@ -205,7 +233,9 @@ def test_deterministic_whatever_the_workers(tmp_path):
     for workers in (0, 1, 2):
         out = tmp_path / f"out{workers}"
         r = run_audit(src, out, workers=workers, normalize="ast", chunk_rows=7)
-        files = {name: (out / name).read_bytes() for name in ("kept.raw.jsonl", "kept.normalized.jsonl", "rejected.jsonl")}
+        files = {
+            name: (out / name).read_bytes() for name in ("kept.raw.jsonl", "kept.normalized.jsonl", "rejected.jsonl")
+        }
         outputs[workers] = (files, {k: v for k, v in r.items() if k not in TIMING})
     assert outputs[0] == outputs[1] == outputs[2]
     assert outputs[2][1]["kept"] == 3 * (N - 14)
@@ -243,27 +273,67 @@ def test_cli(tmp_path, capsys):
     assert "  kept      86 (86.00%)\n  rejected  14\n    check: SyntaxError  14\n" in out
 
 
-@pytest.mark.parametrize("setup, argv, code, err", [
-    ("csv", ["--field", "text"], 1, "runwatch: {d}/c.csv: no column 'text' (columns: id, code)"),
-    ("csv", ["--field", "code", "--id-field", "key"], 1, "runwatch: {d}/c.csv: no id column 'key' (columns: id, code)"),
-    ("mixed", ["--field", "code"], 1, "runwatch: {d}/m: mixes formats (csv, jsonl); audit one format at a time"),
-    ("none", ["--field", "code"], 1, "runwatch: {d}/missing.jsonl: no such file or directory"),
-    ("txt", ["--field", "code"], 1,
-     "runwatch: {d}/c.txt: unknown format '.txt'; expected .jsonl, .csv or .parquet"),
-    ("jsonl", ["--field", "code", "--check", "no_such_module_x:f"], 2,
-     "--check no_such_module_x:f: cannot import no_such_module_x: ModuleNotFoundError: No module named 'no_such_module_x'"),
-    ("jsonl", ["--field", "code", "--check", "preflight_helpers:nope"], 2,
-     "--check preflight_helpers:nope: preflight_helpers has no function 'nope'"),
-    ("jsonl", ["--field", "code", "--check", "ruby"], 2, "audit.check must be python, json or MODULE:FUNCTION, got 'ruby'"),
-    ("jsonl", ["--field", "code", "--workers", "-1"], 2, "audit.workers must be an int >= 0, got -1"),
-    ("jsonl", ["--field", "code", "--row-timeout", "0"], 2, "audit.row_timeout must be a finite number > 0, got 0.0"),
-    ("mixed-out", ["--field", "code", "--out", "{d}/m/out"], 2,
-     "--out {d}/m/out: inside the input directory {d}/m; a rerun would read the outputs"),
-])
+@pytest.mark.parametrize(
+    "setup, argv, code, err",
+    [
+        ("csv", ["--field", "text"], 1, "runwatch: {d}/c.csv: no column 'text' (columns: id, code)"),
+        (
+            "csv",
+            ["--field", "code", "--id-field", "key"],
+            1,
+            "runwatch: {d}/c.csv: no id column 'key' (columns: id, code)",
+        ),
+        ("mixed", ["--field", "code"], 1, "runwatch: {d}/m: mixes formats (csv, jsonl); audit one format at a time"),
+        ("none", ["--field", "code"], 1, "runwatch: {d}/missing.jsonl: no such file or directory"),
+        (
+            "txt",
+            ["--field", "code"],
+            1,
+            "runwatch: {d}/c.txt: unknown format '.txt'; expected .jsonl, .csv or .parquet",
+        ),
+        (
+            "jsonl",
+            ["--field", "code", "--check", "no_such_module_x:f"],
+            2,
+            "--check no_such_module_x:f: cannot import no_such_module_x: ModuleNotFoundError: No module named 'no_such_module_x'",
+        ),
+        (
+            "jsonl",
+            ["--field", "code", "--check", "preflight_helpers:nope"],
+            2,
+            "--check preflight_helpers:nope: preflight_helpers has no function 'nope'",
+        ),
+        (
+            "jsonl",
+            ["--field", "code", "--check", "ruby"],
+            2,
+            "audit.check must be python, json or MODULE:FUNCTION, got 'ruby'",
+        ),
+        ("jsonl", ["--field", "code", "--workers", "-1"], 2, "audit.workers must be an int >= 0, got -1"),
+        (
+            "jsonl",
+            ["--field", "code", "--row-timeout", "0"],
+            2,
+            "audit.row_timeout must be a finite number > 0, got 0.0",
+        ),
+        (
+            "mixed-out",
+            ["--field", "code", "--out", "{d}/m/out"],
+            2,
+            "--out {d}/m/out: inside the input directory {d}/m; a rerun would read the outputs",
+        ),
+    ],
+)
 def test_cli_errors(tmp_path, capsys, setup, argv, code, err):
     d = str(tmp_path)
-    target = {"csv": "c.csv", "mixed": "m", "none": "missing.jsonl", "txt": "c.txt", "jsonl": "c.jsonl",
-              "mixed-out": "m"}[setup]
+    target = {
+        "csv": "c.csv",
+        "mixed": "m",
+        "none": "missing.jsonl",
+        "txt": "c.txt",
+        "jsonl": "c.jsonl",
+        "mixed-out": "m",
+    }[setup]
     (tmp_path / "c.csv").write_text("id,code\n1,x = 1\n")
     (tmp_path / "c.txt").write_text("x")
     write_jsonl(tmp_path / "c.jsonl", [{"code": "x = 1"}])
@@ -280,10 +350,12 @@ def test_cli_errors(tmp_path, capsys, setup, argv, code, err):
 
 def test_preflight_modules_import_only_the_standard_library():
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-    code = ("import sys; sys.path.insert(0, %r)\n"
-            "import runwatch.preflight.plan, runwatch.preflight.smoke, runwatch.preflight.audit, runwatch.preflight.corpus, runwatch.checkpoint, runwatch.cli\n"
-            "heavy = sorted(m for m in ('torch', 'pyarrow', 'black', 'safetensors', 'numpy') if m in sys.modules)\n"
-            "print(heavy)" % src)
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import runwatch.preflight.plan, runwatch.preflight.smoke, runwatch.preflight.audit, runwatch.preflight.corpus, runwatch.checkpoint, runwatch.cli\n"
+        "heavy = sorted(m for m in ('torch', 'pyarrow', 'black', 'safetensors', 'numpy') if m in sys.modules)\n"
+        "print(heavy)" % src
+    )
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -297,4 +369,5 @@ def test_values_survive_the_round_trip(tmp_path):
     assert r["kept"] == 1
     assert (tmp_path / "out" / "kept.raw.jsonl").read_text() == line + "\n"
     assert (tmp_path / "out" / "kept.normalized.jsonl").read_text() == (
-        '{"id": 123456789012345678901234567890, "code": "x = 1", "v": NaN, "s": "\\ud800"}\n')
+        '{"id": 123456789012345678901234567890, "code": "x = 1", "v": NaN, "s": "\\ud800"}\n'
+    )

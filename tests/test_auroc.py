@@ -9,15 +9,18 @@ from hypothesis import strategies as st
 from runwatch.auroc import auroc
 
 
-@pytest.mark.parametrize("scores, labels, expected", [
-    ([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1], 0.75),
-    ([1, 2, 3, 4], [0, 0, 1, 1], 1.0),
-    ([1, 2, 3, 4], [1, 1, 0, 0], 0.0),
-    ([5, 5, 5, 5], [0, 1, 0, 1], 0.5),           # all tied: chance
-    ([1, 2, 2, 3], [0, 0, 1, 1], 0.875),         # one tie across classes counts one half
-    ([1, 2], [1.0, 1.0], None),                  # a single class
-    ([], [], None),
-])
+@pytest.mark.parametrize(
+    "scores, labels, expected",
+    [
+        ([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1], 0.75),
+        ([1, 2, 3, 4], [0, 0, 1, 1], 1.0),
+        ([1, 2, 3, 4], [1, 1, 0, 0], 0.0),
+        ([5, 5, 5, 5], [0, 1, 0, 1], 0.5),  # all tied: chance
+        ([1, 2, 2, 3], [0, 0, 1, 1], 0.875),  # one tie across classes counts one half
+        ([1, 2], [1.0, 1.0], None),  # a single class
+        ([], [], None),
+    ],
+)
 def test_auroc_table(scores, labels, expected):
     assert auroc(scores, labels) == (None if expected is None else pytest.approx(expected))
 

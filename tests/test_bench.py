@@ -31,7 +31,12 @@ def check_bench(run_dir, steps, warmup, seq_len):
     with open(os.path.join(run_dir, "bench.json")) as f:
         bench = json.load(f)
     assert set(bench) >= KEYS
-    assert (bench["steps"], bench["warmup"], bench["updates"], bench["steady_updates"]) == (steps, warmup, steps, steps - warmup)
+    assert (bench["steps"], bench["warmup"], bench["updates"], bench["steady_updates"]) == (
+        steps,
+        warmup,
+        steps,
+        steps - warmup,
+    )
     log = read_log(run_dir)
     train = [r for r in log if r["event"] == "train"]
     assert len(train) >= steps and all(r["updates"] == 1 for r in train)  # RUNWATCH_WINDOW=1 reached the job
@@ -79,17 +84,41 @@ def test_bench_hf_trainer(tmp_path, capsys):
 def test_bench_lightning_fit(tmp_path):
     pytest.importorskip("lightning")
     d = str(tmp_path / "b")
-    assert main(["bench", d, "--steps", "6", "--warmup", "2", "--", sys.executable, os.path.join(HERE, "bench_jobs.py"),
-                 "lightning"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                d,
+                "--steps",
+                "6",
+                "--warmup",
+                "2",
+                "--",
+                sys.executable,
+                os.path.join(HERE, "bench_jobs.py"),
+                "lightning",
+            ]
+        )
+        == 0
+    )
     check_bench(d, 6, 2, seq_len=1)
 
 
-@pytest.mark.parametrize("kind, err", [
-    ("raise", "runwatch: the command ended (exit status 1) after 2 of 6 updates; last error in {d}/stdout.log:"
-              " ValueError: boom: batch 3 is empty"),
-    ("silent", "runwatch: the command ended (exit status 3) after 0 of 6 updates; last error in {d}/stdout.log:"
-               " (no output)"),
-])
+@pytest.mark.parametrize(
+    "kind, err",
+    [
+        (
+            "raise",
+            "runwatch: the command ended (exit status 1) after 2 of 6 updates; last error in {d}/stdout.log:"
+            " ValueError: boom: batch 3 is empty",
+        ),
+        (
+            "silent",
+            "runwatch: the command ended (exit status 3) after 0 of 6 updates; last error in {d}/stdout.log:"
+            " (no output)",
+        ),
+    ],
+)
 def test_bench_job_ends_too_soon(tmp_path, capsys, kind, err):
     d = str(tmp_path / "b")
     os.makedirs(d)
@@ -102,23 +131,35 @@ def test_bench_job_ends_too_soon(tmp_path, capsys, kind, err):
     assert not os.path.exists(os.path.join(d, "bench.json"))
 
 
-@pytest.mark.parametrize("argv, err", [
-    (["{d}", "--", "/nonexistent/train"], "bench: cannot start '/nonexistent/train': No such file or directory"),
-    (["{d}", "--steps", "0", "--", "true"], "bench.steps must be an int >= 1, got 0"),
-    (["{d}", "--steps", "6", "--warmup", "6", "--", "true"], "bench.warmup must be an int >= 0 and < steps (6), got 6"),
-    (["{d}", "true"], "bench: expected RUN_DIR [options] -- CMD ..."),
-    (["{d}", "--"], "bench: no command given (runwatch bench RUN_DIR [options] -- CMD ...)"),
-    (["{d}", "--steps", "x", "--", "true"], "runwatch bench: argument --steps: invalid int value: 'x'"),
-])
+@pytest.mark.parametrize(
+    "argv, err",
+    [
+        (["{d}", "--", "/nonexistent/train"], "bench: cannot start '/nonexistent/train': No such file or directory"),
+        (["{d}", "--steps", "0", "--", "true"], "bench.steps must be an int >= 1, got 0"),
+        (
+            ["{d}", "--steps", "6", "--warmup", "6", "--", "true"],
+            "bench.warmup must be an int >= 0 and < steps (6), got 6",
+        ),
+        (["{d}", "true"], "bench: expected RUN_DIR [options] -- CMD ..."),
+        (["{d}", "--"], "bench: no command given (runwatch bench RUN_DIR [options] -- CMD ...)"),
+        (["{d}", "--steps", "x", "--", "true"], "runwatch bench: argument --steps: invalid int value: 'x'"),
+    ],
+)
 def test_bench_usage_errors(tmp_path, capsys, argv, err):
     d = str(tmp_path / "b")
     assert main(["bench", *[a.format(d=d) for a in argv]]) == 2
     assert capsys.readouterr().err.strip() == err
 
 
-@pytest.mark.parametrize("values, q, expected", [
-    ([1.0], 0.5, 1.0), ([1.0, 2.0], 0.5, 1.5), ([1.0, 2.0, 3.0, 4.0, 5.0], 0.1, 1.4), ([0.0, 10.0], 0.9, 9.0),
-])
+@pytest.mark.parametrize(
+    "values, q, expected",
+    [
+        ([1.0], 0.5, 1.0),
+        ([1.0, 2.0], 0.5, 1.5),
+        ([1.0, 2.0, 3.0, 4.0, 5.0], 0.1, 1.4),
+        ([0.0, 10.0], 0.9, 9.0),
+    ],
+)
 def test_quantile(values, q, expected):
     assert quantile(values, q) == pytest.approx(expected)
 
@@ -133,14 +174,20 @@ def test_steady_rates_weight_time_and_round_the_warmup_up():
     assert r["seconds_per_step"] == {"median": 1.0, "p10": pytest.approx(0.5), "p90": pytest.approx(1.5)}
 
 
-@pytest.mark.parametrize("text, line", [
-    ("--- runwatch launch x: cmd\nTraceback (most recent call last):\n  File \"t.py\", line 1\n"
-     "torch.OutOfMemoryError: CUDA out of memory\n", "torch.OutOfMemoryError: CUDA out of memory"),
-    ("ValueError: first\nstep 3\ninterrupted; session ended\n\n", "ValueError: first"),
-    ("step 1\nstep 2\n", "step 2"),
-    ("--- runwatch launch x: cmd\n", None),
-    ("error: the data directory is empty\ncleaning up\n", "error: the data directory is empty"),
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        (
+            '--- runwatch launch x: cmd\nTraceback (most recent call last):\n  File "t.py", line 1\n'
+            "torch.OutOfMemoryError: CUDA out of memory\n",
+            "torch.OutOfMemoryError: CUDA out of memory",
+        ),
+        ("ValueError: first\nstep 3\ninterrupted; session ended\n\n", "ValueError: first"),
+        ("step 1\nstep 2\n", "step 2"),
+        ("--- runwatch launch x: cmd\n", None),
+        ("error: the data directory is empty\ncleaning up\n", "error: the data directory is empty"),
+    ],
+)
 def test_last_error_line(tmp_path, text, line):
     path = tmp_path / "stdout.log"
     path.write_text(text)

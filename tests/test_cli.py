@@ -35,13 +35,16 @@ def test_the_codes():
     assert (EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_ANOMALY, EXIT_INTERRUPTED) == (0, 1, 2, 7, 130)
 
 
-@pytest.mark.parametrize("argv, message", [
-    ([], "runwatch: the following arguments are required: COMMAND"),
-    (["nope"], "runwatch: argument COMMAND: invalid choice: 'nope'"),
-    (["summarize"], "runwatch summarize: the following arguments are required: RUN_DIR"),
-    (["summarize", VALID, "--bogus"], "runwatch: unrecognized arguments: --bogus"),
-    (["summarize", VALID, "--after-step"], "runwatch summarize: argument --after-step: expected one argument"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "runwatch: the following arguments are required: COMMAND"),
+        (["nope"], "runwatch: argument COMMAND: invalid choice: 'nope'"),
+        (["summarize"], "runwatch summarize: the following arguments are required: RUN_DIR"),
+        (["summarize", VALID, "--bogus"], "runwatch: unrecognized arguments: --bogus"),
+        (["summarize", VALID, "--after-step"], "runwatch summarize: argument --after-step: expected one argument"),
+    ],
+)
 def test_usage_mistakes_exit_2_with_one_line(capsys, argv, message):
     assert main(argv) == EXIT_USAGE
     out, err = capsys.readouterr()
@@ -72,11 +75,14 @@ def test_a_valid_run_exits_0(capsys):
     assert capsys.readouterr().out.startswith("{\n")
 
 
-@pytest.mark.parametrize("argv, code, err", [
-    ([VALID, "--after-step", "x"], EXIT_FAIL, "Invalid training run: after_step must be an int >= 0, got 'x'\n"),
-    ([], EXIT_USAGE, "summarize_training_run.py: the following arguments are required: RUN_DIR\n"),
-    ([VALID, "--nope"], EXIT_USAGE, "summarize_training_run.py: unrecognized arguments: --nope\n"),
-])
+@pytest.mark.parametrize(
+    "argv, code, err",
+    [
+        ([VALID, "--after-step", "x"], EXIT_FAIL, "Invalid training run: after_step must be an int >= 0, got 'x'\n"),
+        ([], EXIT_USAGE, "summarize_training_run.py: the following arguments are required: RUN_DIR\n"),
+        ([VALID, "--nope"], EXIT_USAGE, "summarize_training_run.py: unrecognized arguments: --nope\n"),
+    ],
+)
 def test_the_script_maps_errors_like_runwatch(capsys, argv, code, err):
     assert script_main(argv) == code
     assert capsys.readouterr() == ("", err)
@@ -85,17 +91,29 @@ def test_the_script_maps_errors_like_runwatch(capsys, argv, code, err):
 def _raise(exc: BaseException):
     def command() -> int:
         raise exc
+
     return command
 
 
-@pytest.mark.parametrize("exc, code, err", [
-    (UsageError("plot: -o x.png: directory /x does not exist"), EXIT_USAGE, "plot: -o x.png: directory /x does not exist\n"),
-    (ConfigError("runwatch.toml: [watch] stall must be > 0, got 0"), EXIT_USAGE, "runwatch.toml: [watch] stall must be > 0, got 0\n"),
-    (InvalidRunError("run.json: missing"), EXIT_FAIL, "Invalid training run: run.json: missing\n"),
-    (CheckpointError("c.pt: no tensors"), EXIT_FAIL, "runwatch: c.pt: no tensors\n"),
-    (KeyboardInterrupt(), EXIT_INTERRUPTED, "runwatch: interrupted\n"),
-    (SystemExit(3), 3, ""),
-])
+@pytest.mark.parametrize(
+    "exc, code, err",
+    [
+        (
+            UsageError("plot: -o x.png: directory /x does not exist"),
+            EXIT_USAGE,
+            "plot: -o x.png: directory /x does not exist\n",
+        ),
+        (
+            ConfigError("runwatch.toml: [watch] stall must be > 0, got 0"),
+            EXIT_USAGE,
+            "runwatch.toml: [watch] stall must be > 0, got 0\n",
+        ),
+        (InvalidRunError("run.json: missing"), EXIT_FAIL, "Invalid training run: run.json: missing\n"),
+        (CheckpointError("c.pt: no tensors"), EXIT_FAIL, "runwatch: c.pt: no tensors\n"),
+        (KeyboardInterrupt(), EXIT_INTERRUPTED, "runwatch: interrupted\n"),
+        (SystemExit(3), 3, ""),
+    ],
+)
 def test_run_guarded_maps_exceptions(capsys, exc, code, err):
     assert run_guarded(_raise(exc)) == code
     assert capsys.readouterr() == ("", err)
@@ -110,10 +128,13 @@ def test_other_exceptions_are_bugs_and_propagate():
         run_guarded(lambda: 1 // 0)
 
 
-@pytest.mark.parametrize("command", [
-    [sys.executable, "-m", "runwatch", "summarize", VALID],
-    [sys.executable, "-S", SCRIPT, VALID],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [sys.executable, "-m", "runwatch", "summarize", VALID],
+        [sys.executable, "-S", SCRIPT, VALID],
+    ],
+)
 def test_a_closed_stdout_ends_quietly(command):
     """The reader is gone before the summary is printed (`... | true`): exit 1, no traceback."""
     read_end, write_end = os.pipe()

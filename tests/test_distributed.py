@@ -39,9 +39,18 @@ class Torchrun:
 
     def __init__(self, run_dir: str, nproc: int, *args: str) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "--monitor_interval=0.2",
-               SCRIPT, run_dir, *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={nproc}",
+            "--master_addr=127.0.0.1",
+            f"--master_port={_free_port()}",
+            "--monitor_interval=0.2",
+            SCRIPT,
+            run_dir,
+            *args,
+        ]
         self.log_path = os.path.join(os.path.dirname(run_dir), "torchrun.out")
         self._out = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -95,8 +104,13 @@ def _poll_until(monitor: RankMonitor, run_dir: str, run: Torchrun, timeout: floa
 def _watch(run_dir: str, *options: str) -> subprocess.Popen:
     """`runwatch watch RUN_DIR` (the real watchdog) beside the run; it waits for the run to appear."""
     os.makedirs(run_dir, exist_ok=True)
-    return subprocess.Popen([sys.executable, "-m", "runwatch", "watch", run_dir, "--poll", "0.3", "--startup-grace", "120",
-                             *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "runwatch", "watch", run_dir, "--poll", "0.3", "--startup-grace", "120", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _verdict(watch: subprocess.Popen) -> tuple[int, str]:
@@ -125,8 +139,15 @@ def test_three_ranks_log_once_with_the_mean_loss_and_name_the_straggler(launch, 
     # Rank 0 alone wrote: one session, one line per window, nothing else beside the heartbeats.
     with open(os.path.join(run_dir, "run.json"), encoding="utf-8") as f:
         assert len(json.load(f)["sessions"]) == 1
-    assert sorted(os.listdir(run_dir)) == ["heartbeats", "losses-rank0.json", "losses-rank1.json", "losses-rank2.json",
-                                           "metrics.jsonl", "run.json", "watchdog.json"]
+    assert sorted(os.listdir(run_dir)) == [
+        "heartbeats",
+        "losses-rank0.json",
+        "losses-rank1.json",
+        "losses-rank2.json",
+        "metrics.jsonl",
+        "run.json",
+        "watchdog.json",
+    ]
     # The logged loss is the mean over ranks of each rank's own losses.
     per_rank = []
     for k in range(3):
@@ -134,7 +155,7 @@ def test_three_ranks_log_once_with_the_mean_loss_and_name_the_straggler(launch, 
             per_rank.append(json.load(f))
     train = [r for r in _records(run_dir) if r["event"] == "train"]
     for j, rec in enumerate(train):
-        expected = math.fsum(x for losses in per_rank for x in losses[4 * j:4 * j + 4]) / 12
+        expected = math.fsum(x for losses in per_rank for x in losses[4 * j : 4 * j + 4]) / 12
         assert rec["loss"] == pytest.approx(expected, rel=1e-12)
     assert len({tuple(losses[:4]) for losses in per_rank}) == 3  # the ranks' data differ
     # Every rank's heartbeat, ended, at the last window.
@@ -159,25 +180,33 @@ def test_a_sleeping_rank_is_named_not_the_rank_waiting_for_it(launch, tmp_path):
     assert run.proc.poll() is None, run.output()  # still hung, not crashed
     beats, _ = read_heartbeats(run_dir)
     assert code == 7, verdict
-    assert verdict.startswith(f"ANOMALY rank_stall step=10: rank 1 (host {beats[1].host}, pid {beats[1].pid}) stopped at "
-                              "step 10 outside any collective (in multirank_train.py:"), verdict
+    assert verdict.startswith(
+        f"ANOMALY rank_stall step=10: rank 1 (host {beats[1].host}, pid {beats[1].pid}) stopped at "
+        "step 10 outside any collective (in multirank_train.py:"
+    ), verdict
     assert "while 1 rank(s) wait in one (in graph.py:" in verdict
     assert beats[0].waiting is True and beats[1].waiting is False
     status = subprocess.run([sys.executable, "-m", "runwatch", "status", run_dir], capture_output=True, text=True)
     rank_lines = [line for line in status.stdout.splitlines() if line.startswith(("ranks    ", "         most behind"))]
     assert rank_lines[0].startswith("ranks    2/2 heartbeats on 1 host(s), steps 10..10"), status.stdout
-    assert rank_lines[1].startswith(f"         most behind: rank 1 (host {beats[1].host}, pid {beats[1].pid}) at step 10"), status.stdout
+    assert rank_lines[1].startswith(
+        f"         most behind: rank 1 (host {beats[1].host}, pid {beats[1].pid}) at step 10"
+    ), status.stdout
 
 
 def test_a_killed_rank_is_named_and_the_log_stays_valid(launch):
-    run, run_dir = launch(2, "--steps", "400", "--window", "5", "--kill-rank", "1", "--kill-at", "13", "--pg-timeout", "20")
+    run, run_dir = launch(
+        2, "--steps", "400", "--window", "5", "--kill-rank", "1", "--kill-at", "13", "--pg-timeout", "20"
+    )
     assert run.wait() != 0
     beats, _ = read_heartbeats(run_dir)
     assert beats[1].state == "running" and beats[0].state == "ended"
     time.sleep(max(0.0, beats[1].time + 2.5 - time.time()))
     finding = RankMonitor(rank_stall=2.0).poll(run_dir, time.time())
     assert finding is not None and finding[0] == "rank_stall", run.output()
-    assert finding[2].startswith(f"rank 1 (host {beats[1].host}, pid {beats[1].pid}) stopped at step 10: its heartbeat is ")
+    assert finding[2].startswith(
+        f"rank 1 (host {beats[1].host}, pid {beats[1].pid}) stopped at step 10: its heartbeat is "
+    )
     summary = summarize(run_dir)  # valid up to the kill: rank 0 ended the session
     assert summary["end_reason"] in ("error", "interrupted") and summary["last_step"] == 10
 
@@ -199,8 +228,19 @@ def test_a_nan_on_one_rank_ends_the_session_on_every_rank(launch):
 @pytest.mark.parametrize("slow_rank", [0, 1])
 def test_windows_close_on_time_together_whichever_rank_is_slow(launch, slow_rank):
     # Rank 0's clock decides, and every rank learns it at the same update: one window sequence.
-    run, run_dir = launch(2, "--steps", "12", "--window", "1000", "--max-window-seconds", "0.4",
-                          "--slow-rank", str(slow_rank), "--slow-seconds", "0.15")
+    run, run_dir = launch(
+        2,
+        "--steps",
+        "12",
+        "--window",
+        "1000",
+        "--max-window-seconds",
+        "0.4",
+        "--slow-rank",
+        str(slow_rank),
+        "--slow-seconds",
+        "0.15",
+    )
     assert run.wait() == 0, run.output()
     summary = summarize(run_dir, expect_step=12)
     assert summary["completed"] and summary["updates"] == 12
@@ -223,8 +263,14 @@ RECIPE = {"batch_size": 4, "seq_len": 8, "gradient_accumulation_steps": 1}
 
 def test_heartbeat_writer_writes_atomically_and_refreshes_from_its_thread(tmp_path):
     progress = [0, time.perf_counter()]
-    writer = HeartbeatWriter(str(tmp_path), 1, 2, "s-x", lambda: (progress[0], progress[1]),
-                             HeartbeatConfig(every_seconds=0.05, sample_seconds=0.01))
+    writer = HeartbeatWriter(
+        str(tmp_path),
+        1,
+        2,
+        "s-x",
+        lambda: (progress[0], progress[1]),
+        HeartbeatConfig(every_seconds=0.05, sample_seconds=0.01),
+    )
     path = os.path.join(str(tmp_path), "heartbeats", "rank-1.json")
 
     def read():
@@ -233,7 +279,14 @@ def test_heartbeat_writer_writes_atomically_and_refreshes_from_its_thread(tmp_pa
 
     writer.start(step=7)
     first = read()
-    assert (first.rank, first.world_size, first.pid, first.step, first.window, first.state) == (1, 2, os.getpid(), 7, 0, "running")
+    assert (first.rank, first.world_size, first.pid, first.step, first.window, first.state) == (
+        1,
+        2,
+        os.getpid(),
+        7,
+        0,
+        "running",
+    )
     progress[0] = 3
     deadline = time.monotonic() + 10
     while read().attempted != 3 and time.monotonic() < deadline:  # the thread's refresh
@@ -306,8 +359,10 @@ def test_ranks_out_of_step_are_caught_at_the_end_on_every_rank(launch):
     run, run_dir = launch(2, "--steps", "10", "--window", "5", "--extra-rank", "1", "--extra-steps", "3")
     assert run.wait() != 0
     out = run.output()
-    message = ("ranks out of step at a window close: rank 0 had 0 attempted updates, rank 1 3; "
-               "every rank must call RunLogger.step() the same number of times")
+    message = (
+        "ranks out of step at a window close: rank 0 had 0 attempted updates, rank 1 3; "
+        "every rank must call RunLogger.step() the same number of times"
+    )
     for k in (0, 1):
         assert f"rank {k}: RanksOutOfStepError: {message}" in out, out
     summary = summarize(run_dir)

@@ -24,7 +24,7 @@ def test_missing_then_growing(tmp_path):
     assert b.exists and b.lines == [(1, b'{"a":1}')]
     assert f.pending_bytes() == 5
     assert f.poll().lines == []  # nothing new: the torn line stays held back
-    _append(p, b'2}\n')
+    _append(p, b"2}\n")
     assert f.poll().lines == [(2, b'{"a":2}')]
     f.close()
 

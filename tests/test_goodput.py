@@ -25,31 +25,60 @@ def _write_run(run_dir, sessions):
     lines = []
     for i, (start, t0, events) in enumerate(sessions):
         sid = f"s-{i + 1}"
-        manifest["sessions"].append({
-            "session_id": sid, "started_at": "2026-01-01T00:00:00Z",
-            "start": {"step": start, "tokens": start * 4, "skipped": 0},
-            "recipe": {"batch_size": 1, "seq_len": 4, "gradient_accumulation_steps": 1, "qk_clip_threshold": None},
-            "optimizers": [{"algorithm": "adamw"}], "hardware": {}})
+        manifest["sessions"].append(
+            {
+                "session_id": sid,
+                "started_at": "2026-01-01T00:00:00Z",
+                "start": {"step": start, "tokens": start * 4, "skipped": 0},
+                "recipe": {"batch_size": 1, "seq_len": 4, "gradient_accumulation_steps": 1, "qk_clip_threshold": None},
+                "optimizers": [{"algorithm": "adamw"}],
+                "hardware": {},
+            }
+        )
         step, tokens = start, 0
         for ev in events:
             t = ev[-1]
-            base = {"run_id": RUN_ID, "session_id": sid, "step": step, "time": t,
-                    "session": {"elapsed_seconds": t - t0, "tokens": tokens, "tokens_per_second": None,
-                                "profiling_seconds": 0.0}}
+            base = {
+                "run_id": RUN_ID,
+                "session_id": sid,
+                "step": step,
+                "time": t,
+                "session": {
+                    "elapsed_seconds": t - t0,
+                    "tokens": tokens,
+                    "tokens_per_second": None,
+                    "profiling_seconds": 0.0,
+                },
+            }
             if ev[0] == "train":
                 u = ev[1]
                 step += u
                 tokens += 4 * u
-                base.update(step=step, event="train", updates=u, skipped=0, attempted=u, tokens=4 * u,
-                            train_seconds=0.5, loss=1.0, lr=0.001, grad_norm={"mean": 1.0, "max": 1.0},
-                            nonfinite_grad_norms=0, grad_clipped_fraction=0.0)
+                base.update(
+                    step=step,
+                    event="train",
+                    updates=u,
+                    skipped=0,
+                    attempted=u,
+                    tokens=4 * u,
+                    train_seconds=0.5,
+                    loss=1.0,
+                    lr=0.001,
+                    grad_norm={"mean": 1.0, "max": 1.0},
+                    nonfinite_grad_norms=0,
+                    grad_clipped_fraction=0.0,
+                )
                 base["session"]["tokens"] = tokens
             elif ev[0] == "ckpt":
                 base.update(event="checkpoint", path=f"{run_dir}/ckpt-{step}", seconds=0.1, verified=True)
                 open(base["path"], "w").close()
             else:
-                base.update(event="session_end", reason=ev[1], error=None,
-                            totals={"tokens": (start + step - start) * 4, "skipped": 0})
+                base.update(
+                    event="session_end",
+                    reason=ev[1],
+                    error=None,
+                    totals={"tokens": (start + step - start) * 4, "skipped": 0},
+                )
                 base["totals"]["tokens"] = start * 4 + tokens
             lines.append(json.dumps(base))
     with open(os.path.join(run_dir, "run.json"), "w") as f:
@@ -77,14 +106,29 @@ def test_crash_and_resume(tmp_path):
 
 def test_a_fault_free_run_loses_nothing(tmp_path):
     sessions = _write_run(tmp_path / "run", [(0, 50, _windows(3, 50) + [("end", "normal", 80)])])
-    assert goodput(sessions) == {"steps_kept": 30, "steps_run": 30, "ratio": 1.0, "restarts": 0, "rollbacks": 0,
-                                 "seconds_lost": 0.0}
+    assert goodput(sessions) == {
+        "steps_kept": 30,
+        "steps_run": 30,
+        "ratio": 1.0,
+        "restarts": 0,
+        "rollbacks": 0,
+        "seconds_lost": 0.0,
+    }
 
 
 def test_a_rollback_past_a_session_leaves_its_work_and_checkpoints_off_the_path(tmp_path):
     # s1: 0-50, checkpoints at 10, 20, 40 (40 is on a branch that diverged later)
-    s1 = [("train", 10, 10), ("ckpt", 10), ("train", 10, 20), ("ckpt", 20), ("train", 10, 30), ("train", 10, 40),
-          ("ckpt", 40), ("train", 10, 50), ("end", "nonfinite_loss", 50)]
+    s1 = [
+        ("train", 10, 10),
+        ("ckpt", 10),
+        ("train", 10, 20),
+        ("ckpt", 20),
+        ("train", 10, 30),
+        ("train", 10, 40),
+        ("ckpt", 40),
+        ("train", 10, 50),
+        ("end", "nonfinite_loss", 50),
+    ]
     # s2: rolled back to 20, runs 21-50 with no checkpoint; the window 41-50 holds the onset
     s2 = [("train", 10, 70), ("train", 10, 80), ("train", 10, 90)]
     sessions = _write_run(tmp_path / "run", [(0, 0, s1), (20, 60, s2)])
@@ -101,16 +145,36 @@ def test_a_rollback_past_a_session_leaves_its_work_and_checkpoints_off_the_path(
     assert g["seconds_lost"] == 140 - 10 - 40  # all but s1's first 10 s and s3's 40 s
 
 
-@pytest.mark.parametrize("events, kind, step, onset, expected", [
-    # a session_end nonfinite_loss at 30: the update after 30 made the NaN; the checkpoint at 30 is before it
-    ([("train", 10, 10), ("train", 10, 20), ("ckpt", 21), ("train", 10, 30), ("ckpt", 31),
-      ("end", "nonfinite_loss", 32)], "nonfinite_loss", 30, 30, (30, 31, "31-31")),
-    # a streak whose first window (21-30) holds the onset: the checkpoint at 20, not the one at 30
-    ([("train", 10, 10), ("train", 10, 20), ("ckpt", 21), ("train", 10, 30), ("ckpt", 31), ("train", 10, 40)],
-     "grad_explosion", 40, 30, (20, 21, "21-40")),
-    # nothing before the window that holds the onset
-    ([("train", 10, 10), ("ckpt", 11), ("train", 10, 20)], "nonfinite_grad", 20, 10, None),
-])
+@pytest.mark.parametrize(
+    "events, kind, step, onset, expected",
+    [
+        # a session_end nonfinite_loss at 30: the update after 30 made the NaN; the checkpoint at 30 is before it
+        (
+            [
+                ("train", 10, 10),
+                ("train", 10, 20),
+                ("ckpt", 21),
+                ("train", 10, 30),
+                ("ckpt", 31),
+                ("end", "nonfinite_loss", 32),
+            ],
+            "nonfinite_loss",
+            30,
+            30,
+            (30, 31, "31-31"),
+        ),
+        # a streak whose first window (21-30) holds the onset: the checkpoint at 20, not the one at 30
+        (
+            [("train", 10, 10), ("train", 10, 20), ("ckpt", 21), ("train", 10, 30), ("ckpt", 31), ("train", 10, 40)],
+            "grad_explosion",
+            40,
+            30,
+            (20, 21, "21-40"),
+        ),
+        # nothing before the window that holds the onset
+        ([("train", 10, 10), ("ckpt", 11), ("train", 10, 20)], "nonfinite_grad", 20, 10, None),
+    ],
+)
 def test_rollback_target(tmp_path, events, kind, step, onset, expected):
     sessions = _write_run(tmp_path / "run", [(0, 0, events)])
     rb = rollback_target(sessions, kind, step, onset)
@@ -118,8 +182,10 @@ def test_rollback_target(tmp_path, events, kind, step, onset, expected):
 
 
 def test_a_checkpoint_whose_file_is_gone_is_not_chosen(tmp_path):
-    sessions = _write_run(tmp_path / "run", [(0, 0, [("train", 10, 10), ("ckpt", 11), ("train", 10, 20),
-                                                     ("ckpt", 21), ("train", 10, 30)])])
+    sessions = _write_run(
+        tmp_path / "run",
+        [(0, 0, [("train", 10, 10), ("ckpt", 11), ("train", 10, 20), ("ckpt", 21), ("train", 10, 30)])],
+    )
     os.unlink(tmp_path / "run" / "ckpt-20")  # only the one at 10 is still on disk
     assert rollback_target(sessions, "loss_spike", 30, 30).checkpoint.step == 10
 

@@ -22,8 +22,15 @@ from runwatch.integrations.hf import RunwatchCallback, auroc_metrics  # noqa: E4
 from runwatch.integrations.session import STATE_FILE, CallbackOptions  # noqa: E402
 
 VOCAB, SEQ, BATCH = 16, 16, 16
-CONFIG = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-              intermediate_size=64, max_position_embeddings=SEQ, num_labels=2)
+CONFIG = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=SEQ,
+    num_labels=2,
+)
 
 
 class Sequences(torch.utils.data.Dataset):
@@ -58,13 +65,30 @@ class NaNFrom(BertForSequenceClassification):
 
 def make_trainer(out, steps, callbacks, *, model_cls=BertForSequenceClassification, inverted=False, **overrides):
     torch.manual_seed(0)
-    kwargs = dict(output_dir=str(out), max_steps=steps, per_device_train_batch_size=BATCH, logging_steps=10,
-                  eval_strategy="steps", eval_steps=50, save_steps=50, learning_rate=3e-3, use_cpu=True,
-                  disable_tqdm=True, report_to="none", seed=0, dataloader_num_workers=0)
+    kwargs = dict(
+        output_dir=str(out),
+        max_steps=steps,
+        per_device_train_batch_size=BATCH,
+        logging_steps=10,
+        eval_strategy="steps",
+        eval_steps=50,
+        save_steps=50,
+        learning_rate=3e-3,
+        use_cpu=True,
+        disable_tqdm=True,
+        report_to="none",
+        seed=0,
+        dataloader_num_workers=0,
+    )
     kwargs.update(overrides)
-    return Trainer(model=model_cls(BertConfig(**CONFIG)), args=TrainingArguments(**kwargs),
-                   train_dataset=Sequences(4000, 0), eval_dataset=Sequences(256, 1, inverted),
-                   callbacks=callbacks, compute_metrics=auroc_metrics)
+    return Trainer(
+        model=model_cls(BertConfig(**CONFIG)),
+        args=TrainingArguments(**kwargs),
+        train_dataset=Sequences(4000, 0),
+        eval_dataset=Sequences(256, 1, inverted),
+        callbacks=callbacks,
+        compute_metrics=auroc_metrics,
+    )
 
 
 def records(run_dir):
@@ -156,7 +180,10 @@ def test_resume_without_a_state_warns_and_estimates(run200, tmp_path):
     shutil.copytree(out / "checkpoint-100", ckpt)
     os.remove(ckpt / STATE_FILE)
     trainer = make_trainer(tmp_path, 110, [RunwatchCallback(seq_len=SEQ)], eval_strategy="no", save_strategy="no")
-    with pytest.warns(RuntimeWarning, match=r"no runwatch state in .*checkpoint-100; the new session starts at step 100 with 25600 tokens"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"no runwatch state in .*checkpoint-100; the new session starts at step 100 with 25600 tokens",
+    ):
         trainer.train(resume_from_checkpoint=str(ckpt))
     assert runwatch.summarize(str(tmp_path / "runwatch"), expect_step=110)["start_step"] == 100
 
@@ -169,7 +196,10 @@ def test_a_stale_state_is_an_error(run200, tmp_path):
     shutil.copytree(out / "checkpoint-100", ckpt)
     (ckpt / STATE_FILE).write_text('{"step": 90, "tokens": 0, "skipped": 0}\n')
     trainer = make_trainer(tmp_path, 110, [RunwatchCallback(seq_len=SEQ)], eval_strategy="no", save_strategy="no")
-    with pytest.raises(InvalidRunError, match=r"runwatch_state.json: runwatch state is at step 90, but the training resumes at step 100"):
+    with pytest.raises(
+        InvalidRunError,
+        match=r"runwatch_state.json: runwatch state is at step 90, but the training resumes at step 100",
+    ):
         trainer.train(resume_from_checkpoint=str(ckpt))
 
 
@@ -187,8 +217,9 @@ def nan_run(tmp_path_factory):
 def test_nan_loss_stops_before_the_next_save(nan_run):
     """The Trainer's filter logs a finite loss; the callback ends the session and stops the run."""
     out, trainer, error = nan_run
-    assert str(error) == ("runwatch: non-finite loss nan at the attempted update after step 62; "
-                          "session ended (reason nonfinite_loss)")
+    assert str(error) == (
+        "runwatch: non-finite loss nan at the attempted update after step 62; session ended (reason nonfinite_loss)"
+    )
     assert trainer.state.global_step == 70  # stopped at the first log after the NaN
     assert os.path.isdir(out / "checkpoint-50") and not os.path.exists(out / "checkpoint-100")
     hidden = [h for h in trainer.state.log_history if h.get("step") == 70 and "loss" in h]
@@ -239,8 +270,9 @@ def test_inverted_labels_give_auroc_below_half(inverted_run):
 
 def check(run_dir, *options):
     """`runwatch check` in a subprocess, where the watchdog's command exists."""
-    proc = subprocess.run([sys.executable, "-m", "runwatch", "check", str(run_dir), *options],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runwatch", "check", str(run_dir), *options], capture_output=True, text=True, timeout=120
+    )
     if proc.returncode == 2 and "invalid choice: 'check'" in proc.stderr:
         pytest.skip("runwatch check is not on this branch yet (the watchdog's part)")
     return proc
@@ -259,14 +291,24 @@ def test_check_flags_the_inverted_run(inverted_run):
 @pytest.mark.parametrize("accumulation", [1, 2])
 def test_losses_and_tokens_follow_the_trainer_with_accumulation(tmp_path, accumulation):
     """The per-update losses the hook reads average like the Trainer's own; seq_len comes from its token count."""
-    trainer = make_trainer(tmp_path, 20, [RunwatchCallback()], gradient_accumulation_steps=accumulation,
-                           logging_steps=5, eval_strategy="no", save_strategy="no", include_num_input_tokens_seen=True)
+    trainer = make_trainer(
+        tmp_path,
+        20,
+        [RunwatchCallback()],
+        gradient_accumulation_steps=accumulation,
+        logging_steps=5,
+        eval_strategy="no",
+        save_strategy="no",
+        include_num_input_tokens_seen=True,
+    )
     trainer.train()
     summary = runwatch.summarize(str(tmp_path / "runwatch"), expect_step=20)
     assert summary["recipe"]["seq_len"] == SEQ and summary["recipe"]["tokens"] == "num_input_tokens_seen"
     assert summary["tokens"] == trainer.state.num_input_tokens_seen == 20 * accumulation * BATCH * SEQ
     logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    assert [r["loss"] for r in records(tmp_path / "runwatch") if r["event"] == "train"] == pytest.approx(logged, rel=1e-5)
+    assert [r["loss"] for r in records(tmp_path / "runwatch") if r["event"] == "train"] == pytest.approx(
+        logged, rel=1e-5
+    )
 
 
 class Recorder(TrainerCallback):
@@ -285,17 +327,30 @@ class Recorder(TrainerCallback):
 def test_hook_order_seen_from_the_trainer(tmp_path):
     """Pins the order the callback relies on: step end, then log, evaluate, save; train end last."""
     rec = Recorder()
-    trainer = make_trainer(tmp_path, 6, [RwSpy(), rec], logging_steps=2, eval_steps=3, save_steps=3,
-                           per_device_eval_batch_size=128)
+    trainer = make_trainer(
+        tmp_path, 6, [RwSpy(), rec], logging_steps=2, eval_steps=3, save_steps=3, per_device_eval_batch_size=128
+    )
     trainer.train()
     step = ["on_step_begin", "on_pre_optimizer_step", "on_optimizer_step", "on_step_end"]
     evaluate = ["on_prediction_step", "on_prediction_step", "on_log", "on_evaluate"]
-    expected = (["on_init_end", "on_train_begin", "on_epoch_begin"]
-                + step + step + ["on_log"]
-                + step + ["on_log"] + evaluate + ["on_save"]  # step 3: forced log, then eval and save
-                + step + ["on_log"]
-                + step + step + ["on_log"] + evaluate + ["on_save"]
-                + ["on_epoch_end", "on_log", "on_train_end"])
+    expected = (
+        ["on_init_end", "on_train_begin", "on_epoch_begin"]
+        + step
+        + step
+        + ["on_log"]
+        + step
+        + ["on_log"]
+        + evaluate
+        + ["on_save"]  # step 3: forced log, then eval and save
+        + step
+        + ["on_log"]
+        + step
+        + step
+        + ["on_log"]
+        + evaluate
+        + ["on_save"]
+        + ["on_epoch_end", "on_log", "on_train_end"]
+    )
     assert rec.events == expected
     summary = runwatch.summarize(str(tmp_path / "runwatch"), expect_step=6)
     assert summary["train_windows"] == 4  # windows end at steps 2, 3, 4, 6
@@ -320,23 +375,29 @@ def test_other_ranks_write_nothing(tmp_path):
     assert not os.path.exists(tmp_path / "run") and cb.run_dir is None
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"window": 0}, "RunwatchCallback.window must be an int >= 1 or None, got 0"),
-    ({"seq_len": 2.5}, "RunwatchCallback.seq_len must be an int >= 1 or None, got 2.5"),
-    ({"fsync": 1}, "RunwatchCallback.fsync must be a bool, got 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"window": 0}, "RunwatchCallback.window must be an int >= 1 or None, got 0"),
+        ({"seq_len": 2.5}, "RunwatchCallback.seq_len must be an int >= 1 or None, got 2.5"),
+        ({"fsync": 1}, "RunwatchCallback.fsync must be a bool, got 1"),
+    ],
+)
 def test_options_are_checked(kwargs, message):
     with pytest.raises(ValueError, match="^" + message.replace(".", r"\.") + "$"):
         CallbackOptions(**kwargs)
 
 
-@pytest.mark.parametrize("predictions, labels, expected", [
-    ([[0.0, 1.0], [1.0, 0.0], [0.0, 2.0], [3.0, 0.0]], [1, 0, 1, 0], {"auroc": 1.0, "accuracy": 1.0}),
-    ([[0.0, 1.0], [1.0, 0.0]], [0, 1], {"auroc": 0.0, "accuracy": 0.0}),
-    ([0.5, 0.5, 0.5, 0.5], [0, 1, 0, 1], {"auroc": 0.5, "accuracy": 0.5}),
-    ([[1.0], [-1.0], [2.0]], [1, 1, 1], {"accuracy": 2 / 3}),
-    ([float("nan"), 1.0], [0, 1], {"accuracy": 1.0}),
-])
+@pytest.mark.parametrize(
+    "predictions, labels, expected",
+    [
+        ([[0.0, 1.0], [1.0, 0.0], [0.0, 2.0], [3.0, 0.0]], [1, 0, 1, 0], {"auroc": 1.0, "accuracy": 1.0}),
+        ([[0.0, 1.0], [1.0, 0.0]], [0, 1], {"auroc": 0.0, "accuracy": 0.0}),
+        ([0.5, 0.5, 0.5, 0.5], [0, 1, 0, 1], {"auroc": 0.5, "accuracy": 0.5}),
+        ([[1.0], [-1.0], [2.0]], [1, 1, 1], {"accuracy": 2 / 3}),
+        ([float("nan"), 1.0], [0, 1], {"accuracy": 1.0}),
+    ],
+)
 def test_auroc_metrics(predictions, labels, expected):
     import numpy as np
     from transformers import EvalPrediction
@@ -378,12 +439,29 @@ def test_the_heartbeat_shows_eval_during_a_slow_compute_metrics_and_checkpoint_d
             super()._save_checkpoint(model, trial)
 
     torch.manual_seed(0)
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=20, per_device_train_batch_size=BATCH,
-                             logging_steps=5, eval_strategy="steps", eval_steps=10, save_steps=20, learning_rate=3e-3,
-                             use_cpu=True, disable_tqdm=True, report_to="none", seed=0, dataloader_num_workers=0)
-    trainer = WatchedSaves(model=BertForSequenceClassification(BertConfig(**CONFIG)), args=args,
-                           train_dataset=Sequences(800, 0), eval_dataset=Sequences(64, 1),
-                           callbacks=[RunwatchCallback(run_dir=run_dir, seq_len=SEQ)], compute_metrics=slow_metrics)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=20,
+        per_device_train_batch_size=BATCH,
+        logging_steps=5,
+        eval_strategy="steps",
+        eval_steps=10,
+        save_steps=20,
+        learning_rate=3e-3,
+        use_cpu=True,
+        disable_tqdm=True,
+        report_to="none",
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    trainer = WatchedSaves(
+        model=BertForSequenceClassification(BertConfig(**CONFIG)),
+        args=args,
+        train_dataset=Sequences(800, 0),
+        eval_dataset=Sequences(64, 1),
+        callbacks=[RunwatchCallback(run_dir=run_dir, seq_len=SEQ)],
+        compute_metrics=slow_metrics,
+    )
     trainer.train()
     assert [kind for kind, _, _ in seen] == ["eval", "eval", "save"]
     for kind, at, beat in seen:
@@ -400,7 +478,8 @@ def test_a_window_older_than_max_window_seconds_asks_the_trainer_for_a_log(tmp_p
     import runwatch.integrations.hf as hf
 
     monkeypatch.setattr(hf, "MAX_WINDOW_SECONDS", 0.0)  # every window is old: slow steps, in short
-    make_trainer(tmp_path, 6, [RunwatchCallback(seq_len=SEQ)], logging_steps=100, eval_strategy="no",
-                 save_strategy="no").train()
+    make_trainer(
+        tmp_path, 6, [RunwatchCallback(seq_len=SEQ)], logging_steps=100, eval_strategy="no", save_strategy="no"
+    ).train()
     train = [r for r in records(tmp_path / "runwatch") if r["event"] == "train"]
     assert [r["attempted"] for r in train] == [1] * 6

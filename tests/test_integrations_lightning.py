@@ -76,13 +76,23 @@ class Classifier(L.LightningModule):
 
 def fit(root, steps, callbacks, model=None, ckpt_path=None, inverted=False, **overrides):
     torch.manual_seed(0)
-    kwargs = dict(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                  enable_model_summary=False, val_check_interval=50, check_val_every_n_epoch=None,
-                  default_root_dir=str(root), num_sanity_val_steps=2)
+    kwargs = dict(
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        val_check_interval=50,
+        check_val_every_n_epoch=None,
+        default_root_dir=str(root),
+        num_sanity_val_steps=2,
+    )
     kwargs.update(overrides)
     trainer = L.Trainer(callbacks=callbacks, **kwargs)
-    train = torch.utils.data.DataLoader(dataset(8000, 0), batch_size=BATCH, shuffle=True,
-                                        generator=torch.Generator().manual_seed(0))
+    train = torch.utils.data.DataLoader(
+        dataset(8000, 0), batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     val = torch.utils.data.DataLoader(dataset(512, 1, inverted), batch_size=256)
     trainer.fit(model or Classifier(), train, val, ckpt_path=ckpt_path)
     return trainer
@@ -136,7 +146,12 @@ def test_resume_via_ckpt_path_is_a_new_session(run200, tmp_path):
 
     run_dir = tmp_path / "run"
     shutil.copytree(run200 / "runwatch", run_dir)
-    fit(tmp_path, 260, [RunwatchCallback(run_dir), saver(tmp_path)], ckpt_path=str(run200 / "ckpt" / "epoch=0-step=150.ckpt"))
+    fit(
+        tmp_path,
+        260,
+        [RunwatchCallback(run_dir), saver(tmp_path)],
+        ckpt_path=str(run200 / "ckpt" / "epoch=0-step=150.ckpt"),
+    )
     summary = runwatch.summarize(str(run_dir), expect_step=260)
     assert summary["sessions"] == 2 and summary["start_step"] == 150 and summary["updates"] == 110
     with open(run_dir / "run.json", encoding="utf-8") as f:
@@ -156,8 +171,9 @@ def nan_run(tmp_path_factory):
 def test_nan_loss_raises_before_the_next_checkpoint(nan_run):
     """Lightning logs the NaN and trains on; the callback ends the session and fit raises."""
     root, model, error = nan_run
-    assert str(error) == ("runwatch: non-finite loss nan at the attempted update after step 73; "
-                          "session ended (reason nonfinite_loss)")
+    assert str(error) == (
+        "runwatch: non-finite loss nan at the attempted update after step 73; session ended (reason nonfinite_loss)"
+    )
     assert sorted(os.listdir(root / "ckpt")) == ["epoch=0-step=50.ckpt"]
     recs = records(root / "runwatch")
     assert recs[-1]["event"] == "session_end" and recs[-1]["reason"] == "nonfinite_loss" and recs[-1]["step"] == 73
@@ -184,7 +200,12 @@ def test_an_exception_ends_the_session_as_an_error(tmp_path):
     with pytest.raises(RuntimeError, match="boom"):
         fit(tmp_path, 200, [RunwatchCallback(), Boom()])
     end = records(tmp_path / "runwatch")[-1]
-    assert (end["event"], end["reason"], end["error"], end["step"]) == ("session_end", "error", "RuntimeError: boom", 30)
+    assert (end["event"], end["reason"], end["error"], end["step"]) == (
+        "session_end",
+        "error",
+        "RuntimeError: boom",
+        30,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -202,8 +223,9 @@ def test_inverted_labels_give_auroc_below_half(inverted_run):
 
 def check(run_dir, *options):
     """`runwatch check` in a subprocess, where the watchdog's command exists."""
-    proc = subprocess.run([sys.executable, "-m", "runwatch", "check", str(run_dir), *options],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runwatch", "check", str(run_dir), *options], capture_output=True, text=True, timeout=120
+    )
     if proc.returncode == 2 and "invalid choice: 'check'" in proc.stderr:
         pytest.skip("runwatch check is not on this branch yet (the watchdog's part)")
     return proc
@@ -220,8 +242,15 @@ def test_check_flags_the_inverted_run(inverted_run):
 
 
 def test_gradient_accumulation_counts_optimizer_updates(tmp_path):
-    fit(tmp_path, 20, [RunwatchCallback(window=5)], accumulate_grad_batches=4, val_check_interval=None,
-        check_val_every_n_epoch=1, limit_val_batches=0)
+    fit(
+        tmp_path,
+        20,
+        [RunwatchCallback(window=5)],
+        accumulate_grad_batches=4,
+        val_check_interval=None,
+        check_val_every_n_epoch=1,
+        limit_val_batches=0,
+    )
     summary = runwatch.summarize(str(tmp_path / "runwatch"), expect_step=20)
     assert summary["recipe"]["gradient_accumulation_steps"] == 4 and summary["tokens"] == 20 * 4 * BATCH
     train = [r for r in records(tmp_path / "runwatch") if r["event"] == "train"]
@@ -235,8 +264,15 @@ def test_fp16_skipped_updates_are_not_divergence(tmp_path):
     model = Classifier()
     overflow_at = {5, 17}
     model.mlp[2].weight.register_hook(lambda g: g + math.inf if model.trainer.global_step in overflow_at else g)
-    fit(tmp_path, 40, [RunwatchCallback()], model=model, limit_val_batches=0, enable_checkpointing=False,
-        plugins=[MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))])
+    fit(
+        tmp_path,
+        40,
+        [RunwatchCallback()],
+        model=model,
+        limit_val_batches=0,
+        enable_checkpointing=False,
+        plugins=[MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))],
+    )
     summary = runwatch.summarize(str(tmp_path / "runwatch"))
     assert summary["completed"] and summary["skipped_updates"] == 2 and summary["nonfinite_grad_norms"] == 2
     assert summary["updates"] == 38 and summary["tokens"] == 40 * BATCH  # skipped attempts consumed tokens too
@@ -247,8 +283,14 @@ def test_fp16_skipped_updates_are_not_divergence(tmp_path):
 class Recorder(Callback):
     """Records the hooks the callback uses, in the order the real Trainer calls them."""
 
-    HOOKS = ("on_train_start", "on_before_optimizer_step", "on_train_batch_end", "on_validation_end",
-             "on_save_checkpoint", "on_fit_end")
+    HOOKS = (
+        "on_train_start",
+        "on_before_optimizer_step",
+        "on_train_batch_end",
+        "on_validation_end",
+        "on_save_checkpoint",
+        "on_fit_end",
+    )
 
     def __init__(self) -> None:
         self.events: list[str] = []
@@ -258,20 +300,34 @@ class Recorder(Callback):
     def _record(self, name):
         def hook(trainer, *args):
             self.events.append(f"{name}{'(sanity)' if trainer.sanity_checking else ''}")
+
         return hook
 
 
 def test_hook_order_seen_from_the_trainer(tmp_path):
     rec = Recorder()
-    fit(tmp_path, 4, [rec, ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=2, save_top_k=-1)],
-        val_check_interval=2, accumulate_grad_batches=2)
+    fit(
+        tmp_path,
+        4,
+        [rec, ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=2, save_top_k=-1)],
+        val_check_interval=2,
+        accumulate_grad_batches=2,
+    )
     accumulate = ["on_train_batch_end"]
     update = ["on_before_optimizer_step", "on_train_batch_end"]
     step = accumulate + update
     # val_check_interval counts batches: with 2 accumulated batches a validation follows each update
-    expected = (["on_validation_end(sanity)", "on_train_start"]
-                + step + ["on_validation_end"] + step + ["on_save_checkpoint", "on_validation_end"]
-                + step + ["on_validation_end"] + step + ["on_save_checkpoint", "on_validation_end", "on_fit_end"])
+    expected = (
+        ["on_validation_end(sanity)", "on_train_start"]
+        + step
+        + ["on_validation_end"]
+        + step
+        + ["on_save_checkpoint", "on_validation_end"]
+        + step
+        + ["on_validation_end"]
+        + step
+        + ["on_save_checkpoint", "on_validation_end", "on_fit_end"]
+    )
     assert rec.events == expected
 
 
@@ -309,9 +365,16 @@ class SlowValidation(Classifier):
 def test_the_heartbeat_shows_eval_during_a_slow_validation_and_checkpoint_during_a_save(tmp_path):
     run_dir = str(tmp_path / "rw")
     model = SlowValidation(run_dir)
-    fit(tmp_path, 40, [RunwatchCallback(run_dir=run_dir), ModelCheckpoint(dirpath=str(tmp_path / "ckpt"),
-                                                                           every_n_train_steps=40, save_top_k=-1)],
-        model=model, val_check_interval=20)
+    fit(
+        tmp_path,
+        40,
+        [
+            RunwatchCallback(run_dir=run_dir),
+            ModelCheckpoint(dirpath=str(tmp_path / "ckpt"), every_n_train_steps=40, save_top_k=-1),
+        ],
+        model=model,
+        val_check_interval=20,
+    )
     assert [kind for kind, _, _ in model.seen] == ["eval", "save", "eval"], model.seen  # step 40 saves, then validates
     for kind, at, beat in model.seen:
         assert beat["phase"] == ("eval" if kind == "eval" else "checkpoint"), (kind, beat)

@@ -27,8 +27,16 @@ RECIPE = {"batch_size": 4, "seq_len": 8, "gradient_accumulation_steps": 2}
 
 
 def test_state_save_load_equal(tmp_path):
-    state = {"schema_version": 1, "run_id": "r-1", "session_id": "s-1", "step": 40, "tokens": 2560, "skipped": 2,
-             "seq_len": 8, "tokens_source": "seq_len"}
+    state = {
+        "schema_version": 1,
+        "run_id": "r-1",
+        "session_id": "s-1",
+        "step": 40,
+        "tokens": 2560,
+        "skipped": 2,
+        "seq_len": 8,
+        "tokens_source": "seq_len",
+    }
     write_state(str(tmp_path), state)
     assert read_state(str(tmp_path)) == state
     assert [p.name for p in tmp_path.iterdir()] == [STATE_FILE]  # no temp file left behind
@@ -38,12 +46,18 @@ def test_no_state_is_none(tmp_path):
     assert read_state(str(tmp_path)) is None
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[1]", "runwatch_state.json: the runwatch state must be an object, got list"),
-    ('{"step": -1, "tokens": 0, "skipped": 0}', "runwatch_state.json: step must be an int >= 0, got -1"),
-    ('{"step": 1, "tokens": NaN, "skipped": 0}', "runwatch_state.json: malformed JSON: NaN is not a valid JSON number"),
-    ('{"step": 1, "tokens": 0}', "runwatch_state.json: skipped must be an int >= 0, got None"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[1]", "runwatch_state.json: the runwatch state must be an object, got list"),
+        ('{"step": -1, "tokens": 0, "skipped": 0}', "runwatch_state.json: step must be an int >= 0, got -1"),
+        (
+            '{"step": 1, "tokens": NaN, "skipped": 0}',
+            "runwatch_state.json: malformed JSON: NaN is not a valid JSON number",
+        ),
+        ('{"step": 1, "tokens": 0}', "runwatch_state.json: skipped must be an int >= 0, got None"),
+    ],
+)
 def test_bad_state_is_a_clear_error(tmp_path, text, message):
     (tmp_path / STATE_FILE).write_text(text)
     with pytest.raises(InvalidRunError) as info:
@@ -57,11 +71,14 @@ def test_resume_state_must_match_the_step():
         resume_state({"step": 4, "tokens": 0, "skipped": 0}, 5, "x")
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"window": True}, "RunwatchCallback.window must be an int >= 1 or None, got True"),
-    ({"seq_len": 0}, "RunwatchCallback.seq_len must be an int >= 1 or None, got 0"),
-    ({"run_dir": 3}, "RunwatchCallback.run_dir must be a path or None, got 3"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"window": True}, "RunwatchCallback.window must be an int >= 1 or None, got True"),
+        ({"seq_len": 0}, "RunwatchCallback.seq_len must be an int >= 1 or None, got 0"),
+        ({"run_dir": 3}, "RunwatchCallback.run_dir must be a path or None, got 3"),
+    ],
+)
 def test_options_name_the_option(kwargs, message):
     with pytest.raises(ValueError) as info:
         CallbackOptions(**kwargs)
@@ -106,7 +123,9 @@ def test_folder_bytes(tmp_path):
 
 
 def test_the_package_imports_no_framework():
-    code = ("import sys, runwatch.integrations, runwatch.integrations.session\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'lightning', 'numpy') if m in sys.modules))")
+    code = (
+        "import sys, runwatch.integrations, runwatch.integrations.session\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'lightning', 'numpy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=dict(os.environ))
     assert out.stdout.strip() == "[]"

@@ -76,16 +76,22 @@ def test_atomic_write_takes_text_or_bytes_only(tmp_path):
 DONE = {"verdict": "done", "kind": None, "class": None, "step": 40, "onset": None, "message": "normal", "time": 1.0}
 
 
-@pytest.mark.parametrize("content, expected", [
-    (None, (None, None)),
-    (json.dumps(DONE), (DONE, None)),
-    (json.dumps({**DONE, "verdict": "anomaly", "kind": "stall"}), ({**DONE, "verdict": "anomaly", "kind": "stall"}, None)),
-    ('{"verdict": "watching", "step": 3}', (None, None)),
-    ('{"verdict": "maybe"}', (None, "watchdog.json: no verdict")),
-    ("[1, 2]", (None, "watchdog.json: no verdict")),
-    ('{"verdict": "done", "time": NaN}', (None, "watchdog.json: malformed JSON: NaN is not a valid JSON number")),
-    ('{"verdict": "do', (None, "watchdog.json: malformed JSON: Unterminated string starting at at column 13")),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (None, (None, None)),
+        (json.dumps(DONE), (DONE, None)),
+        (
+            json.dumps({**DONE, "verdict": "anomaly", "kind": "stall"}),
+            ({**DONE, "verdict": "anomaly", "kind": "stall"}, None),
+        ),
+        ('{"verdict": "watching", "step": 3}', (None, None)),
+        ('{"verdict": "maybe"}', (None, "watchdog.json: no verdict")),
+        ("[1, 2]", (None, "watchdog.json: no verdict")),
+        ('{"verdict": "done", "time": NaN}', (None, "watchdog.json: malformed JSON: NaN is not a valid JSON number")),
+        ('{"verdict": "do', (None, "watchdog.json: malformed JSON: Unterminated string starting at at column 13")),
+    ],
+)
 def test_read_verdict(tmp_path, content, expected):
     if content is not None:
         (tmp_path / "watchdog.json").write_text(content)

@@ -22,10 +22,18 @@ def _wait_gone(pid, timeout=20.0):
 
 def test_launch_detached(tmp_path, capsys):
     run = tmp_path / "run"
-    code = main(["launch", str(run), "--", sys.executable, "-c",
-                 "import os,json; print(json.dumps({k: os.environ.get(k) for k in "
-                 "['PYTHONUNBUFFERED','HF_HUB_DISABLE_PROGRESS_BARS','TRANSFORMERS_VERBOSITY','TOKENIZERS_PARALLELISM','RUNWATCH_RUN_DIR']}));"
-                 "print(os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid())"])
+    code = main(
+        [
+            "launch",
+            str(run),
+            "--",
+            sys.executable,
+            "-c",
+            "import os,json; print(json.dumps({k: os.environ.get(k) for k in "
+            "['PYTHONUNBUFFERED','HF_HUB_DISABLE_PROGRESS_BARS','TRANSFORMERS_VERBOSITY','TOKENIZERS_PARALLELISM','RUNWATCH_RUN_DIR']}));"
+            "print(os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid())",
+        ]
+    )
     out = capsys.readouterr().out.splitlines()
     info = json.loads((run / "launch.json").read_text())
     assert code == 0
@@ -42,12 +50,31 @@ def test_launch_detached(tmp_path, capsys):
 
 def test_launch_watch_completes_with_exit_0(tmp_path):
     run = tmp_path / "run"
-    script = ("from runwatch import RunLogger\n"
-              "with RunLogger(None, recipe={'batch_size':1,'seq_len':1,'gradient_accumulation_steps':1,'qk_clip_threshold':None},"
-              " hardware={}, window=1) as log:\n"
-              "    [log.step(1.0, 0.1, 1.0) for _ in range(3)]\n")
-    res = subprocess.run([sys.executable, "-m", "runwatch", "launch", str(run), "--watch", "--poll", "0.1", "--",
-                          sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    script = (
+        "from runwatch import RunLogger\n"
+        "with RunLogger(None, recipe={'batch_size':1,'seq_len':1,'gradient_accumulation_steps':1,'qk_clip_threshold':None},"
+        " hardware={}, window=1) as log:\n"
+        "    [log.step(1.0, 0.1, 1.0) for _ in range(3)]\n"
+    )
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runwatch",
+            "launch",
+            str(run),
+            "--watch",
+            "--poll",
+            "0.1",
+            "--",
+            sys.executable,
+            "-c",
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-1] == "OK done step=3"
 

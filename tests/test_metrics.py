@@ -65,7 +65,9 @@ def test_skipped_updates_wait_for_a_successful_one(tmp_path):
     recs = records(d)
     train = recs[0]
     assert (train["updates"], train["skipped"], train["attempted"], train["step"]) == (1, 2, 3, 1)
-    assert train["loss"] == 2.0 and train["nonfinite_grad_norms"] == 2 and train["grad_norm"] == {"mean": 2.0, "max": 2.0}
+    assert (
+        train["loss"] == 2.0 and train["nonfinite_grad_norms"] == 2 and train["grad_norm"] == {"mean": 2.0, "max": 2.0}
+    )
     assert recs[-1]["totals"] == {"tokens": 18, "skipped": 2}
     assert summarize(str(d))["skipped_updates"] == 2
 
@@ -76,8 +78,14 @@ def test_resume_starts_from_the_checkpoint_state(tmp_path):
     for _ in range(7):
         log.step(loss=1.0, lr=0.1, grad_norm=1.0, skipped=False)
     state = log.state_dict()
-    assert state == {"schema_version": 1, "run_id": log.run_id, "session_id": log.session_id,
-                     "step": 7, "tokens": 42, "skipped": 0}
+    assert state == {
+        "schema_version": 1,
+        "run_id": log.run_id,
+        "session_id": log.session_id,
+        "step": 7,
+        "tokens": 42,
+        "skipped": 0,
+    }
     assert json.loads(json.dumps(state)) == state
     for _ in range(2):
         log.step(loss=1.0, lr=0.1, grad_norm=1.0)
@@ -103,12 +111,17 @@ def test_resume_into_a_new_directory_keeps_the_run_id(tmp_path):
 def test_resume_of_another_run_is_refused(tmp_path):
     RunLogger(tmp_path / "a", recipe=RECIPE).close()
     with pytest.raises(ValueError, match="resume_from is of run 'r-other', but run.json is of run"):
-        RunLogger(tmp_path / "a", recipe=RECIPE, resume_from={"run_id": "r-other", "step": 0, "tokens": 0, "skipped": 0})
+        RunLogger(
+            tmp_path / "a", recipe=RECIPE, resume_from={"run_id": "r-other", "step": 0, "tokens": 0, "skipped": 0}
+        )
 
 
 def test_nonfinite_float_loss_fails_loud_at_once(tmp_path):
     d = tmp_path / "run"
-    with pytest.raises(NonFiniteLossError, match=r"^runwatch: non-finite loss nan at the attempted update after step 2; session ended \(reason nonfinite_loss\)$"):
+    with pytest.raises(
+        NonFiniteLossError,
+        match=r"^runwatch: non-finite loss nan at the attempted update after step 2; session ended \(reason nonfinite_loss\)$",
+    ):
         with RunLogger(d, recipe=RECIPE, window=10) as log:
             log.step(loss=1.0, lr=0.1, grad_norm=1.0)
             log.step(loss=1.0, lr=0.1, grad_norm=1.0)
@@ -141,10 +154,13 @@ def test_nonfinite_metric_is_left_out_with_a_warning(tmp_path):
     assert records(d)[1]["metrics"] == {"accuracy": 0.5}
 
 
-@pytest.mark.parametrize("exc, reason, error", [
-    (RuntimeError("boom"), "error", "RuntimeError: boom"),
-    (KeyboardInterrupt(), "interrupted", "KeyboardInterrupt"),
-])
+@pytest.mark.parametrize(
+    "exc, reason, error",
+    [
+        (RuntimeError("boom"), "error", "RuntimeError: boom"),
+        (KeyboardInterrupt(), "interrupted", "KeyboardInterrupt"),
+    ],
+)
 def test_exceptions_end_the_session(tmp_path, exc, reason, error):
     d = tmp_path / "run"
     with pytest.raises(type(exc)), RunLogger(d, recipe=RECIPE) as log:
@@ -231,8 +247,12 @@ def test_qk_clip_counts(tmp_path):
     with RunLogger(d, recipe=recipe, window=2) as log:
         log.step(loss=1.0, lr=0.1, grad_norm=1.0, qk_observed=8, qk_clipped=1, qk_max_logit=120.0)
         log.step(loss=1.0, lr=0.1, grad_norm=1.0, qk_observed=8, qk_clipped=0, qk_max_logit=90.0)
-    assert records(d)[0]["qk_clip"] == {"threshold": 100.0, "observed_head_updates": 16,
-                                        "clipped_head_updates": 1, "max_logit": 120.0}
+    assert records(d)[0]["qk_clip"] == {
+        "threshold": 100.0,
+        "observed_head_updates": 16,
+        "clipped_head_updates": 1,
+        "max_logit": 120.0,
+    }
     assert summarize(str(d))["qk_clip"]["clipped_fraction"] == 1 / 16
     with pytest.raises(ValueError, match="QK-Clip counts need recipe.qk_clip_threshold"):
         with RunLogger(tmp_path / "b", recipe=RECIPE) as log:
@@ -251,14 +271,20 @@ def test_profiling_seconds(tmp_path):
     assert summarize(str(d))["profiling"] is True
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(window=0), "RunLogger.window must be an int >= 1, got 0"),
-    (dict(recipe={"batch_size": 1, "seq_len": 1}), r"RunLogger.recipe.gradient_accumulation_steps is required"),
-    (dict(recipe=dict(RECIPE, seq_len=0)), "RunLogger.recipe.seq_len must be a positive int, got 0"),
-    (dict(recipe=dict(RECIPE, qk_clip_threshold=-1)), "RunLogger.recipe.qk_clip_threshold must be a positive number or None, got -1"),
-    (dict(optimizers=[{"name": "x"}]), r"RunLogger.optimizers\[0\] must be a dict with a string 'algorithm'"),
-    (dict(resume_from={"step": -1}), "RunLogger.resume_from.step must be an int >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(window=0), "RunLogger.window must be an int >= 1, got 0"),
+        (dict(recipe={"batch_size": 1, "seq_len": 1}), r"RunLogger.recipe.gradient_accumulation_steps is required"),
+        (dict(recipe=dict(RECIPE, seq_len=0)), "RunLogger.recipe.seq_len must be a positive int, got 0"),
+        (
+            dict(recipe=dict(RECIPE, qk_clip_threshold=-1)),
+            "RunLogger.recipe.qk_clip_threshold must be a positive number or None, got -1",
+        ),
+        (dict(optimizers=[{"name": "x"}]), r"RunLogger.optimizers\[0\] must be a dict with a string 'algorithm'"),
+        (dict(resume_from={"step": -1}), "RunLogger.resume_from.step must be an int >= 0, got -1"),
+    ],
+)
 def test_bad_configuration_names_the_option(tmp_path, kwargs, message):
     kwargs.setdefault("recipe", RECIPE)
     with pytest.raises(ValueError, match=message):
@@ -280,23 +306,27 @@ def _child(tmp_path, body: str) -> subprocess.Popen:
     code = textwrap.dedent(f"""
         import sys, time
         from runwatch import RunLogger
-        log = RunLogger({str(tmp_path / 'run')!r}, recipe={RECIPE!r}, window=1)
+        log = RunLogger({str(tmp_path / "run")!r}, recipe={RECIPE!r}, window=1)
     """) + textwrap.dedent(body)
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_sigterm_ends_the_session_interrupted(tmp_path):
-    proc = _child(tmp_path, """
+    proc = _child(
+        tmp_path,
+        """
         with log:
             log.step(loss=1.0, lr=0.1, grad_norm=1.0)
             print("ready", flush=True)
             while True:
                 time.sleep(0.01)
-    """)
+    """,
+    )
     assert proc.stdout.readline() == "ready\n"
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=20)
-    proc.stdout.close(); proc.stderr.close()
+    proc.stdout.close()
+    proc.stderr.close()
     assert proc.returncode != 0
     end = records(tmp_path / "run")[-1]
     assert (end["reason"], end["error"]) == ("interrupted", "SIGTERM")
@@ -304,21 +334,27 @@ def test_sigterm_ends_the_session_interrupted(tmp_path):
 
 
 def test_exit_without_close_is_recorded(tmp_path):
-    proc = _child(tmp_path, """
+    proc = _child(
+        tmp_path,
+        """
         log.step(loss=1.0, lr=0.1, grad_norm=1.0)
-    """)
+    """,
+    )
     proc.communicate(timeout=20)
     end = records(tmp_path / "run")[-1]
     assert (end["reason"], end["error"]) == ("error", "the process exited without RunLogger.close()")
 
 
 def test_sigkill_leaves_a_valid_log_up_to_the_last_record(tmp_path):
-    proc = _child(tmp_path, """
+    proc = _child(
+        tmp_path,
+        """
         for i in range(3):
             log.step(loss=1.0, lr=0.1, grad_norm=1.0)
         print("ready", flush=True)
         time.sleep(60)
-    """)
+    """,
+    )
     assert proc.stdout.readline() == "ready\n"
     proc.kill()
     proc.communicate(timeout=20)

@@ -16,12 +16,15 @@ np = pytest.importorskip("numpy")
 
 def _one_by_one(values: list) -> list[float]:
     """The reference: each value on its own, tensors through float64 (a sync each on a GPU)."""
-    return [float(v.detach().reshape(()).to(torch.float64)) if isinstance(v, torch.Tensor) else float(v) for v in values]
+    return [
+        float(v.detach().reshape(()).to(torch.float64)) if isinstance(v, torch.Tensor) else float(v) for v in values
+    ]
 
 
 def _same(a: list[float], b: list[float]) -> bool:
-    return all(type(x) is float and (x == y or (math.isnan(x) and math.isnan(y))) for x, y in zip(a, b)) \
-        and len(a) == len(b)
+    return all(type(x) is float and (x == y or (math.isnan(x) and math.isnan(y))) for x, y in zip(a, b)) and len(
+        a
+    ) == len(b)
 
 
 T = torch.tensor
@@ -66,9 +69,16 @@ def _count_conversions(monkeypatch) -> dict:
 
 def _steps(log: RunLogger, as_tensor) -> None:
     for i in range(12):
-        log.step(loss=as_tensor(1.0 / (i + 1)), lr=as_tensor(0.5 ** i), grad_norm=as_tensor(0.25 * i),
-                 clipped=as_tensor(i % 3 == 0), skipped=as_tensor(i == 5), qk_observed=as_tensor(8),
-                 qk_clipped=as_tensor(i % 2), qk_max_logit=as_tensor(90.0 + i))
+        log.step(
+            loss=as_tensor(1.0 / (i + 1)),
+            lr=as_tensor(0.5**i),
+            grad_norm=as_tensor(0.25 * i),
+            clipped=as_tensor(i % 3 == 0),
+            skipped=as_tensor(i == 5),
+            qk_observed=as_tensor(8),
+            qk_clipped=as_tensor(i % 2),
+            qk_max_logit=as_tensor(90.0 + i),
+        )
 
 
 def test_lr_and_qk_tensors_share_the_one_conversion_of_the_window(tmp_path, monkeypatch):

@@ -66,7 +66,8 @@ class Child:
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, "-S", "-c", CHILD, run_dir, str(window), json.dumps(state)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         self.session_id: str | None = None
         self.ready_after: float | None = None
@@ -95,8 +96,10 @@ class Child:
             time.sleep(1)
             self.proc.kill()
             self.proc.wait()
-            pytest.fail(f"the child did not end within 60 s of signal {sig}; its stack:\n"
-                        + self.proc.stderr.read().decode(errors="replace")[-4000:])
+            pytest.fail(
+                f"the child did not end within 60 s of signal {sig}; its stack:\n"
+                + self.proc.stderr.read().decode(errors="replace")[-4000:]
+            )
         finally:
             self._reader.join(timeout=10)
             self.stderr = self.proc.stderr.read()
@@ -265,8 +268,12 @@ def test_file_size_limit_gives_one_clear_error_and_no_half_record(tmp_path, xfsz
     which would kill the process with half a record written)."""
     for limit in (1000, 2222, 4097, 7777):
         d = tmp_path / f"run{limit}"
-        proc = subprocess.run([sys.executable, "-S", "-c", FSIZE_CHILD, str(d), str(limit), xfsz],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-S", "-c", FSIZE_CHILD, str(d), str(limit), xfsz],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         path = d / "metrics.jsonl"
         assert (proc.returncode, proc.stderr) == (3, f"[Errno 27] {path}: cannot write a record: File too large\n")
         data = path.read_bytes()
@@ -282,7 +289,9 @@ def small_fs(tmp_path):
     """A 256 KiB tmpfs, where mounting is permitted (root); skipped elsewhere."""
     mnt = tmp_path / "fs"
     mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
     try:
@@ -330,8 +339,11 @@ def test_full_disk_record_manifest_and_torn_tail(small_fs):
     torn = b'{"run_id":"' + b"y" * 6000
     with open(metrics, "ab") as f:
         f.write(torn)
-    with pytest.raises(LogWriteError, match=r"metrics.jsonl.torn-\d+: cannot set aside the torn final line of "
-                                            r"metrics.jsonl: No space left on device$"):
+    with pytest.raises(
+        LogWriteError,
+        match=r"metrics.jsonl.torn-\d+: cannot set aside the torn final line of "
+        r"metrics.jsonl: No space left on device$",
+    ):
         RunLogger(d, recipe=RECIPE, window=1, hardware={}, resume_from=state)
     assert sorted(os.listdir(d)) == ["heartbeats", "metrics.jsonl", "run.json"]
     assert metrics.read_bytes() == log_bytes + torn
@@ -343,11 +355,14 @@ def test_full_disk_record_manifest_and_torn_tail(small_fs):
     assert summarize(str(d), expect_step=state["step"] + 1)["sessions"] == 2
 
 
-@pytest.mark.parametrize("what, expected", [
-    ("fifo", "not a regular file (a FIFO)"),
-    ("dev_null", "not a regular file"),
-    ("directory", "cannot open for writing: Is a directory"),
-])
+@pytest.mark.parametrize(
+    "what, expected",
+    [
+        ("fifo", "not a regular file (a FIFO)"),
+        ("dev_null", "not a regular file"),
+        ("directory", "cannot open for writing: Is a directory"),
+    ],
+)
 def test_logger_refuses_a_metrics_file_that_is_not_a_file(tmp_path, what, expected):
     """A FIFO would block the open for ever; /dev/null would swallow every record."""
     d = tmp_path / "run"
@@ -381,18 +396,25 @@ with RunLogger(sys.argv[1], recipe=%r, window=1, hardware={}) as log:
 
 def test_second_process_is_refused_and_the_first_unharmed(tmp_path):
     d = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-S", "-c", HOLDER, str(d)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-S", "-c", HOLDER, str(d)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         session_id = holder.stdout.readline().strip()
         assert session_id, holder.communicate(timeout=30)
         before = (d / "metrics.jsonl").read_bytes(), (d / "run.json").read_bytes()
-        second = subprocess.run([sys.executable, "-S", "-c", HOLDER, str(d)], input="", capture_output=True,
-                                text=True, timeout=60)
+        second = subprocess.run(
+            [sys.executable, "-S", "-c", HOLDER, str(d)], input="", capture_output=True, text=True, timeout=60
+        )
         assert second.returncode == 1
         assert second.stderr.strip().splitlines()[-1] == (
             f"runwatch.errors.RunLockedError: {d}: in use by another RunLogger (metrics.jsonl is locked); "
-            "one writer per run directory")
+            "one writer per run directory"
+        )
         assert ((d / "metrics.jsonl").read_bytes(), (d / "run.json").read_bytes()) == before
         out, err = holder.communicate("go\n", timeout=60)
     finally:
@@ -431,14 +453,18 @@ def test_resume_onto_a_huge_torn_tail_costs_bounded_memory(tmp_path):
     committed = metrics.stat().st_size
     with open(metrics, "ab") as f:
         f.write(b'{"run_id": "')
-        f.truncate(committed + TORN_MIB * 2 ** 20)
+        f.truncate(committed + TORN_MIB * 2**20)
     try:
-        proc = subprocess.run([sys.executable, "-S", "-c", RESUMER, str(d), json.dumps(state)],
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-S", "-c", RESUMER, str(d), json.dumps(state)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr
-        assert int(proc.stdout) < 200 * 2 ** 20, f"peak RSS {int(proc.stdout) / 2 ** 20:.0f} MiB"
+        assert int(proc.stdout) < 200 * 2**20, f"peak RSS {int(proc.stdout) / 2**20:.0f} MiB"
         (aside,) = [p for p in d.iterdir() if p.name.startswith("metrics.jsonl.torn-")]
-        assert aside.stat().st_size == TORN_MIB * 2 ** 20
+        assert aside.stat().st_size == TORN_MIB * 2**20
         with open(aside, "rb") as f:
             assert f.read(12) == b'{"run_id": "'
         assert summarize(str(d), expect_step=2)["sessions"] == 2

@@ -158,15 +158,27 @@ TRAIN = textwrap.dedent("""
 
 def test_a_real_training_shows_its_sleeping_evaluation_in_the_heartbeat(tmp_path):
     d, go = tmp_path / "run", tmp_path / "go"
-    child = subprocess.Popen([sys.executable, "-c", TRAIN, str(d), str(go)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    child = subprocess.Popen(
+        [sys.executable, "-c", TRAIN, str(d), str(go)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     try:
         assert child.stdout.readline().strip() == "evaluating", child.stderr.read()
         entered = time.time()
         time.sleep(0.3)  # it sleeps in its evaluation; nothing refreshes the heartbeat meanwhile
         path = d / "heartbeats" / "rank-0.json"
         beat = parse_heartbeat(path.read_bytes(), str(path))
-        assert (beat.phase, beat.pid, beat.world_size, beat.step, beat.window, beat.state) == ("eval", child.pid, 1, 10, 2, "running")
+        assert (beat.phase, beat.pid, beat.world_size, beat.step, beat.window, beat.state) == (
+            "eval",
+            child.pid,
+            1,
+            10,
+            2,
+            "running",
+        )
         assert beat.phase_since <= entered and beat.time <= entered  # written on entering, not since
         assert beat.progress_time <= beat.phase_since
         go.write_text("")

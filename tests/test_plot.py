@@ -62,12 +62,26 @@ def minimal_log(path, *, inverted: bool = False) -> str:
     for launch, (first, last) in enumerate([(10, 300), (210, 700)]):
         for step in range(first, last + 1, 10):
             t += 0.5
-            lines.append({"step": step, "t": t, "loss": 0.7 * math.exp(-step / 300), "lr": 1e-4,
-                          "grad_norm": 1.0 + (step % 30) / 30, "sps": 40.0 if launch == 0 else 38.0})
+            lines.append(
+                {
+                    "step": step,
+                    "t": t,
+                    "loss": 0.7 * math.exp(-step / 300),
+                    "lr": 1e-4,
+                    "grad_norm": 1.0 + (step % 30) / 30,
+                    "sps": 40.0 if launch == 0 else 38.0,
+                }
+            )
             if step % 100 == 0:
                 auroc = 0.5 + 0.45 * (1 - math.exp(-step / 200))
-                lines.append({"step": step, "eval_loss": 0.6 * math.exp(-step / 400),
-                              "eval_auroc": 1 - auroc if inverted else auroc, "eval_acc": 0.5 + step / 2000})
+                lines.append(
+                    {
+                        "step": step,
+                        "eval_loss": 0.6 * math.exp(-step / 400),
+                        "eval_auroc": 1 - auroc if inverted else auroc,
+                        "eval_acc": 0.5 + step / 2000,
+                    }
+                )
     with open(path, "w") as f:
         f.writelines(json.dumps(line) + "\n" for line in lines)
     return str(path)
@@ -77,10 +91,19 @@ def trainer_state(path) -> str:
     """A Hugging Face trainer_state.json: no throughput in its log_history."""
     history = []
     for step in range(10, 201, 10):
-        history.append({"epoch": step / 100, "grad_norm": 0.8, "learning_rate": 5e-5 * (1 - step / 200),
-                        "loss": 0.69 - step / 1000, "step": step})
+        history.append(
+            {
+                "epoch": step / 100,
+                "grad_norm": 0.8,
+                "learning_rate": 5e-5 * (1 - step / 200),
+                "loss": 0.69 - step / 1000,
+                "step": step,
+            }
+        )
         if step % 50 == 0:
-            history.append({"epoch": step / 100, "eval_loss": 0.6, "eval_auroc": 0.8, "eval_runtime": 0.1, "step": step})
+            history.append(
+                {"epoch": step / 100, "eval_loss": 0.6, "eval_auroc": 0.8, "eval_runtime": 0.1, "step": step}
+            )
     with open(path, "w") as f:
         json.dump({"global_step": 200, "log_history": history}, f)
     return str(path)
@@ -191,15 +214,31 @@ def test_cli_prints_the_path(tmp_path, capsys):
     assert capsys.readouterr().out == f"{tmp_path / 'm.png'}\n"
 
 
-@pytest.mark.parametrize("setup, argv, code, message", [
-    ("none", ["plot", "{d}/nothere"], 2, "plot: {d}/nothere: no such run directory or log"),
-    ("empty", ["plot", "{d}/empty.jsonl"], 1, "Invalid training run: {d}/empty.jsonl: no train or eval records to plot"),
-    ("other", ["plot", "{d}/other.jsonl"], 1,
-     "Invalid training run: {d}/other.jsonl: no train or eval records to plot"),
-    ("minimal", ["plot", "{d}/m.jsonl", "-o", "{d}/no/such/dir/p.png"], 2,
-     "plot: -o {d}/no/such/dir/p.png: directory {d}/no/such/dir does not exist"),
-    ("minimal", ["plot", "{d}/m.jsonl", "--grad-max", "-1"], 2, "watch.grad_max must be a number > 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "setup, argv, code, message",
+    [
+        ("none", ["plot", "{d}/nothere"], 2, "plot: {d}/nothere: no such run directory or log"),
+        (
+            "empty",
+            ["plot", "{d}/empty.jsonl"],
+            1,
+            "Invalid training run: {d}/empty.jsonl: no train or eval records to plot",
+        ),
+        (
+            "other",
+            ["plot", "{d}/other.jsonl"],
+            1,
+            "Invalid training run: {d}/other.jsonl: no train or eval records to plot",
+        ),
+        (
+            "minimal",
+            ["plot", "{d}/m.jsonl", "-o", "{d}/no/such/dir/p.png"],
+            2,
+            "plot: -o {d}/no/such/dir/p.png: directory {d}/no/such/dir does not exist",
+        ),
+        ("minimal", ["plot", "{d}/m.jsonl", "--grad-max", "-1"], 2, "watch.grad_max must be a number > 0, got -1"),
+    ],
+)
 def test_errors(tmp_path, capsys, setup, argv, code, message):
     d = str(tmp_path)
     if setup == "empty":

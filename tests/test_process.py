@@ -28,7 +28,7 @@ def _wait_for(condition, timeout: float = 30.0) -> bool:
 def _state(pid: int) -> bytes:
     with open(f"/proc/{pid}/stat", "rb") as f:
         data = f.read()
-    return data[data.rindex(b")") + 2:][:1]
+    return data[data.rindex(b")") + 2 :][:1]
 
 
 def test_this_process_is_alive():
@@ -40,10 +40,13 @@ def test_a_pid_beyond_pid_max_is_gone():
         assert not alive(int(f.read()) + 1)
 
 
-@pytest.mark.parametrize("code, sig, expected", [
-    ("raise SystemExit(3)", None, "exit status 3"),
-    ("import time; time.sleep(60)", signal.SIGKILL, "killed by SIGKILL"),
-])
+@pytest.mark.parametrize(
+    "code, sig, expected",
+    [
+        ("raise SystemExit(3)", None, "exit status 3"),
+        ("import time; time.sleep(60)", signal.SIGKILL, "killed by SIGKILL"),
+    ],
+)
 def test_our_child_is_reaped_and_its_end_kept(code, sig, expected):
     with subprocess.Popen([sys.executable, "-c", code]) as child:  # its wait() after ours: ECHILD, fine
         if sig is not None:
@@ -55,8 +58,10 @@ def test_our_child_is_reaped_and_its_end_kept(code, sig, expected):
 
 def test_a_zombie_that_is_not_our_child_is_gone():
     # The holder never reaps its child (nothing polls it): a zombie that we cannot wait for.
-    holding = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'pass']); "
-               "print(p.pid, flush=True); time.sleep(60)")
+    holding = (
+        "import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'pass']); "
+        "print(p.pid, flush=True); time.sleep(60)"
+    )
     with subprocess.Popen([sys.executable, "-c", holding], stdout=subprocess.PIPE, text=True) as holder:
         try:
             zombie = int(holder.stdout.readline())
@@ -67,16 +72,19 @@ def test_a_zombie_that_is_not_our_child_is_gone():
             holder.kill()
 
 
-@pytest.mark.parametrize("content, pid, noted", [
-    (b"1234\n", 1234, False),
-    (b"  42  ", 42, False),
-    (b"0\n", None, True),
-    (b"-5\n", None, True),
-    (b"abc\n", None, True),
-    (b"", None, True),
-    (b"\xff\xfe12", None, True),
-    (b"12 34\n", None, True),
-])
+@pytest.mark.parametrize(
+    "content, pid, noted",
+    [
+        (b"1234\n", 1234, False),
+        (b"  42  ", 42, False),
+        (b"0\n", None, True),
+        (b"-5\n", None, True),
+        (b"abc\n", None, True),
+        (b"", None, True),
+        (b"\xff\xfe12", None, True),
+        (b"12 34\n", None, True),
+    ],
+)
 def test_read_pid_file(tmp_path, content, pid, noted):
     path = tmp_path / "pid"
     path.write_bytes(content)
@@ -93,14 +101,21 @@ def test_read_pid_file_missing_is_silent(tmp_path):
     assert notes == []
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("step 1\nstep 2\n", None),
-    ("Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nbye\n",
-     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
-    ("MemoryError\nlater: terminate called after throwing an instance of 'std::bad_alloc'\n",
-     "later: terminate called after throwing an instance of 'std::bad_alloc'"),
-    ("   MemoryError: " + "x" * 300 + "\n", "MemoryError: " + "x" * 184 + "..."),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("step 1\nstep 2\n", None),
+        (
+            "Traceback ...\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nbye\n",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        ),
+        (
+            "MemoryError\nlater: terminate called after throwing an instance of 'std::bad_alloc'\n",
+            "later: terminate called after throwing an instance of 'std::bad_alloc'",
+        ),
+        ("   MemoryError: " + "x" * 300 + "\n", "MemoryError: " + "x" * 184 + "..."),
+    ],
+)
 def test_oom_line(tmp_path, text, expected):
     path = tmp_path / "stdout.log"
     path.write_text(text)
@@ -130,8 +145,9 @@ time.sleep(120)
 
 def test_stop_kills_a_launched_group_that_ignores_sigterm(tmp_path):
     """A training process and its worker both ignore SIGTERM: after the grace, SIGKILL to the group."""
-    with subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, text=True,
-                          start_new_session=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, text=True, start_new_session=True
+    ) as proc:
         try:
             worker = int(proc.stdout.readline())
             (tmp_path / "launch.json").write_text(json.dumps({"pid": proc.pid, "pgid": os.getpgid(proc.pid)}))
@@ -147,8 +163,11 @@ def test_stop_kills_a_launched_group_that_ignores_sigterm(tmp_path):
 @contextlib.contextmanager
 def _sleeper():
     """A child that sleeps until signalled, once it is running; killed if a test leaves it."""
-    with subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(120)"],
-                          stdout=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
         try:
             proc.stdout.readline()
             yield proc

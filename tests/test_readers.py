@@ -21,39 +21,48 @@ from runwatch.watchdog import check
 # --- key names ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ({"train/loss": 1.5}, {"loss": 1.5}),
-    ({"train_loss": 1.5}, {"loss": 1.5}),
-    ({"train_loss_step": 1.5, "train_loss_epoch": 2.0}, {"loss": 1.5}),
-    ({"loss": 1.0, "train/loss": 2.0}, {"loss": 1.0}),  # the canonical key itself wins
-    ({"eval/loss": 0.5}, {"eval_loss": 0.5}),
-    ({"val_loss": 0.5}, {"eval_loss": 0.5}),
-    ({"val/loss": 0.5}, {"eval_loss": 0.5}),
-    ({"eval_loss": 0.4, "val_loss": 0.5}, {"eval_loss": 0.4}),
-    ({"learning_rate": 0.1}, {"lr": 0.1}),
-    ({"train/learning_rate": 0.1}, {"lr": 0.1}),
-    ({"lr-AdamW": 0.1}, {"lr": 0.1}),
-    ({"lr-SGD/pg1": 0.1}, {"lr": 0.1}),
-    ({"train/grad_norm": 3.0}, {"grad_norm": 3.0}),
-    ({"eval/auroc": 0.9}, {"eval_auroc": 0.9}),
-    ({"val_auroc": 0.9}, {"eval_auroc": 0.9}),
-    ({"val/acc/top1": 0.9}, {"eval_acc_top1": 0.9}),
-    ({"train_samples_per_second": 40.0}, {"sps": 40.0}),
-    ({"samples_per_second": 40.0}, {"sps": 40.0}),
-    ({"train/samples_per_sec": 40.0}, {"sps": 40.0}),
-    ({"global_step": 7}, {"step": 7}),
-    ({"epoch": 1}, {}),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ({"train/loss": 1.5}, {"loss": 1.5}),
+        ({"train_loss": 1.5}, {"loss": 1.5}),
+        ({"train_loss_step": 1.5, "train_loss_epoch": 2.0}, {"loss": 1.5}),
+        ({"loss": 1.0, "train/loss": 2.0}, {"loss": 1.0}),  # the canonical key itself wins
+        ({"eval/loss": 0.5}, {"eval_loss": 0.5}),
+        ({"val_loss": 0.5}, {"eval_loss": 0.5}),
+        ({"val/loss": 0.5}, {"eval_loss": 0.5}),
+        ({"eval_loss": 0.4, "val_loss": 0.5}, {"eval_loss": 0.4}),
+        ({"learning_rate": 0.1}, {"lr": 0.1}),
+        ({"train/learning_rate": 0.1}, {"lr": 0.1}),
+        ({"lr-AdamW": 0.1}, {"lr": 0.1}),
+        ({"lr-SGD/pg1": 0.1}, {"lr": 0.1}),
+        ({"train/grad_norm": 3.0}, {"grad_norm": 3.0}),
+        ({"eval/auroc": 0.9}, {"eval_auroc": 0.9}),
+        ({"val_auroc": 0.9}, {"eval_auroc": 0.9}),
+        ({"val/acc/top1": 0.9}, {"eval_acc_top1": 0.9}),
+        ({"train_samples_per_second": 40.0}, {"sps": 40.0}),
+        ({"samples_per_second": 40.0}, {"sps": 40.0}),
+        ({"train/samples_per_sec": 40.0}, {"sps": 40.0}),
+        ({"global_step": 7}, {"step": 7}),
+        ({"epoch": 1}, {}),
+    ],
+)
 def test_default_names(raw, expected):
     out = KeyMap().canonical(raw)
-    assert {k: v for k, v in out.items() if k not in raw or k in expected} == {**expected, **{k: raw[k] for k in expected if k in raw}}
+    assert {k: v for k, v in out.items() if k not in raw or k in expected} == {
+        **expected,
+        **{k: raw[k] for k in expected if k in raw},
+    }
 
 
-@pytest.mark.parametrize("maps, raw, expected", [
-    ({"loss": "train/total"}, {"train/loss": 1.0, "train/total": 3.0}, 3.0),  # mapped: only from SOURCE
-    ({"loss": "train/total"}, {"train/loss": 1.0}, None),
-    ({"eval_auroc": "my_auc"}, {"val_auroc": 0.5, "my_auc": 0.9}, 0.9),
-])
+@pytest.mark.parametrize(
+    "maps, raw, expected",
+    [
+        ({"loss": "train/total"}, {"train/loss": 1.0, "train/total": 3.0}, 3.0),  # mapped: only from SOURCE
+        ({"loss": "train/total"}, {"train/loss": 1.0}, None),
+        ({"eval_auroc": "my_auc"}, {"val_auroc": 0.5, "my_auc": 0.9}, 0.9),
+    ],
+)
 def test_map_overrides_the_names(maps, raw, expected):
     out = KeyMap(maps).canonical(raw)
     canon = next(iter(maps))
@@ -117,7 +126,11 @@ def test_csv_rows_are_records_with_empty_cells_absent(tmp_path):
     path.write_text(LIGHTNING_CSV)
     recs = list(iter_records(str(path)))
     assert [(r.kind, r.step, r.where) for r in recs] == [
-        ("train", 9, "metrics.csv:2"), ("train", 19, "metrics.csv:3"), ("eval", 19, "metrics.csv:4"), ("train", 29, "metrics.csv:5")]
+        ("train", 9, "metrics.csv:2"),
+        ("train", 19, "metrics.csv:3"),
+        ("eval", 19, "metrics.csv:4"),
+        ("train", 29, "metrics.csv:5"),
+    ]
     assert recs[0].loss == 0.69 and recs[0].lr == 0.001
     assert recs[2].eval_loss == 0.55 and recs[2].metrics == {"auroc": 0.8}
     assert math.isnan(recs[3].loss)
@@ -131,7 +144,10 @@ def test_csv_rewritten_with_a_new_column_is_read_on_without_repeats(tmp_path):
     r = CsvReader(str(path), KeyMap())
     assert [x["step"] for _w, x in r.poll().items] == [1, 2]
     path.write_text("step,train_loss,val_loss\n1,0.9,\n2,0.8,\n2,,0.7\n3,0.6,\n")
-    assert [(x["step"], x.get("loss"), x.get("eval_loss")) for _w, x in r.poll().items] == [(2, None, 0.7), (3, 0.6, None)]
+    assert [(x["step"], x.get("loss"), x.get("eval_loss")) for _w, x in r.poll().items] == [
+        (2, None, 0.7),
+        (3, 0.6, None),
+    ]
 
 
 def test_csv_that_is_binary_is_invalid_log_with_its_line(tmp_path):
@@ -139,7 +155,8 @@ def test_csv_that_is_binary_is_invalid_log_with_its_line(tmp_path):
     path.write_bytes(b"step,loss\n1,0.5\n\x89PNG\r\n\x1a\n\x00\x00\xff\xfe\n")
     result = check(str(path))
     assert [(f.kind, f.step, f.message) for f in result.findings] == [
-        ("invalid_log", 1, "metrics.csv:3: not text (invalid UTF-8 at byte 0)")]
+        ("invalid_log", 1, "metrics.csv:3: not text (invalid UTF-8 at byte 0)")
+    ]
     path.write_bytes(b"step,loss\n1,0.5\n2,\x00\n")
     assert [f.message for f in check(str(path)).findings] == ["metrics.csv:3: loss must be a number, got '\\x00'"]
 
@@ -189,7 +206,11 @@ def test_nanogpt_preset(tmp_path):
     assert t.format == "text"
     recs = list(iter_records(t))
     assert [(r.kind, r.step, r.where) for r in recs] == [
-        ("eval", 0, "train.log:1"), ("train", 0, "train.log:2"), ("train", 10, "train.log:3"), ("train", 20, "train.log:5")]
+        ("eval", 0, "train.log:1"),
+        ("train", 0, "train.log:2"),
+        ("train", 10, "train.log:3"),
+        ("train", 20, "train.log:5"),
+    ]
     assert recs[0].eval_loss == 10.9912
     assert recs[2].loss == 9.8765 and recs[2].throughput == pytest.approx(20.0)  # iterations a second
     assert math.isnan(recs[3].loss)
@@ -212,13 +233,22 @@ def test_a_custom_pattern(tmp_path):
     assert [(r.step, r.loss) for r in iter_records(t)] == [(70, 0.25), (80, 0.5)]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--pattern", r"loss=(?P<loss>\S+)"], r"read.pattern must have a named group (?P<step>...), got 'loss=(?P<loss>\\S+)'"),
-    (["--pattern", "("], "read.pattern: '(' is not a regular expression: missing ), unterminated subpattern at position 0"),
-    (["--format", "text"], "read.format text needs --pattern REGEX (with a named group (?P<step>...))"),
-    (["--format", "csv", "--pattern", "(?P<step>x)"], "read.pattern applies to text logs, not to --format csv"),
-    (["--format", "csv", "--run", "abc"], "read.run applies to MLflow stores, got 'abc' with --format csv"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--pattern", r"loss=(?P<loss>\S+)"],
+            r"read.pattern must have a named group (?P<step>...), got 'loss=(?P<loss>\\S+)'",
+        ),
+        (
+            ["--pattern", "("],
+            "read.pattern: '(' is not a regular expression: missing ), unterminated subpattern at position 0",
+        ),
+        (["--format", "text"], "read.format text needs --pattern REGEX (with a named group (?P<step>...))"),
+        (["--format", "csv", "--pattern", "(?P<step>x)"], "read.pattern applies to text logs, not to --format csv"),
+        (["--format", "csv", "--run", "abc"], "read.run applies to MLflow stores, got 'abc' with --format csv"),
+    ],
+)
 @pytest.mark.parametrize("command", ["check", "watch", "status", "plot"])
 def test_bad_read_options_are_usage_errors(tmp_path, capsys, command, argv, message):
     path = tmp_path / "train.log"
@@ -242,17 +272,20 @@ def test_text_state_round_trips(tmp_path):
 # --- detection ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make, read, expected", [
-    (lambda d: (d / "events.out.tfevents.1.h").write_bytes(b""), None, "tensorboard"),
-    (lambda d: (d / "metrics.csv").write_text("step,loss\n"), None, "csv"),
-    (lambda d: (d / "mlflow.db").write_bytes(b"SQLite format 3\x00"), None, "mlflow"),
-    (lambda d: (d / "store.sqlite").write_bytes(b"SQLite format 3\x00"), None, "mlflow"),
-    (lambda d: (d / "train.jsonl").write_text(""), None, "jsonl"),
-    (lambda d: (d / "train.log").write_text(""), None, "jsonl"),
-    (lambda d: (d / "train.log").write_text(""), ReadOptions(format="nanogpt"), "text"),
-    (lambda d: (d / "train.log").write_text(""), ReadOptions(pattern=("(?P<step>x)",)), "text"),
-    (lambda d: (d / "metrics.csv").write_text(""), ReadOptions(format="jsonl"), "jsonl"),
-])
+@pytest.mark.parametrize(
+    "make, read, expected",
+    [
+        (lambda d: (d / "events.out.tfevents.1.h").write_bytes(b""), None, "tensorboard"),
+        (lambda d: (d / "metrics.csv").write_text("step,loss\n"), None, "csv"),
+        (lambda d: (d / "mlflow.db").write_bytes(b"SQLite format 3\x00"), None, "mlflow"),
+        (lambda d: (d / "store.sqlite").write_bytes(b"SQLite format 3\x00"), None, "mlflow"),
+        (lambda d: (d / "train.jsonl").write_text(""), None, "jsonl"),
+        (lambda d: (d / "train.log").write_text(""), None, "jsonl"),
+        (lambda d: (d / "train.log").write_text(""), ReadOptions(format="nanogpt"), "text"),
+        (lambda d: (d / "train.log").write_text(""), ReadOptions(pattern=("(?P<step>x)",)), "text"),
+        (lambda d: (d / "metrics.csv").write_text(""), ReadOptions(format="jsonl"), "jsonl"),
+    ],
+)
 def test_detection_of_files(tmp_path, make, read, expected):
     make(tmp_path)
     (name,) = os.listdir(tmp_path)
@@ -316,5 +349,8 @@ def test_check_with_map_on_a_csv(tmp_path, capsys):
 
 
 def test_read_options_refuse_an_unknown_format():
-    with pytest.raises(UsageError, match="read.format must be one of jsonl, tensorboard, mlflow, csv, text, nanogpt, megatron, got 'wandb'"):
+    with pytest.raises(
+        UsageError,
+        match="read.format must be one of jsonl, tensorboard, mlflow, csv, text, nanogpt, megatron, got 'wandb'",
+    ):
         ReadOptions(format="wandb")

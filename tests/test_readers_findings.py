@@ -22,8 +22,10 @@ from torch.utils.tensorboard import SummaryWriter  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "readers")
 TRAJECTORY = os.path.join(DATA, "trajectory.jsonl")
-TEXT_PATTERNS = (r"^step=(?P<step>\d+) loss=(?P<loss>\S+) lr=(?P<lr>\S+) gnorm=(?P<grad_norm>\S+) sps=(?P<sps>\S+)",
-                 r"^eval step=(?P<step>\d+) loss=(?P<eval_loss>\S+) auroc=(?P<eval_auroc>\S+)")
+TEXT_PATTERNS = (
+    r"^step=(?P<step>\d+) loss=(?P<loss>\S+) lr=(?P<lr>\S+) gnorm=(?P<grad_norm>\S+) sps=(?P<sps>\S+)",
+    r"^eval step=(?P<step>\d+) loss=(?P<eval_loss>\S+) auroc=(?P<eval_auroc>\S+)",
+)
 
 # What `check` finds in the trajectory (tests/data/make_mlflow_stores.py made it to hold these).
 EXPECTED = [
@@ -41,10 +43,23 @@ def trajectory() -> list[dict]:
 
 
 # Each producer's names for the canonical keys.
-TB_TAGS = {"loss": "train/loss", "lr": "lr-AdamW", "grad_norm": "train/grad_norm", "sps": "train/samples_per_sec",
-           "eval_loss": "val/loss", "eval_auroc": "val/auroc"}
-CSV_COLUMNS = {"step": "step", "loss": "train_loss", "lr": "lr-AdamW", "grad_norm": "grad_norm", "sps": "throughput",
-               "eval_loss": "val_loss", "eval_auroc": "val_auroc"}
+TB_TAGS = {
+    "loss": "train/loss",
+    "lr": "lr-AdamW",
+    "grad_norm": "train/grad_norm",
+    "sps": "train/samples_per_sec",
+    "eval_loss": "val/loss",
+    "eval_auroc": "val/auroc",
+}
+CSV_COLUMNS = {
+    "step": "step",
+    "loss": "train_loss",
+    "lr": "lr-AdamW",
+    "grad_norm": "grad_norm",
+    "sps": "throughput",
+    "eval_loss": "val_loss",
+    "eval_auroc": "val_auroc",
+}
 
 
 class TensorBoardWriter:
@@ -86,7 +101,9 @@ class TextWriter:
     def write(self, rec: dict) -> None:
         with open(self.path, "a") as f:
             if "loss" in rec:
-                f.write(f"step={rec['step']} loss={rec['loss']!r} lr={rec['lr']} gnorm={rec['grad_norm']} sps={rec['sps']}\n")
+                f.write(
+                    f"step={rec['step']} loss={rec['loss']!r} lr={rec['lr']} gnorm={rec['grad_norm']} sps={rec['sps']}\n"
+                )
             else:
                 f.write(f"eval step={rec['step']} loss={rec['eval_loss']!r} auroc={rec['eval_auroc']}\n")
 
@@ -110,31 +127,48 @@ def test_the_jsonl_trajectory_holds_the_expected_findings():
     assert findings(TRAJECTORY) == EXPECTED
 
 
-@pytest.mark.parametrize("make", [
-    lambda tmp: (written(TensorBoardWriter, tmp / "tb"), None),
-    lambda tmp: (written(CsvWriter, tmp / "csv"), None),
-    lambda tmp: (written(TextWriter, tmp / "text"), ReadOptions(pattern=TEXT_PATTERNS)),
-    lambda tmp: (os.path.join(DATA, "mlflow.db"), None),
-    lambda tmp: (os.path.join(DATA, "mlruns-run"), None),
-], ids=["tensorboard", "csv", "text", "mlflow-sqlite", "mlflow-file-store"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda tmp: (written(TensorBoardWriter, tmp / "tb"), None),
+        lambda tmp: (written(CsvWriter, tmp / "csv"), None),
+        lambda tmp: (written(TextWriter, tmp / "text"), ReadOptions(pattern=TEXT_PATTERNS)),
+        lambda tmp: (os.path.join(DATA, "mlflow.db"), None),
+        lambda tmp: (os.path.join(DATA, "mlruns-run"), None),
+    ],
+    ids=["tensorboard", "csv", "text", "mlflow-sqlite", "mlflow-file-store"],
+)
 def test_every_format_gives_the_same_findings(tmp_path, make):
     target, read = make(tmp_path)
     assert findings(target, read) == EXPECTED
 
 
-@pytest.mark.parametrize("writer_cls, read", [
-    (TensorBoardWriter, None), (CsvWriter, None), (TextWriter, ReadOptions(pattern=TEXT_PATTERNS)),
-], ids=["tensorboard", "csv", "text"])
+@pytest.mark.parametrize(
+    "writer_cls, read",
+    [
+        (TensorBoardWriter, None),
+        (CsvWriter, None),
+        (TextWriter, ReadOptions(pattern=TEXT_PATTERNS)),
+    ],
+    ids=["tensorboard", "csv", "text"],
+)
 def test_watch_of_a_growing_log_stops_where_jsonl_does(tmp_path, writer_cls, read):
     """Written a record at a time with a poll after each (and an idle one): the first anomaly, at its step."""
     clock = [1000.0]
     w = writer_cls(tmp_path)
-    watcher = Watcher(str(w.root if isinstance(w, TensorBoardWriter) else w.path), Options(stall=1e6, startup_grace=1e6),
-                      clock=lambda: clock[0], log=lambda m: None, poll_checks=[], read=read)
+    watcher = Watcher(
+        str(w.root if isinstance(w, TensorBoardWriter) else w.path),
+        Options(stall=1e6, startup_grace=1e6),
+        clock=lambda: clock[0],
+        log=lambda m: None,
+        poll_checks=[],
+        read=read,
+    )
     jsonl = tmp_path / "same.jsonl"
     jsonl.write_text("")
-    jwatch = Watcher(str(jsonl), Options(stall=1e6, startup_grace=1e6), clock=lambda: clock[0], log=lambda m: None,
-                     poll_checks=[])
+    jwatch = Watcher(
+        str(jsonl), Options(stall=1e6, startup_grace=1e6), clock=lambda: clock[0], log=lambda m: None, poll_checks=[]
+    )
     verdicts: dict[str, object] = {}
     for rec in trajectory():
         w.write(rec)
@@ -207,11 +241,23 @@ def test_lightning_tensorboard_and_csv_loggers_read_alike(tmp_path):
     x = torch.randn(640, 8)
     y = x.sum(1)
     data = torch.utils.data.TensorDataset(x, y)
-    trainer = L.Trainer(max_steps=60, accelerator="cpu", devices=1, enable_progress_bar=False, enable_model_summary=False,
-                        log_every_n_steps=10, val_check_interval=30, check_val_every_n_epoch=None,
-                        num_sanity_val_steps=0, default_root_dir=str(tmp_path), callbacks=[LearningRateMonitor()],
-                        logger=[TensorBoardLogger(str(tmp_path), name="tb"), CSVLogger(str(tmp_path), name="csv")])
-    trainer.fit(Model(), torch.utils.data.DataLoader(data, batch_size=16), torch.utils.data.DataLoader(data, batch_size=64))
+    trainer = L.Trainer(
+        max_steps=60,
+        accelerator="cpu",
+        devices=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=10,
+        val_check_interval=30,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        default_root_dir=str(tmp_path),
+        callbacks=[LearningRateMonitor()],
+        logger=[TensorBoardLogger(str(tmp_path), name="tb"), CSVLogger(str(tmp_path), name="csv")],
+    )
+    trainer.fit(
+        Model(), torch.utils.data.DataLoader(data, batch_size=16), torch.utils.data.DataLoader(data, batch_size=64)
+    )
     tb = list(iter_records(str(tmp_path / "tb")))
     (csv_path,) = glob.glob(str(tmp_path / "csv" / "version_*" / "metrics.csv"))
     cs = list(iter_records(csv_path))
@@ -254,13 +300,37 @@ def test_hf_trainer_report_to_tensorboard(tmp_path):
             return {"input_ids": self.x[i], "labels": self.y[i]}
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=16, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                        max_position_embeddings=16, num_labels=2)
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=20, per_device_train_batch_size=16, logging_steps=5,
-                             eval_strategy="steps", eval_steps=10, save_strategy="no", learning_rate=3e-3,
-                             use_cpu=True, disable_tqdm=True, report_to="tensorboard", seed=0, dataloader_num_workers=0)
-    trainer = Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Sequences(640, 0),
-                      eval_dataset=Sequences(64, 1), compute_metrics=auroc_metrics)
+    config = BertConfig(
+        vocab_size=16,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        num_labels=2,
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=20,
+        per_device_train_batch_size=16,
+        logging_steps=5,
+        eval_strategy="steps",
+        eval_steps=10,
+        save_strategy="no",
+        learning_rate=3e-3,
+        use_cpu=True,
+        disable_tqdm=True,
+        report_to="tensorboard",
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    trainer = Trainer(
+        model=BertForSequenceClassification(config),
+        args=args,
+        train_dataset=Sequences(640, 0),
+        eval_dataset=Sequences(64, 1),
+        compute_metrics=auroc_metrics,
+    )
     trainer.train()
     history = trainer.state.log_history
     recs = list(iter_records(resolve_target(str(tmp_path / "runs"))))
@@ -269,7 +339,9 @@ def test_hf_trainer_report_to_tensorboard(tmp_path):
     assert [t[0] for t in train] == [w[0] for w in want] == [5, 10, 15, 20]
     for got, exp in zip(train, want, strict=True):
         assert got[1:] == pytest.approx(exp[1:], rel=1e-6)  # event files hold float32
-    evals = [(r.step, r.eval_loss, r.metrics.get("auroc")) for r in recs if r.kind == "eval" and r.eval_loss is not None]
+    evals = [
+        (r.step, r.eval_loss, r.metrics.get("auroc")) for r in recs if r.kind == "eval" and r.eval_loss is not None
+    ]
     want_eval = [(h["step"], h["eval_loss"], h["eval_auroc"]) for h in history if "eval_loss" in h]
     assert [e[0] for e in evals] == [10, 20]
     for got, exp in zip(evals, want_eval, strict=True):

@@ -38,7 +38,9 @@ def test_every_metrics_row_of_the_latest_run_is_read_once(db):
     """The records hold exactly the rows sqlite3 finds for the run (value, step, time)."""
     latest = run_ids(db)[-1]
     with sqlite3.connect(db) as con:
-        rows = con.execute("SELECT key, value, step, timestamp, is_nan FROM metrics WHERE run_uuid = ?", (latest,)).fetchall()
+        rows = con.execute(
+            "SELECT key, value, step, timestamp, is_nan FROM metrics WHERE run_uuid = ?", (latest,)
+        ).fetchall()
     want = sorted((k, s, "nan" if nan else v) for k, v, s, _ts, nan in rows)
     got = []
     for rec in iter_records(db):
@@ -53,7 +55,9 @@ def test_run_picks_a_run(db, capsys):
     recs = list(iter_records(resolve_target(db, ReadOptions(run=first))))
     assert [(r.kind, r.step, r.loss) for r in recs] == [("train", 1, 9.0)]
     assert main(["check", db, "--run", "nope"]) == 7
-    assert capsys.readouterr().out.splitlines()[-1] == "ANOMALY invalid_log step=0: mlflow.db: no run 'nope' in the store"
+    assert (
+        capsys.readouterr().out.splitlines()[-1] == "ANOMALY invalid_log step=0: mlflow.db: no run 'nope' in the store"
+    )
 
 
 def test_the_store_is_opened_read_only_and_left_as_it_was(db):
@@ -80,8 +84,10 @@ def test_only_new_rows_are_asked_for_and_an_idle_poll_asks_nothing(db):
     assert reader.poll().items == []
     assert statements == []  # nothing changed: one stat, no query
     with sqlite3.connect(db) as con:
-        con.executemany("INSERT INTO metrics VALUES (?, ?, ?, ?, ?, 0)",
-                        [("train_loss", 0.5, 1_700_000_500_000, latest, 820), ("train_loss", 0.4, 1_700_000_510_000, latest, 840)])
+        con.executemany(
+            "INSERT INTO metrics VALUES (?, ?, ?, ?, ?, 0)",
+            [("train_loss", 0.5, 1_700_000_500_000, latest, 820), ("train_loss", 0.4, 1_700_000_510_000, latest, 840)],
+        )
     items = reader.poll().items
     assert [(r["step"], r["loss"]) for _w, r in items + reader.finish()] == [(820, 0.5), (840, 0.4)]
     assert any("rowid > " in s for s in statements)
@@ -90,8 +96,11 @@ def test_only_new_rows_are_asked_for_and_an_idle_poll_asks_nothing(db):
 def test_a_run_started_later_is_a_new_session(db):
     with sqlite3.connect(db) as con:
         exp = con.execute("SELECT experiment_id FROM runs ORDER BY start_time DESC").fetchone()[0]
-        con.execute("INSERT INTO runs (run_uuid, name, status, start_time, lifecycle_stage, experiment_id) "
-                    "VALUES ('relaunch', 'r', 'RUNNING', 9999999999999, 'active', ?)", (exp,))
+        con.execute(
+            "INSERT INTO runs (run_uuid, name, status, start_time, lifecycle_stage, experiment_id) "
+            "VALUES ('relaunch', 'r', 'RUNNING', 9999999999999, 'active', ?)",
+            (exp,),
+        )
         con.execute("INSERT INTO metrics VALUES ('train_loss', 0.3, 1, 'relaunch', 500, 0)")
     assert [(r.session, r.step, r.loss) for r in iter_records(db)] == [("session-1", 500, 0.3)]  # the latest run
 
@@ -102,13 +111,19 @@ def test_a_reader_follows_into_a_run_started_later(db):
         pass
     with sqlite3.connect(db) as con:
         exp = con.execute("SELECT experiment_id FROM runs ORDER BY start_time DESC").fetchone()[0]
-        con.execute("INSERT INTO runs (run_uuid, name, status, start_time, lifecycle_stage, experiment_id) "
-                    "VALUES ('relaunch', 'r', 'RUNNING', 9999999999999, 'active', ?)", (exp,))
+        con.execute(
+            "INSERT INTO runs (run_uuid, name, status, start_time, lifecycle_stage, experiment_id) "
+            "VALUES ('relaunch', 'r', 'RUNNING', 9999999999999, 'active', ?)",
+            (exp,),
+        )
         con.execute("INSERT INTO metrics VALUES ('train_loss', 0.3, 1, 'relaunch', 500, 0)")
     items = reader.poll().items + reader.finish()
     assert [(w, r if r is None else r["step"]) for w, r in items] == [
-        ("mlflow.db:metrics row 172", 800), ("mlflow.db:metrics row 176", 800), ("mlflow.db:run relaunch", None),
-        ("mlflow.db:metrics row 178", 500)]
+        ("mlflow.db:metrics row 172", 800),
+        ("mlflow.db:metrics row 176", 800),
+        ("mlflow.db:run relaunch", None),
+        ("mlflow.db:metrics row 178", 500),
+    ]
 
 
 def test_a_locked_store_is_waited_for_then_one_line(db, capsys, monkeypatch):
@@ -119,8 +134,9 @@ def test_a_locked_store_is_waited_for_then_one_line(db, capsys, monkeypatch):
     try:
         assert main(["check", db]) == 1
         err = capsys.readouterr().err.strip()
-        assert err == ("runwatch: mlflow.db: the store is locked by a writer (database is locked; waited 0.5 s); "
-                       "try again")
+        assert err == (
+            "runwatch: mlflow.db: the store is locked by a writer (database is locked; waited 0.5 s); try again"
+        )
         watcher = Watcher(db, Options(stall=1e6, startup_grace=1e6), log=lambda m: None, poll_checks=[])
         assert watcher.poll_once() is None  # a watch waits (the stall rule still applies)
     finally:
@@ -135,7 +151,8 @@ def test_a_file_that_is_not_sqlite(tmp_path):
     path.write_text("not a database at all, just text that is long enough to have a header")
     result = check(str(path))
     assert [(f.kind, f.message) for f in result.findings] == [
-        ("invalid_log", "mlflow.db: not an SQLite database (file is not a database)")]
+        ("invalid_log", "mlflow.db: not an SQLite database (file is not a database)")
+    ]
 
 
 def test_file_store_lines_grouped_by_step(tmp_path):
@@ -155,14 +172,19 @@ def test_file_store_lines_grouped_by_step(tmp_path):
         f.write("1700000500000 0.25 820\n")
     items = again.poll().items + again.finish()
     # step 800 (a NaN loss and an eval) was held back: it comes before the new step
-    assert [(r["step"], "loss" in r, "eval_loss" in r) for _w, r in items] == [(800, True, False), (800, False, True), (820, True, False)]
+    assert [(r["step"], "loss" in r, "eval_loss" in r) for _w, r in items] == [
+        (800, True, False),
+        (800, False, True),
+        (820, True, False),
+    ]
     assert items[-1][1]["loss"] == 0.25
 
 
 def test_run_with_a_file_store_is_a_usage_error(capsys):
     assert main(["check", FILE_RUN, "--run", "abc"]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"read.run applies to an SQLite store; {FILE_RUN} is a file-store run directory (one run)")
+        f"read.run applies to an SQLite store; {FILE_RUN} is a file-store run directory (one run)"
+    )
 
 
 def test_file_store_bad_line_names_file_and_line(tmp_path):
@@ -190,4 +212,6 @@ def test_a_store_written_now_by_the_real_client(tmp_path):
     assert [r.step for r in recs if r.kind == "train"] == list(range(1, 12))
     assert math.isnan(recs[-2].loss) and recs[-1].eval_loss == math.inf
     assert [(f.kind, f.step, f.message) for f in check(str(tmp_path)).findings] == [
-        ("nonfinite_loss", 11, "train loss is NaN"), ("nonfinite_loss", 11, "eval loss is Infinity")]
+        ("nonfinite_loss", 11, "train loss is NaN"),
+        ("nonfinite_loss", 11, "eval loss is Infinity"),
+    ]

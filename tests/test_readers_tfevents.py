@@ -59,8 +59,16 @@ def record_spans(data: bytes) -> list[tuple[int, int]]:
 # --- CRC-32C and decoding -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("data, crc", [(b"", 0), (b"123456789", 0xE3069283), (b"\x00" * 32, 0x8A9136AA),
-                                       (b"\xff" * 32, 0x62A8AB43), (bytes(range(32)), 0x46DD794E)])
+@pytest.mark.parametrize(
+    "data, crc",
+    [
+        (b"", 0),
+        (b"123456789", 0xE3069283),
+        (b"\x00" * 32, 0x8A9136AA),
+        (b"\xff" * 32, 0x62A8AB43),
+        (bytes(range(32)), 0x46DD794E),
+    ],
+)
 def test_crc32c_known_values(data, crc):
     assert tfrecord._crc32c_py(data) == crc
     assert tfrecord.crc32c(data) == crc
@@ -100,12 +108,16 @@ def test_scalars_equal_tensorboards_event_accumulator(tmp_path, new_style):
     expected = set()
     for tag in ("train/loss", "val/auroc"):
         if new_style:
-            expected |= {(tag, e.step, e.wall_time, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)}
+            expected |= {
+                (tag, e.step, e.wall_time, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)
+            }
         else:
             expected |= {(tag, e.step, e.wall_time, e.value) for e in acc.Scalars(tag)}
     assert len(expected) == 78
     for decoder in ("pure", "pb2"):
-        ef = tfevents.EventFile(path, decoder=tfrecord.event_decoder(decoder) if decoder == "pb2" else tfrecord.decode_event)
+        ef = tfevents.EventFile(
+            path, decoder=tfrecord.event_decoder(decoder) if decoder == "pb2" else tfrecord.decode_event
+        )
         events, error, *_ = ef.poll()
         assert error is None
         got = {(tag, step, wall, value) for _off, wall, step, scalars in events for tag, value in scalars}
@@ -142,7 +154,7 @@ def test_a_record_is_applied_only_once_whole_at_every_cut(tmp_path):
     seen = 0
     for cut in range(1, len(data) + 1):
         with open(dest, "ab") as f:
-            f.write(data[cut - 1:cut])
+            f.write(data[cut - 1 : cut])
         events, error, *_ = ef.poll()
         assert error is None
         seen += len(events)
@@ -176,7 +188,10 @@ def test_bad_crc_in_the_middle_is_invalid_log_with_file_and_offset(tmp_path, cap
     assert kinds == [("invalid_log", 10)]
     assert result.findings[0].message == f"{name}: bad CRC of a record's data at byte {a}"
     assert main(["check", str(tmp_path)]) == 7
-    assert capsys.readouterr().out.splitlines()[-1] == f"ANOMALY invalid_log step=10: {name}: bad CRC of a record's data at byte {a}"
+    assert (
+        capsys.readouterr().out.splitlines()[-1]
+        == f"ANOMALY invalid_log step=10: {name}: bad CRC of a record's data at byte {a}"
+    )
 
 
 def test_bad_length_crc_names_the_record(tmp_path):
@@ -186,14 +201,16 @@ def test_bad_length_crc_names_the_record(tmp_path):
     data[a + 9] ^= 0xFF
     write_bytes(path, bytes(data))
     result = check(path)
-    assert [f.message for f in result.findings] == [f"{os.path.basename(path)}: bad CRC of a record's length at byte {a}"]
+    assert [f.message for f in result.findings] == [
+        f"{os.path.basename(path)}: bad CRC of a record's length at byte {a}"
+    ]
 
 
 def test_a_truncated_header_at_the_end_waits_and_check_leaves_it_out(tmp_path, capsys):
     path = write_events(tmp_path, range(1, 5))
     data = read_bytes(path)
     a, _ = record_spans(data)[-1]
-    write_bytes(path, data[:a + 5])
+    write_bytes(path, data[: a + 5])
     assert main(["check", path]) == 0
     captured = capsys.readouterr()
     assert captured.out.splitlines()[-1] == "OK clean step=4"  # step 4 lost only its grad_norm
@@ -205,23 +222,32 @@ def test_a_file_that_is_not_an_event_file(tmp_path):
     path.write_bytes(b"this is plain text, not TensorBoard records\n" * 3)
     result = check(str(path))
     assert [(f.kind, f.message) for f in result.findings] == [
-        ("invalid_log", f"{path.name}: bad CRC of a record's length at byte 0")]
+        ("invalid_log", f"{path.name}: bad CRC of a record's length at byte 0")
+    ]
 
 
 def test_a_new_event_file_is_a_new_session(tmp_path):
     write_events(tmp_path, range(1, 11), walltime0=1_700_000_000.0)
     os.replace(glob.glob(str(tmp_path / "*tfevents*"))[0], tmp_path / "events.out.tfevents.1700000000.host.1.0")
     write_events(tmp_path, range(11, 21), walltime0=1_700_000_100.0)
-    os.replace(sorted(glob.glob(str(tmp_path / "*tfevents*")))[-1], tmp_path / "events.out.tfevents.1700000100.host.2.0")
+    os.replace(
+        sorted(glob.glob(str(tmp_path / "*tfevents*")))[-1], tmp_path / "events.out.tfevents.1700000100.host.2.0"
+    )
     recs = list(iter_records(str(tmp_path)))
     assert [(r.session, r.step) for r in recs if r.step in (10, 11)] == [("session-1", 10), ("session-2", 11)]
 
 
 def test_one_level_down_the_newest_directory_is_read(tmp_path):
     write_events(tmp_path / "version_0", range(1, 5), walltime0=1_000.0)
-    os.replace(glob.glob(str(tmp_path / "version_0" / "*tfevents*"))[0], tmp_path / "version_0" / "events.out.tfevents.1000.h.1.0")
+    os.replace(
+        glob.glob(str(tmp_path / "version_0" / "*tfevents*"))[0],
+        tmp_path / "version_0" / "events.out.tfevents.1000.h.1.0",
+    )
     write_events(tmp_path / "version_1", range(1, 8), walltime0=2_000.0)
-    os.replace(glob.glob(str(tmp_path / "version_1" / "*tfevents*"))[0], tmp_path / "version_1" / "events.out.tfevents.2000.h.1.0")
+    os.replace(
+        glob.glob(str(tmp_path / "version_1" / "*tfevents*"))[0],
+        tmp_path / "version_1" / "events.out.tfevents.2000.h.1.0",
+    )
     t = resolve_target(str(tmp_path))
     assert t.format == "tensorboard" and t.run_dir == str(tmp_path)
     assert [r.step for r in iter_records(t)] == list(range(1, 8))
@@ -232,7 +258,7 @@ def test_state_round_trips_through_json(tmp_path):
     data = read_bytes(path)
     dest = tmp_path / "copy" / "events.out.tfevents.1.h"
     dest.parent.mkdir()
-    dest.write_bytes(data[:len(data) // 2])
+    dest.write_bytes(data[: len(data) // 2])
     one = tfevents.TensorBoardReader(str(dest), KeyMap())
     first = one.poll().items
     state = json.loads(json.dumps(one.state_dict(), allow_nan=False))
@@ -240,11 +266,12 @@ def test_state_round_trips_through_json(tmp_path):
     two.load_state_dict(state)
     assert two.state_dict() == one.state_dict()
     with open(dest, "ab") as f:
-        f.write(data[len(data) // 2:])
+        f.write(data[len(data) // 2 :])
     rest = two.poll().items + two.finish()
     whole = tfevents.TensorBoardReader(path, KeyMap())
-    assert [json.dumps(r, sort_keys=True) for _w, r in first + rest] == \
-        [json.dumps(r, sort_keys=True) for _w, r in whole.poll().items + whole.finish()]
+    assert [json.dumps(r, sort_keys=True) for _w, r in first + rest] == [
+        json.dumps(r, sort_keys=True) for _w, r in whole.poll().items + whole.finish()
+    ]
 
 
 # --- the watchdog following a growing file ---------------------------------------------------------
@@ -262,8 +289,9 @@ def test_watch_follows_a_growing_event_file_to_the_nan(tmp_path):
     """A real SummaryWriter flushed step by step; the watch sees the NaN at its step, no earlier."""
     clock = Clock()
     w = SummaryWriter(str(tmp_path), max_queue=1000)
-    watcher = Watcher(str(tmp_path), Options(poll=1, stall=1e6, startup_grace=1e6), clock=clock, log=lambda m: None,
-                      poll_checks=[])
+    watcher = Watcher(
+        str(tmp_path), Options(poll=1, stall=1e6, startup_grace=1e6), clock=clock, log=lambda m: None, poll_checks=[]
+    )
     verdict = None
     for s in range(1, 30):
         loss = float("nan") if s == 25 else 1.0 / s
@@ -291,8 +319,13 @@ def test_watch_waits_for_the_held_step_until_it_is_complete(tmp_path):
         w.add_scalar("train/grad_norm", 100.0, s)
     w.add_scalar("train/loss", 1.0, 3)
     w.flush()
-    watcher = Watcher(str(tmp_path), Options(grad_patience=3, stall=1e6, startup_grace=1e6), clock=clock,
-                      log=lambda m: None, poll_checks=[])
+    watcher = Watcher(
+        str(tmp_path),
+        Options(grad_patience=3, stall=1e6, startup_grace=1e6),
+        clock=clock,
+        log=lambda m: None,
+        poll_checks=[],
+    )
     for _ in range(3):
         clock.now += 1
         assert watcher.poll_once() is None
@@ -326,7 +359,8 @@ def test_when_the_process_is_gone_the_held_step_is_judged_before_the_verdict(tmp
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     write_events(tmp_path, range(1, 6), nan_at=5)
-    watcher = Watcher(str(tmp_path), Options(pid=proc.pid, stall=1e6, startup_grace=1e6), log=lambda m: None,
-                      poll_checks=[])
+    watcher = Watcher(
+        str(tmp_path), Options(pid=proc.pid, stall=1e6, startup_grace=1e6), log=lambda m: None, poll_checks=[]
+    )
     v = watcher.poll_once()
     assert v is not None and (v.kind, v.step, v.message) == ("nonfinite_loss", 5, "train loss is NaN")

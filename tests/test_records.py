@@ -19,9 +19,14 @@ def _minimal(line: str, maps=None):
 
 
 MINIMAL = [
-    ('{"step": 10, "t": 12.3, "loss": 0.52, "lr": 1e-4, "grad_norm": 1.1, "sps": 40.2}',
-     dict(kind="train", step=10, time=12.3, loss=0.52, lr=1e-4, grad_mean=1.1, throughput=40.2, nonfinite_grads=0)),
-    ('{"step": 250, "eval_auroc": 0.91, "eval_acc": 0.88}', dict(kind="eval", step=250, metrics={"auroc": 0.91, "acc": 0.88})),
+    (
+        '{"step": 10, "t": 12.3, "loss": 0.52, "lr": 1e-4, "grad_norm": 1.1, "sps": 40.2}',
+        dict(kind="train", step=10, time=12.3, loss=0.52, lr=1e-4, grad_mean=1.1, throughput=40.2, nonfinite_grads=0),
+    ),
+    (
+        '{"step": 250, "eval_auroc": 0.91, "eval_acc": 0.88}',
+        dict(kind="eval", step=250, metrics={"auroc": 0.91, "acc": 0.88}),
+    ),
     ('{"step": 30, "FATAL": "non-finite loss"}', dict(kind="fatal", step=30, error="non-finite loss")),
     ('{"step": 5, "loss": 1.0, "learning_rate": 0.5}', dict(kind="train", lr=0.5)),
     # NaN in every train record of the session so far: a norm that was not logged (absent)
@@ -34,11 +39,20 @@ MINIMAL = [
     ('{"step": 5, "note": "x"}', dict(kind="other")),
     ('{"step": 5, "loss": 1.0, "eval_auroc": 0.5}', dict(kind="train", metrics={"auroc": 0.5})),
     ('{"step": 5, "loss": "abc"}', dict(kind="invalid", error="metrics.jsonl:7: loss must be a number, got 'abc'")),
-    ('{"step": 5, "eval_loss": true}', dict(kind="invalid", error="metrics.jsonl:7: eval_loss must be a number, got true")),
+    (
+        '{"step": 5, "eval_loss": true}',
+        dict(kind="invalid", error="metrics.jsonl:7: eval_loss must be a number, got true"),
+    ),
     ('{"step": "x", "loss": 1}', dict(kind="invalid", error="metrics.jsonl:7: step must be a number >= 0, got 'x'")),
     ('{"loss": 1}', dict(kind="invalid", error="metrics.jsonl:7: missing step")),
-    ('[1, 2]', dict(kind="invalid", error="metrics.jsonl:7: a record must be a JSON object, got array")),
-    ('{"step": 1,', dict(kind="invalid", error="metrics.jsonl:7: malformed JSON: Expecting property name enclosed in double quotes at column 12")),
+    ("[1, 2]", dict(kind="invalid", error="metrics.jsonl:7: a record must be a JSON object, got array")),
+    (
+        '{"step": 1,',
+        dict(
+            kind="invalid",
+            error="metrics.jsonl:7: malformed JSON: Expecting property name enclosed in double quotes at column 12",
+        ),
+    ),
 ]
 
 
@@ -51,15 +65,25 @@ def test_minimal_telemetry(line, expected):
 
 def test_nan_grad_norm_counts_once_a_finite_one_was_seen_in_the_session():
     parser = RecordParser("minimal")
-    lines = ['{"step": 1, "loss": 1.0, "grad_norm": NaN}', '{"step": 2, "loss": 1.0, "grad_norm": 0.5}',
-             '{"step": 3, "loss": 1.0, "grad_norm": NaN}', '{"step": 1, "loss": 1.0, "grad_norm": NaN}']
+    lines = [
+        '{"step": 1, "loss": 1.0, "grad_norm": NaN}',
+        '{"step": 2, "loss": 1.0, "grad_norm": 0.5}',
+        '{"step": 3, "loss": 1.0, "grad_norm": NaN}',
+        '{"step": 1, "loss": 1.0, "grad_norm": NaN}',
+    ]
     recs = [parser.parse_line(i + 1, line.encode()) for i, line in enumerate(lines)]
     # the last line is a relaunch (step 1 again): a new session, absent again until a finite norm
     assert [(r.session, r.nonfinite_grads) for r in recs] == [
-        ("session-1", 0), ("session-1", 0), ("session-1", 1), ("session-2", 0)]
+        ("session-1", 0),
+        ("session-1", 0),
+        ("session-1", 1),
+        ("session-2", 0),
+    ]
 
 
-@pytest.mark.parametrize("line", ['{"step": 1, "loss": NaN}', '{"step": 1, "loss": null}', '{"step": 1, "loss": Infinity}'])
+@pytest.mark.parametrize(
+    "line", ['{"step": 1, "loss": NaN}', '{"step": 1, "loss": null}', '{"step": 1, "loss": Infinity}']
+)
 def test_minimal_nonfinite_loss_is_kept(line):
     rec = _minimal(line)
     assert rec.kind == "train" and not math.isfinite(rec.loss)
@@ -70,9 +94,16 @@ def test_blank_lines_are_ignored():
 
 
 MAPS = [
-    (["step=iter", "loss=train/loss", "eval_loss=val/loss"], '{"iter": 3, "train/loss": 0.5, "val/loss": 0.7, "loss": 99}',
-     dict(kind="train", step=3, loss=0.5, eval_loss=0.7)),
-    (["loss=step", "step=loss"], '{"step": 1.5, "loss": 4}', dict(kind="train", step=4, loss=1.5)),  # maps read the original
+    (
+        ["step=iter", "loss=train/loss", "eval_loss=val/loss"],
+        '{"iter": 3, "train/loss": 0.5, "val/loss": 0.7, "loss": 99}',
+        dict(kind="train", step=3, loss=0.5, eval_loss=0.7),
+    ),
+    (
+        ["loss=step", "step=loss"],
+        '{"step": 1.5, "loss": 4}',
+        dict(kind="train", step=4, loss=1.5),
+    ),  # maps read the original
     (["eval_auroc=val/auc"], '{"step": 9, "val/auc": 0.8}', dict(kind="eval", metrics={"auroc": 0.8})),
     (["loss=l"], '{"step": 9, "loss": 1.0}', dict(kind="other")),  # a mapped key is read only from its source
 ]
@@ -85,12 +116,15 @@ def test_maps(maps, line, expected):
         assert getattr(rec, key) == value, key
 
 
-@pytest.mark.parametrize("items, message", [
-    (["loss"], "watch.map must be CANONICAL=SOURCE, got 'loss'"),
-    (["los=x"], "watch.map: 'los' is not a minimal telemetry key"),
-    (["loss="], "watch.map: empty SOURCE in 'loss='"),
-    (["loss=a", "loss=b"], "watch.map: 'loss' mapped twice"),
-])
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        (["loss"], "watch.map must be CANONICAL=SOURCE, got 'loss'"),
+        (["los=x"], "watch.map: 'los' is not a minimal telemetry key"),
+        (["loss="], "watch.map: empty SOURCE in 'loss='"),
+        (["loss=a", "loss=b"], "watch.map: 'loss' mapped twice"),
+    ],
+)
 def test_bad_maps(items, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_maps(items)
@@ -98,12 +132,24 @@ def test_bad_maps(items, message):
 
 def test_relaunch_starts_a_new_session(tmp_path):
     p = tmp_path / "log.jsonl"
-    p.write_text("\n".join(json.dumps(r) for r in [
-        {"step": 10, "loss": 1.0}, {"step": 20, "loss": 0.9}, {"step": 20, "eval_auroc": 0.8},
-        {"step": 10, "loss": 1.0}, {"step": 30, "loss": 0.8}]) + "\n")
+    p.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"step": 10, "loss": 1.0},
+                {"step": 20, "loss": 0.9},
+                {"step": 20, "eval_auroc": 0.8},
+                {"step": 10, "loss": 1.0},
+                {"step": 30, "loss": 0.8},
+            ]
+        )
+        + "\n"
+    )
     sessions = load_sessions(str(p))
     assert [(s.key, [r.step for r in s.records]) for s in sessions] == [
-        ("session-1", [10, 20, 20]), ("session-2", [10, 30])]
+        ("session-1", [10, 20, 20]),
+        ("session-2", [10, 30]),
+    ]
     assert sessions[1].start_step == 10
 
 
@@ -132,21 +178,35 @@ def test_schema_v1_nan_is_invalid(tmp_path):
         sid = log.session_id
         rid = log.run_id
     with open(tmp_path / "metrics.jsonl", "a") as f:
-        f.write(json.dumps({"run_id": rid, "session_id": sid, "event": "val", "step": 1, "time": 1.0,
-                            "session": {"elapsed_seconds": 1, "tokens": 8, "tokens_per_second": None, "profiling_seconds": 0},
-                            "loss": math.nan}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "run_id": rid,
+                    "session_id": sid,
+                    "event": "val",
+                    "step": 1,
+                    "time": 1.0,
+                    "session": {"elapsed_seconds": 1, "tokens": 8, "tokens_per_second": None, "profiling_seconds": 0},
+                    "loss": math.nan,
+                }
+            )
+            + "\n"
+        )
     recs = load_sessions(str(tmp_path))[0].records
     assert recs[-1].kind == "invalid"
     assert "NaN is not a valid JSON number" in recs[-1].error
 
 
 def test_trainer_state(tmp_path):
-    state = {"max_steps": 100, "log_history": [
-        {"loss": 2.0, "grad_norm": 1.5, "learning_rate": 1e-4, "epoch": 0.1, "step": 10},
-        {"eval_loss": 1.9, "eval_auroc": 0.7, "eval_runtime": 1.0, "epoch": 0.1, "step": 10},
-        {"loss": 0.0, "grad_norm": math.nan, "learning_rate": 1e-4, "epoch": 0.2, "step": 20},
-        {"train_runtime": 9.0, "train_loss": 1.0, "step": 20},
-    ]}
+    state = {
+        "max_steps": 100,
+        "log_history": [
+            {"loss": 2.0, "grad_norm": 1.5, "learning_rate": 1e-4, "epoch": 0.1, "step": 10},
+            {"eval_loss": 1.9, "eval_auroc": 0.7, "eval_runtime": 1.0, "epoch": 0.1, "step": 10},
+            {"loss": 0.0, "grad_norm": math.nan, "learning_rate": 1e-4, "epoch": 0.2, "step": 20},
+            {"train_runtime": 9.0, "train_loss": 1.0, "step": 20},
+        ],
+    }
     (tmp_path / "trainer_state.json").write_text(json.dumps(state))
     t = resolve_target(str(tmp_path))
     assert t.format == "trainer_state"

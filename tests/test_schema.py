@@ -26,19 +26,34 @@ from runwatch.schema import (
 MANIFEST = {
     "schema_version": 1,
     "run_id": "r-1",
-    "sessions": [{
-        "session_id": "s-1",
-        "start": {"step": 10, "tokens": 0, "skipped": 0},
-        "recipe": {"batch_size": 2, "seq_len": 3, "gradient_accumulation_steps": 1, "qk_clip_threshold": 50.0},
-        "optimizers": [{"algorithm": "adamw"}],
-        "hardware": {},
-    }],
+    "sessions": [
+        {
+            "session_id": "s-1",
+            "start": {"step": 10, "tokens": 0, "skipped": 0},
+            "recipe": {"batch_size": 2, "seq_len": 3, "gradient_accumulation_steps": 1, "qk_clip_threshold": 50.0},
+            "optimizers": [{"algorithm": "adamw"}],
+            "hardware": {},
+        }
+    ],
 }
 SESSION = {"elapsed_seconds": 1.0, "tokens": 12, "tokens_per_second": 12.0, "profiling_seconds": 0.0}
 TRAIN = {
-    "run_id": "r-1", "session_id": "s-1", "event": "train", "step": 12, "time": 1.0, "session": SESSION,
-    "updates": 2, "skipped": 0, "attempted": 2, "tokens": 12, "train_seconds": 0.5, "loss": 0.7, "lr": 0.001,
-    "grad_norm": {"mean": 1.0, "max": 2.0}, "nonfinite_grad_norms": 0, "grad_clipped_fraction": 0.5,
+    "run_id": "r-1",
+    "session_id": "s-1",
+    "event": "train",
+    "step": 12,
+    "time": 1.0,
+    "session": SESSION,
+    "updates": 2,
+    "skipped": 0,
+    "attempted": 2,
+    "tokens": 12,
+    "train_seconds": 0.5,
+    "loss": 0.7,
+    "lr": 0.001,
+    "grad_norm": {"mean": 1.0, "max": 2.0},
+    "nonfinite_grad_norms": 0,
+    "grad_clipped_fraction": 0.5,
     "qk_clip": {"threshold": 50.0, "observed_head_updates": 8, "clipped_head_updates": 1, "max_logit": 30.0},
 }
 
@@ -66,20 +81,27 @@ def test_a_valid_manifest_passes():
     validate_manifest(copy.deepcopy(MANIFEST))
 
 
-@pytest.mark.parametrize("path, value, message", [
-    ("schema_version", 2, "schema_version must be 1, got 2"),
-    ("schema_version", True, "schema_version must be 1, got true"),
-    ("run_id", ..., "missing run_id"),
-    ("run_id", 7, "run_id must be a string, got 7"),
-    ("sessions", [], "sessions must be a non-empty list, got []"),
-    ("sessions.0.start.skipped", -1, "sessions[0].start.skipped must be an int >= 0, got -1"),
-    ("sessions.0.recipe.batch_size", 0, "sessions[0].recipe.batch_size must be an int >= 1, got 0"),
-    ("sessions.0.recipe.seq_len", 2.0, "sessions[0].recipe.seq_len must be an int >= 1, got 2.0"),
-    ("sessions.0.recipe.qk_clip_threshold", 0, "sessions[0].recipe.qk_clip_threshold must be a positive number or null, got 0"),
-    ("sessions.0.recipe.qk_clip_threshold", ..., "missing sessions[0].recipe.qk_clip_threshold"),
-    ("sessions.0.optimizers.x", {"name": "x"}, "missing sessions[0].optimizers[1].algorithm"),
-    ("sessions.0.hardware", [], "sessions[0].hardware must be an object, got []"),
-])
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        ("schema_version", 2, "schema_version must be 1, got 2"),
+        ("schema_version", True, "schema_version must be 1, got true"),
+        ("run_id", ..., "missing run_id"),
+        ("run_id", 7, "run_id must be a string, got 7"),
+        ("sessions", [], "sessions must be a non-empty list, got []"),
+        ("sessions.0.start.skipped", -1, "sessions[0].start.skipped must be an int >= 0, got -1"),
+        ("sessions.0.recipe.batch_size", 0, "sessions[0].recipe.batch_size must be an int >= 1, got 0"),
+        ("sessions.0.recipe.seq_len", 2.0, "sessions[0].recipe.seq_len must be an int >= 1, got 2.0"),
+        (
+            "sessions.0.recipe.qk_clip_threshold",
+            0,
+            "sessions[0].recipe.qk_clip_threshold must be a positive number or null, got 0",
+        ),
+        ("sessions.0.recipe.qk_clip_threshold", ..., "missing sessions[0].recipe.qk_clip_threshold"),
+        ("sessions.0.optimizers.x", {"name": "x"}, "missing sessions[0].optimizers[1].algorithm"),
+        ("sessions.0.hardware", [], "sessions[0].hardware must be an object, got []"),
+    ],
+)
 def test_manifest_rules(path, value, message):
     with pytest.raises(InvalidRunError) as info:
         validate_manifest(_edited(MANIFEST, path, value))
@@ -115,25 +137,32 @@ def test_a_valid_session_passes_and_keeps_its_step():
     assert (v.step, v.ended) == (12, True)
 
 
-@pytest.mark.parametrize("path, value, message", [
-    ("run_id", "r-2", "run_id 'r-2' differs from the manifest's 'r-1'"),
-    ("event", "eval", "event must be one of train, val, checkpoint, session_end, got 'eval'"),
-    ("updates", 0, "updates must be an int >= 1, got 0"),
-    ("attempted", 3, "attempted 3 != updates 2 + skipped 0"),
-    ("step", 13, "step 13 after 10 with 2 updates (expected 12)"),
-    ("tokens", 13, "tokens 13 != batch_size 2 * seq_len 3 * gradient_accumulation_steps 1 * attempted 2 (expected 12)"),
-    ("train_seconds", 0, "train_seconds must be a finite number > 0, got 0"),
-    ("loss", True, "loss must be a finite number, got true"),
-    ("loss", float("inf"), "loss must be a finite number, got Infinity"),
-    ("lr", -1e-3, "lr must be a finite number >= 0, got -0.001"),
-    ("grad_norm.max", "2", "grad_norm.max must be a finite number >= 0, got '2'"),
-    ("grad_clipped_fraction", 1.5, "grad_clipped_fraction must be a number in [0, 1], got 1.5"),
-    ("qk_clip.threshold", 60.0, "qk_clip.threshold 60.0 differs from the recipe's qk_clip_threshold 50.0"),
-    ("qk_clip.clipped_head_updates", 9, "qk_clip.clipped_head_updates 9 > observed_head_updates 8"),
-    ("session.tokens_per_second", -1, "session.tokens_per_second must be a finite number >= 0, got -1"),
-    ("memory", {"host_rss_peak_bytes": 1.5}, "memory.host_rss_peak_bytes must be an int >= 0, got 1.5"),
-    ("session", ..., "missing session"),
-])
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        ("run_id", "r-2", "run_id 'r-2' differs from the manifest's 'r-1'"),
+        ("event", "eval", "event must be one of train, val, checkpoint, session_end, got 'eval'"),
+        ("updates", 0, "updates must be an int >= 1, got 0"),
+        ("attempted", 3, "attempted 3 != updates 2 + skipped 0"),
+        ("step", 13, "step 13 after 10 with 2 updates (expected 12)"),
+        (
+            "tokens",
+            13,
+            "tokens 13 != batch_size 2 * seq_len 3 * gradient_accumulation_steps 1 * attempted 2 (expected 12)",
+        ),
+        ("train_seconds", 0, "train_seconds must be a finite number > 0, got 0"),
+        ("loss", True, "loss must be a finite number, got true"),
+        ("loss", float("inf"), "loss must be a finite number, got Infinity"),
+        ("lr", -1e-3, "lr must be a finite number >= 0, got -0.001"),
+        ("grad_norm.max", "2", "grad_norm.max must be a finite number >= 0, got '2'"),
+        ("grad_clipped_fraction", 1.5, "grad_clipped_fraction must be a number in [0, 1], got 1.5"),
+        ("qk_clip.threshold", 60.0, "qk_clip.threshold 60.0 differs from the recipe's qk_clip_threshold 50.0"),
+        ("qk_clip.clipped_head_updates", 9, "qk_clip.clipped_head_updates 9 > observed_head_updates 8"),
+        ("session.tokens_per_second", -1, "session.tokens_per_second must be a finite number >= 0, got -1"),
+        ("memory", {"host_rss_peak_bytes": 1.5}, "memory.host_rss_peak_bytes must be an int >= 0, got 1.5"),
+        ("session", ..., "missing session"),
+    ],
+)
 def test_train_record_rules(path, value, message):
     rec = _edited(TRAIN, path, value)
     with pytest.raises(InvalidRunError) as info:
@@ -143,15 +172,21 @@ def test_train_record_rules(path, value, message):
     assert v.take_window(rec) is None  # the fast check never takes what check() refuses
 
 
-@pytest.mark.parametrize("event, fields, message", [
-    ("val", {"loss": 0.5, "step": 11}, "val step 11 is not the current step 12"),
-    ("val", {"loss": 0.5, "metrics": {"auroc": "high"}}, "metrics.auroc must be a finite number, got 'high'"),
-    ("checkpoint", {"path": "c.pt", "seconds": -1}, "seconds must be a finite number >= 0, got -1"),
-    ("checkpoint", {"path": "c.pt", "seconds": 1, "verified": "yes"}, "verified must be a bool, got 'yes'"),
-    ("session_end", {"reason": "done", "error": None, "totals": {"tokens": 12, "skipped": 0}},
-     "reason must be one of normal, nonfinite_loss, error, interrupted, got 'done'"),
-    ("session_end", {"reason": "normal", "error": None}, "missing totals"),
-])
+@pytest.mark.parametrize(
+    "event, fields, message",
+    [
+        ("val", {"loss": 0.5, "step": 11}, "val step 11 is not the current step 12"),
+        ("val", {"loss": 0.5, "metrics": {"auroc": "high"}}, "metrics.auroc must be a finite number, got 'high'"),
+        ("checkpoint", {"path": "c.pt", "seconds": -1}, "seconds must be a finite number >= 0, got -1"),
+        ("checkpoint", {"path": "c.pt", "seconds": 1, "verified": "yes"}, "verified must be a bool, got 'yes'"),
+        (
+            "session_end",
+            {"reason": "done", "error": None, "totals": {"tokens": 12, "skipped": 0}},
+            "reason must be one of normal, nonfinite_loss, error, interrupted, got 'done'",
+        ),
+        ("session_end", {"reason": "normal", "error": None}, "missing totals"),
+    ],
+)
 def test_other_event_rules(event, fields, message):
     rec = {k: TRAIN[k] for k in ("run_id", "session_id", "step", "time", "session")} | {"event": event} | fields
     with pytest.raises(InvalidRunError) as info:
@@ -169,15 +204,18 @@ def test_nothing_follows_session_end():
 # --- strict JSON and its messages -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, problem", [
-    ('{"loss": NaN}', "malformed JSON: NaN is not a valid JSON number"),
-    ('{"loss": -Infinity}', "malformed JSON: -Infinity is not a valid JSON number"),
-    ('{"step": 1,', "malformed JSON: Expecting property name enclosed in double quotes at column 12"),
-    ('{\n "step": 1,\n "x" 2}', "malformed JSON: Expecting ':' delimiter at line 3 column 6"),
-    (b'{"host": "\xff"}', "invalid UTF-8 at byte 10"),
-    ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
-    ("", "malformed JSON: Expecting value at column 1"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('{"loss": NaN}', "malformed JSON: NaN is not a valid JSON number"),
+        ('{"loss": -Infinity}', "malformed JSON: -Infinity is not a valid JSON number"),
+        ('{"step": 1,', "malformed JSON: Expecting property name enclosed in double quotes at column 12"),
+        ('{\n "step": 1,\n "x" 2}', "malformed JSON: Expecting ':' delimiter at line 3 column 6"),
+        (b'{"host": "\xff"}', "invalid UTF-8 at byte 10"),
+        ("[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+        ("", "malformed JSON: Expecting value at column 1"),
+    ],
+)
 def test_strict_json_and_its_messages(text, problem):
     with pytest.raises((ValueError, RecursionError)) as info:
         strict_json(text)
@@ -198,8 +236,9 @@ def test_lenient_loads_takes_nan_tokens():
         loads(b'{"loss": }', "log", strict=False)
 
 
-@pytest.mark.parametrize("raw", [b'{"m": 123456789012345678901}', '{"m": -9223372036854775809}',
-                                 b'[1, {"x": [18446744073709551617]}]'])
+@pytest.mark.parametrize(
+    "raw", [b'{"m": 123456789012345678901}', '{"m": -9223372036854775809}', b'[1, {"x": [18446744073709551617]}]']
+)
 def test_orjson_misread_finds_wide_integers(raw):
     orjson = pytest.importorskip("orjson")
     value = orjson.loads(raw)
@@ -207,8 +246,7 @@ def test_orjson_misread_finds_wide_integers(raw):
     assert json.loads(raw) != value  # what the guard exists for
 
 
-@pytest.mark.parametrize("raw", [b'{"m": 9223372036854775807}', '{"id": "1234567890123456789012345"}',
-                                 b'{"x": 1.5}'])
+@pytest.mark.parametrize("raw", [b'{"m": 9223372036854775807}', '{"id": "1234567890123456789012345"}', b'{"x": 1.5}'])
 def test_orjson_misread_passes_what_orjson_reads_right(raw):
     orjson = pytest.importorskip("orjson")
     value = orjson.loads(raw)
@@ -237,16 +275,19 @@ def _make(tmp_path, what: str) -> str:
     return path
 
 
-@pytest.mark.parametrize("what, show_path, message", [
-    ("fifo", False, "f.json: not a regular file"),
-    ("dev_zero", False, "f.json: not a regular file"),
-    ("directory", False, "f.json: not a regular file"),
-    ("directory", True, "f.json: a directory ({path})"),
-    ("symlink_loop", False, "f.json: cannot open: Too many levels of symbolic links"),
-    ("missing", False, "f.json: cannot open: No such file or directory"),
-    ("missing", True, "f.json: missing ({path})"),
-    ("big", False, "f.json: larger than 100 bytes"),
-])
+@pytest.mark.parametrize(
+    "what, show_path, message",
+    [
+        ("fifo", False, "f.json: not a regular file"),
+        ("dev_zero", False, "f.json: not a regular file"),
+        ("directory", False, "f.json: not a regular file"),
+        ("directory", True, "f.json: a directory ({path})"),
+        ("symlink_loop", False, "f.json: cannot open: Too many levels of symbolic links"),
+        ("missing", False, "f.json: cannot open: No such file or directory"),
+        ("missing", True, "f.json: missing ({path})"),
+        ("big", False, "f.json: larger than 100 bytes"),
+    ],
+)
 def test_read_regular_file_refuses(tmp_path, what, show_path, message):
     path = _make(tmp_path, what)
     with pytest.raises(InvalidRunError) as info:
@@ -258,11 +299,14 @@ def test_read_regular_file_follows_a_symlink_to_a_regular_file(tmp_path):
     assert read_regular_file(_make(tmp_path, "symlink"), "f.json", 100) == b'{"a": 1}'
 
 
-@pytest.mark.parametrize("what, name_directory, message", [
-    ("directory", True, "w: a directory"),
-    ("directory", False, "w: not a regular file"),
-    ("fifo", True, "w: not a regular file"),
-])
+@pytest.mark.parametrize(
+    "what, name_directory, message",
+    [
+        ("directory", True, "w: a directory"),
+        ("directory", False, "w: not a regular file"),
+        ("fifo", True, "w: not a regular file"),
+    ],
+)
 def test_open_regular_closes_what_it_refuses(tmp_path, what, name_directory, message):
     path = _make(tmp_path, what)
     before = len(os.listdir("/proc/self/fd"))
@@ -281,7 +325,9 @@ def test_read_manifest_reads_a_run_directory(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps(MANIFEST, indent=1))
     assert read_manifest(str(tmp_path)) == MANIFEST
     (tmp_path / "run.json").write_text('{\n "schema_version": 1,\n "run_id" "r"\n}')
-    with pytest.raises(InvalidRunError, match="^run.json: malformed JSON: Expecting ':' delimiter at line 3 column 11$"):
+    with pytest.raises(
+        InvalidRunError, match="^run.json: malformed JSON: Expecting ':' delimiter at line 3 column 11$"
+    ):
         read_manifest(str(tmp_path))
 
 

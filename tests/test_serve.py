@@ -41,14 +41,31 @@ def _minimal(path: str, steps: range, spike: tuple[int, ...] = (), evals: int = 
     with open(path, "a") as f:
         for s in steps:
             loss = 2.0 / math.sqrt(s) + (8.0 if s in spike else 0.0)
-            f.write(json.dumps({"step": s, "t": 1000.0 + s, "loss": loss, "lr": 1e-3 * min(1, s / 20),
-                                "grad_norm": 1.0 + 0.2 * math.sin(s / 5), "sps": 40.0 + s % 3}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "step": s,
+                        "t": 1000.0 + s,
+                        "loss": loss,
+                        "lr": 1e-3 * min(1, s / 20),
+                        "grad_norm": 1.0 + 0.2 * math.sin(s / 5),
+                        "sps": 40.0 + s % 3,
+                    }
+                )
+                + "\n"
+            )
             if evals and s % evals == 0:
                 f.write(json.dumps({"step": s, "eval_loss": 1.5 / math.sqrt(s), "eval_auroc": 0.8}) + "\n")
 
 
 def _v1_run(run_dir: str, steps: int) -> None:
-    recipe = {"batch_size": 4, "seq_len": 8, "gradient_accumulation_steps": 1, "qk_clip_threshold": None, "max_steps": 100}
+    recipe = {
+        "batch_size": 4,
+        "seq_len": 8,
+        "gradient_accumulation_steps": 1,
+        "qk_clip_threshold": None,
+        "max_steps": 100,
+    }
     with RunLogger(run_dir, recipe=recipe, window=1) as log:
         for i in range(steps):
             log.step(loss=3.0 / (1 + i / 10), lr=1e-3, grad_norm=0.5 + i / 100)
@@ -58,12 +75,55 @@ def _v1_run(run_dir: str, steps: int) -> None:
 
 def _journal(path: str) -> None:
     recs = [
-        {"time": 1.0, "event": "launch", "attempt": 1, "pid": 111, "kind": None, "class": None, "step": 0, "checkpoint": None},
-        {"time": 5.0, "event": "verdict", "attempt": 1, "pid": 111, "kind": "process_exit", "class": "transient", "step": 12, "checkpoint": None},
-        {"time": 6.0, "event": "relaunch", "attempt": 2, "pid": 222, "kind": "process_exit", "class": "transient", "step": 12,
-         "checkpoint": "ckpt/10", "budgets": {"restarts": 5, "rollbacks": 2}},
-        {"time": 9.0, "event": "done", "attempt": 2, "pid": 222, "kind": None, "class": None, "step": 30, "checkpoint": None,
-         "goodput": {"steps_kept": 30, "steps_run": 32, "ratio": 0.9375, "restarts": 1, "rollbacks": 0, "seconds_lost": 4.0}},
+        {
+            "time": 1.0,
+            "event": "launch",
+            "attempt": 1,
+            "pid": 111,
+            "kind": None,
+            "class": None,
+            "step": 0,
+            "checkpoint": None,
+        },
+        {
+            "time": 5.0,
+            "event": "verdict",
+            "attempt": 1,
+            "pid": 111,
+            "kind": "process_exit",
+            "class": "transient",
+            "step": 12,
+            "checkpoint": None,
+        },
+        {
+            "time": 6.0,
+            "event": "relaunch",
+            "attempt": 2,
+            "pid": 222,
+            "kind": "process_exit",
+            "class": "transient",
+            "step": 12,
+            "checkpoint": "ckpt/10",
+            "budgets": {"restarts": 5, "rollbacks": 2},
+        },
+        {
+            "time": 9.0,
+            "event": "done",
+            "attempt": 2,
+            "pid": 222,
+            "kind": None,
+            "class": None,
+            "step": 30,
+            "checkpoint": None,
+            "goodput": {
+                "steps_kept": 30,
+                "steps_run": 32,
+                "ratio": 0.9375,
+                "restarts": 1,
+                "rollbacks": 0,
+                "seconds_lost": 4.0,
+            },
+        },
     ]
     with open(path, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in recs)
@@ -74,18 +134,35 @@ def root(tmp_path_factory):
     base = tmp_path_factory.mktemp("serve")
     root = base / "runs"
     outside = base / "outside"
-    for d in ("proj/v1run", "proj/sweep/lr-1", "live", "hf/checkpoint-10", "bad", "fifo", "huge", EVIL, "supervised", "broken-hf",
-              ".hidden", "a/b/c/d", "leak"):
+    for d in (
+        "proj/v1run",
+        "proj/sweep/lr-1",
+        "live",
+        "hf/checkpoint-10",
+        "bad",
+        "fifo",
+        "huge",
+        EVIL,
+        "supervised",
+        "broken-hf",
+        ".hidden",
+        "a/b/c/d",
+        "leak",
+    ):
         (root / d).mkdir(parents=True)
     outside.mkdir()
     _v1_run(str(root / "proj/v1run"), 40)
     write_verdict(str(root / "proj/v1run"), Verdict("done", None, 40, "session ended normally", time.time()))
     _minimal(str(root / "proj/sweep/lr-1/train.jsonl"), range(1, 61), spike=(40, 41), evals=20)
-    write_verdict(str(root / "proj/sweep/lr-1"), Verdict("anomaly", "loss_spike", 41, "loss 8.3 > 3 x median", time.time()))
+    write_verdict(
+        str(root / "proj/sweep/lr-1"), Verdict("anomaly", "loss_spike", 41, "loss 8.3 > 3 x median", time.time())
+    )
     _minimal(str(root / "live/train.jsonl"), range(1, 41))
     history = [{"step": s, "loss": 1.0 / s, "learning_rate": 5e-5, "grad_norm": 0.7} for s in range(1, 21)]
     (root / "hf/trainer_state.json").write_text(json.dumps({"max_steps": 200, "log_history": history}))
-    (root / "hf/checkpoint-10/trainer_state.json").write_text(json.dumps({"max_steps": 200, "log_history": history[:10]}))
+    (root / "hf/checkpoint-10/trainer_state.json").write_text(
+        json.dumps({"max_steps": 200, "log_history": history[:10]})
+    )
     (root / "bad/metrics.jsonl").write_text('{not json\n{"step": 1, "loss": 1.5}\n')
     os.mkfifo(root / "fifo/metrics.jsonl")
     (root / "broken-hf/trainer_state.json").write_text('{"log_history": [')
@@ -147,9 +224,17 @@ def wait_run(server, rel: str, pred, what: str) -> dict:
 def test_find_runs(root):
     found = {rel: t.format for rel, t in find_runs(root)}
     assert found == {
-        "proj/v1run": "jsonl", "proj/sweep/lr-1/train.jsonl": "jsonl", "live/train.jsonl": "jsonl", "hf": "trainer_state",
-        "bad": "jsonl", "fifo": "jsonl", "huge": "jsonl", f"{EVIL}/train.jsonl": "jsonl",
-        "supervised/train.jsonl": "jsonl", "a/b/c/train.jsonl": "jsonl", "broken-hf": "trainer_state",
+        "proj/v1run": "jsonl",
+        "proj/sweep/lr-1/train.jsonl": "jsonl",
+        "live/train.jsonl": "jsonl",
+        "hf": "trainer_state",
+        "bad": "jsonl",
+        "fifo": "jsonl",
+        "huge": "jsonl",
+        f"{EVIL}/train.jsonl": "jsonl",
+        "supervised/train.jsonl": "jsonl",
+        "a/b/c/train.jsonl": "jsonl",
+        "broken-hf": "trainer_state",
     }  # not: .hidden, 5 levels down, hf/checkpoint-10, escape (out), leak (its log is out)
 
 
@@ -199,8 +284,24 @@ def test_run_facts_equal_status_and_check(server, root):
     wait_run(server, "proj/v1run", lambda r: r["step"] == 40, "at step 40")
     d = get_json(server, "/api/run/proj/v1run")
     st = status_mod.status(run_dir, gpus=False)
-    for key in ("run_id", "session_id", "sessions", "max_steps", "step", "loss", "lr", "grad_norm", "tokens_per_second",
-                "steps_per_second", "eta_seconds", "ended", "last_eval", "torn_tail", "process", "watchdog"):
+    for key in (
+        "run_id",
+        "session_id",
+        "sessions",
+        "max_steps",
+        "step",
+        "loss",
+        "lr",
+        "grad_norm",
+        "tokens_per_second",
+        "steps_per_second",
+        "eta_seconds",
+        "ended",
+        "last_eval",
+        "torn_tail",
+        "process",
+        "watchdog",
+    ):
         assert d[key] == st[key], key
     without_age = [line for line in status_mod.format_status(st) if not line.startswith("step")]
     assert [line for line in d["status_lines"] if not line.startswith("step")] == without_age
@@ -221,9 +322,18 @@ def test_trainer_state_and_supervision(server):
     assert (hf["max_steps"], hf["loss"]) == (200, 0.05)
     d = get_json(server, "/api/run/supervised/train.jsonl")
     s = d["supervise"]
-    assert (s["attempt"], s["restarts"], s["rollbacks"], s["budgets"], s["finished"]) == (2, 1, 0, {"restarts": 5, "rollbacks": 2}, True)
+    assert (s["attempt"], s["restarts"], s["rollbacks"], s["budgets"], s["finished"]) == (
+        2,
+        1,
+        0,
+        {"restarts": 5, "rollbacks": 2},
+        True,
+    )
     assert s["goodput"]["ratio"] == 0.9375
-    assert [(a["attempt"], a["pid"], a["how"], a["checkpoint"]) for a in s["attempts"]] == [(1, 111, "launch", None), (2, 222, "relaunch", "ckpt/10")]
+    assert [(a["attempt"], a["pid"], a["how"], a["checkpoint"]) for a in s["attempts"]] == [
+        (1, 111, "launch", None),
+        (2, 222, "relaunch", "ckpt/10"),
+    ]
     assert s["attempts"][0]["verdict"] == {"kind": "process_exit", "class": "transient", "step": 12}
     assert s["attempts"][0]["end"] == {"event": "relaunch", "step": 12, "time": 6.0}
     assert s["attempts"][1]["end"] == {"event": "done", "step": 30, "time": 9.0}
@@ -238,7 +348,9 @@ def test_hostile_logs_are_errors_of_their_run_and_never_block(server, root):
     fifo = wait_run(server, "fifo", lambda r: r["error"], "an error")
     assert fifo["error"] == f"{real}/fifo/metrics.jsonl: not a regular file"
     bad = wait_run(server, "bad", lambda r: r["step"] == 1, "at step 1")
-    assert bad["error"] == "metrics.jsonl:1: malformed JSON: Expecting property name enclosed in double quotes at column 2"
+    assert (
+        bad["error"] == "metrics.jsonl:1: malformed JSON: Expecting property name enclosed in double quotes at column 2"
+    )
     assert bad["first_finding"]["kind"] == "invalid_log"
     broken = wait_run(server, "broken-hf", lambda r: r["error"], "an error")
     assert broken["error"] == "trainer_state.json: malformed JSON: Expecting value: line 1 column 18 (char 17)"
@@ -252,12 +364,30 @@ def test_hostile_logs_are_errors_of_their_run_and_never_block(server, root):
     assert huge["loss"] == 1.25 and huge["findings"] == 1
 
 
-@pytest.mark.parametrize("path", [
-    "/run/..", "/run/../../etc/passwd", "/run/%2e%2e/%2e%2e/etc/passwd", "/api/run/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
-    "/api/run/proj/v1run/..", "/api/run/proj/v1run/%2E%2E/sweep", "/run/escape", "/run/escape/train.jsonl",
-    "/api/run/leak", "/api/run/nope", "/run/proj", "/run/%00", "/run/%ff", "/static/../serve/server.py",
-    "/static/%2e%2e/server.py", "//etc/passwd", "/api/run/", "/run/.hidden/train.jsonl", "/run/a/b/c/d/train.jsonl",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/run/..",
+        "/run/../../etc/passwd",
+        "/run/%2e%2e/%2e%2e/etc/passwd",
+        "/api/run/%2e%2e%2f%2e%2e%2fetc%2fpasswd",
+        "/api/run/proj/v1run/..",
+        "/api/run/proj/v1run/%2E%2E/sweep",
+        "/run/escape",
+        "/run/escape/train.jsonl",
+        "/api/run/leak",
+        "/api/run/nope",
+        "/run/proj",
+        "/run/%00",
+        "/run/%ff",
+        "/static/../serve/server.py",
+        "/static/%2e%2e/server.py",
+        "//etc/passwd",
+        "/api/run/",
+        "/run/.hidden/train.jsonl",
+        "/run/a/b/c/d/train.jsonl",
+    ],
+)
 def test_paths_outside_the_catalog_are_404(server, path):
     code, body = get(server, path)
     assert code == 404, (path, body[:200])
@@ -295,8 +425,12 @@ def test_pages_carry_no_markup_from_runs(server):
 
 
 def test_cli_prints_its_url_serves_and_stops_on_sigint(root):
-    proc = subprocess.Popen([sys.executable, "-m", "runwatch", "serve", root, "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runwatch", "serve", root, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith("runwatch serve: 11 runs under ") and " at http://127.0.0.1:" in line, line
@@ -310,11 +444,14 @@ def test_cli_prints_its_url_serves_and_stops_on_sigint(root):
     assert err.strip() == "runwatch serve: stopped"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["/nonexistent-runs"], "serve: /nonexistent-runs: no such folder"),
-    (["{root}", "--port", "70000"], "serve.port must be an int in [0, 65535], got 70000"),
-    (["{root}", "--port", "x"], "runwatch serve: argument --port: invalid int value: 'x'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["/nonexistent-runs"], "serve: /nonexistent-runs: no such folder"),
+        (["{root}", "--port", "70000"], "serve.port must be an int in [0, 65535], got 70000"),
+        (["{root}", "--port", "x"], "runwatch serve: argument --port: invalid int value: 'x'"),
+    ],
+)
 def test_cli_usage_errors(root, capsys, args, message):
     from runwatch.cli import main
 
@@ -338,10 +475,16 @@ def chromium():
     path = shutil.which("chromium") or "/usr/bin/chromium"
     if not os.path.exists(path):
         if os.geteuid() != 0 or not shutil.which("apt-get"):
-            pytest.skip("chromium is not installed and cannot be installed here (needs root and apt-get): "
-                        "apt-get install chromium")
-        res = subprocess.run(["sh", "-c", "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium"],
-                             capture_output=True, text=True, timeout=1800)
+            pytest.skip(
+                "chromium is not installed and cannot be installed here (needs root and apt-get): "
+                "apt-get install chromium"
+            )
+        res = subprocess.run(
+            ["sh", "-c", "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if res.returncode != 0 or not os.path.exists(path):
             pytest.skip(f"chromium could not be installed: {(res.stderr or res.stdout).strip()[-300:]}")
     return path
@@ -349,8 +492,9 @@ def chromium():
 
 def _chromium(chromium, tmp_path, *args: str) -> str:
     profile = tmp_path / f"profile-{time.monotonic_ns()}"
-    res = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                         capture_output=True, text=True, timeout=180)
+    res = subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=180
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
 
@@ -376,17 +520,24 @@ def test_browser_renders_the_list_and_a_run(server, chromium, tmp_path):
     assert "FATAL: &lt;script&gt;alert('pwned')&lt;/script&gt; &amp; more" in dom
     assert "<script>alert" not in dom and "<img" not in dom
     os.makedirs(SCREENSHOTS, exist_ok=True)
-    for name, url, size in (("list", base, "1280,900"), ("run", run_url, "1280,1700"), ("list-phone", base, "390,844"),
-                            ("run-phone", base + "run/supervised/train.jsonl", "390,1600")):
+    for name, url, size in (
+        ("list", base, "1280,900"),
+        ("run", run_url, "1280,1700"),
+        ("list-phone", base, "390,844"),
+        ("run-phone", base + "run/supervised/train.jsonl", "390,1600"),
+    ):
         out = os.path.join(SCREENSHOTS, f"{name}.png")
         _chromium(chromium, tmp_path, f"--screenshot={out}", f"--window-size={size}", url)
         assert os.path.getsize(out) > 5000
 
 
-@pytest.mark.parametrize("page, probe", [
-    ("/", "document.querySelector('tr[data-path=\"live/train.jsonl\"] td.step').textContent"),
-    ("/run/live/train.jsonl", "document.querySelector('.run > .facts').textContent"),
-])
+@pytest.mark.parametrize(
+    "page, probe",
+    [
+        ("/", "document.querySelector('tr[data-path=\"live/train.jsonl\"] td.step').textContent"),
+        ("/run/live/train.jsonl", "document.querySelector('.run > .facts').textContent"),
+    ],
+)
 def test_browser_updates_without_reload(server, root, chromium, tmp_path, page, probe):
     log = os.path.join(root, "live/train.jsonl")
     with open(log) as f:

@@ -24,25 +24,41 @@ def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("smoke")
     procs = {}
     for name, labels in (("healthy", "normal"), ("inverted", "inverted"), ("random", "random")):
-        cmd = [sys.executable, "-m", "runwatch.demo.tinytrain", str(base / name), "--steps", str(STEPS),
-               "--eval-every", "50", "--ckpt-every", "100", "--labels", labels]
-        procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+        cmd = [
+            sys.executable,
+            "-m",
+            "runwatch.demo.tinytrain",
+            str(base / name),
+            "--steps",
+            str(STEPS),
+            "--eval-every",
+            "50",
+            "--ckpt-every",
+            "100",
+            "--labels",
+            labels,
+        ]
+        procs[name] = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1")
+        )
     for name, proc in procs.items():
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out.decode()
     return {name: str(base / name) for name in procs}
 
 
-@pytest.mark.parametrize("run, argv, code, verdict, failed", [
-    ("healthy", [], 0, "SMOKE PASS", []),
-    ("healthy", ["--samples", "1000", "--window", "8h"], 0, "SMOKE PASS", []),
-    ("healthy", ["--samples", "10000000000000", "--window", "1h"], 1, "SMOKE FAIL: projection", ["projection"]),
-    ("healthy", ["--metric", "accuracy"], 0, "SMOKE PASS", []),
-    ("healthy", ["--chance-loss", "0.001"], 1, "SMOKE FAIL: loss", ["loss"]),
-    ("inverted", [], 1, "SMOKE FAIL: metric", ["metric"]),
-    ("random", [], 1, "SMOKE FAIL: loss, metric", ["loss", "metric"]),
-])
+@pytest.mark.parametrize(
+    "run, argv, code, verdict, failed",
+    [
+        ("healthy", [], 0, "SMOKE PASS", []),
+        ("healthy", ["--samples", "1000", "--window", "8h"], 0, "SMOKE PASS", []),
+        ("healthy", ["--samples", "10000000000000", "--window", "1h"], 1, "SMOKE FAIL: projection", ["projection"]),
+        ("healthy", ["--metric", "accuracy"], 0, "SMOKE PASS", []),
+        ("healthy", ["--chance-loss", "0.001"], 1, "SMOKE FAIL: loss", ["loss"]),
+        ("inverted", [], 1, "SMOKE FAIL: metric", ["metric"]),
+        ("random", [], 1, "SMOKE FAIL: loss, metric", ["loss", "metric"]),
+    ],
+)
 def test_verdicts_on_real_runs(runs, capsys, run, argv, code, verdict, failed):
     assert main(["smoke", runs[run], *argv]) == code
     out = capsys.readouterr().out.splitlines()
@@ -51,7 +67,8 @@ def test_verdicts_on_real_runs(runs, capsys, run, argv, code, verdict, failed):
     r = json.loads(capsys.readouterr().out)
     assert (r["verdict"], r["failed"]) == (verdict, failed)
     assert [c["name"] for c in r["checks"]] == ["log", "loss", "metric", "checkpoint"] + (
-        ["projection"] if "--samples" in argv else [])
+        ["projection"] if "--samples" in argv else []
+    )
 
 
 def test_evidence(runs):
@@ -91,13 +108,18 @@ def test_unverified_checkpoint_is_read_back(runs, tmp_path):
     for name in os.listdir(os.path.join(runs["healthy"], "ckpt")):  # the log names the original files
         with open(os.path.join(runs["healthy"], "ckpt", name), "rb") as f:
             assert f.read(2) == b"PK"
-    broken = _rewrite_log(runs["healthy"], tmp_path / "b", lambda r: {**_unverify(r), "path": str(tmp_path / "junk.pt")}
-                          if r["event"] == "checkpoint" else r)
+    broken = _rewrite_log(
+        runs["healthy"],
+        tmp_path / "b",
+        lambda r: {**_unverify(r), "path": str(tmp_path / "junk.pt")} if r["event"] == "checkpoint" else r,
+    )
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     check = smoke(broken)["checks"][3]
     assert not check["passed"]
-    assert check["evidence"].startswith(f"2 written, none verified; reading back the newest: {tmp_path}/junk.pt:"
-                                        " cannot be loaded by torch.load(weights_only=True): ")
+    assert check["evidence"].startswith(
+        f"2 written, none verified; reading back the newest: {tmp_path}/junk.pt:"
+        " cannot be loaded by torch.load(weights_only=True): "
+    )
 
 
 def test_no_checkpoint_no_val_no_chance(runs, tmp_path):
@@ -129,14 +151,16 @@ def test_invalid_or_unfinished_log(runs, tmp_path, capsys):
     unfinished = _rewrite_log(runs["healthy"], tmp_path / "u", lambda r: None if r["event"] == "session_end" else r)
     r = smoke(unfinished)
     assert r["failed"] == ["log"]
-    assert r["checks"][0]["evidence"] == (f"valid; has no session_end (still running or killed) at step {STEPS}"
-                                          " (20 train windows)")
+    assert r["checks"][0]["evidence"] == (
+        f"valid; has no session_end (still running or killed) at step {STEPS} (20 train windows)"
+    )
 
 
 def test_usage_errors(runs, capsys):
     assert main(["smoke", runs["healthy"], "--samples", "10"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "runwatch smoke: --samples and --window go together (the projection needs both)")
+        "runwatch smoke: --samples and --window go together (the projection needs both)"
+    )
     assert main(["smoke", runs["healthy"], "--samples", "10", "--window", "soon"]) == 2
     with pytest.raises(UsageError, match=r"^smoke.chance_loss must be a finite number > 0, got -1$"):
         SmokeOptions(chance_loss=-1)
@@ -152,8 +176,14 @@ def test_verify_checkpoint_torch_and_safetensors(runs, tmp_path):
     assert (report["tensors"], report["tensor_bytes"]) == (5 + 5 * 3, 1601 * 4 * 3 + 5 * 4)
     st = tmp_path / "model.safetensors"
     safetensors_torch.save_file({"w": torch.zeros(3, 4), "b": torch.zeros(4, dtype=torch.float16)}, str(st))
-    assert runwatch.verify_checkpoint(st) == {"path": str(st), "format": "safetensors", "files": 1, "tensors": 2,
-                                             "tensor_bytes": 3 * 4 * 4 + 4 * 2, "file_bytes": os.path.getsize(st)}
+    assert runwatch.verify_checkpoint(st) == {
+        "path": str(st),
+        "format": "safetensors",
+        "files": 1,
+        "tensors": 2,
+        "tensor_bytes": 3 * 4 * 4 + 4 * 2,
+        "file_bytes": os.path.getsize(st),
+    }
     d = tmp_path / "checkpoint-5"
     d.mkdir()
     shutil.copy(st, d / "model.safetensors")
@@ -163,12 +193,15 @@ def test_verify_checkpoint_torch_and_safetensors(runs, tmp_path):
     assert (r["format"], r["files"], r["tensors"], r["tensor_bytes"]) == ("mixed", 2, 3, 56 + 20)
 
 
-@pytest.mark.parametrize("make, message", [
-    (None, "{p}: no such checkpoint file"),
-    (b"garbage", "{p}: cannot be loaded by torch.load(weights_only=True): "),
-    ("empty", "{p}: holds no tensors"),
-    ("dir", "{p}: a directory without checkpoint files (.safetensors, .pt, .pth, .bin, .ckpt)"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (None, "{p}: no such checkpoint file"),
+        (b"garbage", "{p}: cannot be loaded by torch.load(weights_only=True): "),
+        ("empty", "{p}: holds no tensors"),
+        ("dir", "{p}: a directory without checkpoint files (.safetensors, .pt, .pth, .bin, .ckpt)"),
+    ],
+)
 def test_verify_checkpoint_errors(tmp_path, make, message):
     torch = pytest.importorskip("torch")
     p = tmp_path / "c.pt"

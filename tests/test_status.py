@@ -67,9 +67,20 @@ def test_status_reads_only_the_tail(tmp_path, monkeypatch):
 
 def test_status_minimal_and_watchdog_verdict(tmp_path):
     p = tmp_path / "metrics.jsonl"
-    p.write_text('{"step": 10, "loss": 0.5, "lr": 0.1, "grad_norm": 2.0, "sps": 40}\n{"step": 20, "eval_auroc": 0.9}\n{"step": 2')
-    (tmp_path / "watchdog.json").write_text(json.dumps(
-        {"verdict": "anomaly", "kind": "stall", "step": 20, "message": "no new record for 400 s (--stall 360)", "time": time.time()}))
+    p.write_text(
+        '{"step": 10, "loss": 0.5, "lr": 0.1, "grad_norm": 2.0, "sps": 40}\n{"step": 20, "eval_auroc": 0.9}\n{"step": 2'
+    )
+    (tmp_path / "watchdog.json").write_text(
+        json.dumps(
+            {
+                "verdict": "anomaly",
+                "kind": "stall",
+                "step": 20,
+                "message": "no new record for 400 s (--stall 360)",
+                "time": time.time(),
+            }
+        )
+    )
     st = status(str(tmp_path), gpus=False)
     lines = format_status(st)
     assert "rate     40 tokens/s" in lines
@@ -84,5 +95,7 @@ def test_status_no_records_yet(tmp_path):
 
 def test_status_subprocess(tmp_path):
     _run(tmp_path)
-    res = subprocess.run([sys.executable, "-m", "runwatch", "status", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "runwatch", "status", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 0 and "step     300/1000" in res.stdout and len(res.stdout.splitlines()) <= 20

@@ -8,15 +8,48 @@ import sys
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 # The modules the logger, the auditor and the watchdog need.
-CORE = ["runwatch", "runwatch.errors", "runwatch.schema", "runwatch.metrics", "runwatch.journal", "runwatch.summary",
-        "runwatch.cli", "runwatch.follow", "runwatch.records", "runwatch.rules", "runwatch.watchdog",
-        "runwatch.status", "runwatch.heartbeats", "runwatch.distributed", "runwatch.launch", "runwatch.process",
-        "runwatch.supervise", "runwatch.goodput", "runwatch.notify", "runwatch.resume",
-        "runwatch.convert", "runwatch.window", "runwatch.signals", "runwatch.hardware", "runwatch.recipe",
-        "runwatch.readers", "runwatch.readers.keys", "runwatch.readers.tfevents", "runwatch.readers.tfrecord", "runwatch.readers.mlflowstore",
-        "runwatch.readers.csvlog", "runwatch.readers.textlog"]
+CORE = [
+    "runwatch",
+    "runwatch.errors",
+    "runwatch.schema",
+    "runwatch.metrics",
+    "runwatch.journal",
+    "runwatch.summary",
+    "runwatch.cli",
+    "runwatch.follow",
+    "runwatch.records",
+    "runwatch.rules",
+    "runwatch.watchdog",
+    "runwatch.status",
+    "runwatch.heartbeats",
+    "runwatch.distributed",
+    "runwatch.launch",
+    "runwatch.process",
+    "runwatch.supervise",
+    "runwatch.goodput",
+    "runwatch.notify",
+    "runwatch.resume",
+    "runwatch.convert",
+    "runwatch.window",
+    "runwatch.signals",
+    "runwatch.hardware",
+    "runwatch.recipe",
+    "runwatch.readers",
+    "runwatch.readers.keys",
+    "runwatch.readers.tfevents",
+    "runwatch.readers.tfrecord",
+    "runwatch.readers.mlflowstore",
+    "runwatch.readers.csvlog",
+    "runwatch.readers.textlog",
+]
 # `runwatch serve`: http.server and the readers, nothing else.
-CORE += ["runwatch.serve", "runwatch.serve.server", "runwatch.serve.runs", "runwatch.serve.series", "runwatch.serve.supervision"]
+CORE += [
+    "runwatch.serve",
+    "runwatch.serve.server",
+    "runwatch.serve.runs",
+    "runwatch.serve.series",
+    "runwatch.serve.supervision",
+]
 
 
 def test_core_imports_only_the_standard_library():
@@ -29,8 +62,9 @@ def test_core_imports_only_the_standard_library():
         "                 and n.split('.')[0] not in ('runwatch', '__main__'))\n"
         "print(foreign)\n"
     )
-    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
-                          env={"PATH": os.environ.get("PATH", "")})
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "")}
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -38,12 +72,26 @@ def test_core_imports_only_the_standard_library():
 def test_public_api():
     import runwatch
 
-    assert sorted(runwatch.__all__) == sorted([
-        "RunLogger", "summarize", "resume_checkpoint", "verify_checkpoint", "RunwatchError", "InvalidRunError", "NonFiniteLossError",
-        "RunLockedError", "UsageError", "ConfigError", "LogWriteError", "RanksOutOfStepError", "InsufficientRunError",
-        "DataError", "CheckpointError",
-        "__version__",
-    ])
+    assert sorted(runwatch.__all__) == sorted(
+        [
+            "RunLogger",
+            "summarize",
+            "resume_checkpoint",
+            "verify_checkpoint",
+            "RunwatchError",
+            "InvalidRunError",
+            "NonFiniteLossError",
+            "RunLockedError",
+            "UsageError",
+            "ConfigError",
+            "LogWriteError",
+            "RanksOutOfStepError",
+            "InsufficientRunError",
+            "DataError",
+            "CheckpointError",
+            "__version__",
+        ]
+    )
 
 
 def test_every_error_of_the_tree_is_exported():

@@ -32,17 +32,20 @@ def lines(path):
 
 
 # (counts, n, balanced) -> allocation
-@pytest.mark.parametrize("counts, n, balanced, expected", [
-    ({"a": 600, "b": 300, "c": 90, "d": 10}, 100, False, {"a": 60, "b": 30, "c": 9, "d": 1}),
-    ({"a": 600, "b": 300, "c": 90, "d": 10}, 10, False, {"a": 6, "b": 3, "c": 1, "d": 0}),  # remainders .9 .1
-    ({"a": 1, "b": 1, "c": 1}, 2, False, {"a": 1, "b": 1, "c": 0}),                       # ties: first seen
-    ({"a": 1, "b": 2, "c": 1}, 2, False, {"a": 1, "b": 1, "c": 0}),                        # b: .333 floor 1
-    ({"a": 600, "b": 300, "c": 90, "d": 10}, 100, True, {"a": 30, "b": 30, "c": 30, "d": 10}),  # d short: shared
-    ({"a": 600, "b": 300, "c": 90, "d": 10}, 101, True, {"a": 31, "b": 30, "c": 30, "d": 10}),
-    ({"a": 5, "b": 3, "c": 100}, 40, True, {"a": 5, "b": 3, "c": 32}),                      # two rounds of filling
-    ({"a": 5, "b": 3}, 40, True, {"a": 5, "b": 3}),                                         # n >= total: all
-    ({"a": 5, "b": 3}, 8, False, {"a": 5, "b": 3}),
-])
+@pytest.mark.parametrize(
+    "counts, n, balanced, expected",
+    [
+        ({"a": 600, "b": 300, "c": 90, "d": 10}, 100, False, {"a": 60, "b": 30, "c": 9, "d": 1}),
+        ({"a": 600, "b": 300, "c": 90, "d": 10}, 10, False, {"a": 6, "b": 3, "c": 1, "d": 0}),  # remainders .9 .1
+        ({"a": 1, "b": 1, "c": 1}, 2, False, {"a": 1, "b": 1, "c": 0}),  # ties: first seen
+        ({"a": 1, "b": 2, "c": 1}, 2, False, {"a": 1, "b": 1, "c": 0}),  # b: .333 floor 1
+        ({"a": 600, "b": 300, "c": 90, "d": 10}, 100, True, {"a": 30, "b": 30, "c": 30, "d": 10}),  # d short: shared
+        ({"a": 600, "b": 300, "c": 90, "d": 10}, 101, True, {"a": 31, "b": 30, "c": 30, "d": 10}),
+        ({"a": 5, "b": 3, "c": 100}, 40, True, {"a": 5, "b": 3, "c": 32}),  # two rounds of filling
+        ({"a": 5, "b": 3}, 40, True, {"a": 5, "b": 3}),  # n >= total: all
+        ({"a": 5, "b": 3}, 8, False, {"a": 5, "b": 3}),
+    ],
+)
 def test_allocate(counts, n, balanced, expected):
     alloc = allocate(counts, n, balanced)
     assert alloc == expected
@@ -104,11 +107,16 @@ def test_same_seed_same_rows_whatever_the_order_and_size(tmp_path):
     shuffled = lines(data)
     random.Random(3).shuffle(shuffled)
     (tmp_path / "shuffled.jsonl").write_text("\n".join(shuffled) + "\n")
-    subsample(str(tmp_path / "shuffled.jsonl"), SubsampleOptions(n=40, out=str(tmp_path / "c.jsonl"), stratify="label", seed=7))
+    subsample(
+        str(tmp_path / "shuffled.jsonl"),
+        SubsampleOptions(n=40, out=str(tmp_path / "c.jsonl"), stratify="label", seed=7),
+    )
     assert sorted(lines(a)) == sorted(lines(tmp_path / "c.jsonl"))
     # a larger file (the same 1,000 rows, then 4,000 more): what it draws from the first 1,000 is what
     # a draw of that many from the first file alone gives (bottom-k samples nest)
-    big = make_jsonl(tmp_path / "big.jsonl", n=1000, extra=[json.dumps({"id": 5000 + i, "label": "cat"}) for i in range(4000)])
+    big = make_jsonl(
+        tmp_path / "big.jsonl", n=1000, extra=[json.dumps({"id": 5000 + i, "label": "cat"}) for i in range(4000)]
+    )
     subsample(big, SubsampleOptions(n=200, out=str(tmp_path / "large.jsonl"), seed=7))
     from_first = [line for line in lines(tmp_path / "large.jsonl") if json.loads(line)["id"] < 1000]
     subsample(data, SubsampleOptions(n=len(from_first), out=str(tmp_path / "small.jsonl"), seed=7))
@@ -120,8 +128,10 @@ def test_balanced_short_value_warns_and_others_fill(tmp_path, capsys):
     out = str(tmp_path / "s.jsonl")
     assert main(["subsample", data, "--n", "100", "--stratify", "label", "--balanced", "--out", out]) == 0
     captured = capsys.readouterr()
-    assert captured.err == ('subsample: warning: label="yak" has 10 rows, fewer than its equal share 25: all of them'
-                            " written; the others make up the difference\n")
+    assert captured.err == (
+        'subsample: warning: label="yak" has 10 rows, fewer than its equal share 25: all of them'
+        " written; the others make up the difference\n"
+    )
     assert '"yak"            10          10  all (short of its share)' in captured.out.splitlines()
     counts = {}
     for line in lines(out):
@@ -141,7 +151,11 @@ def test_unreadable_and_missing_rows_are_counted(tmp_path, capsys):
         "subsample: warning: 1 rows without 'label' never drawn; first at d.jsonl:102",
     ]
     report = json.loads(captured.out)
-    assert (report["written"], report["unreadable"], report["missing_field"]) == (100, {"malformed_json": 1, "not_object": 1}, 1)
+    assert (report["written"], report["unreadable"], report["missing_field"]) == (
+        100,
+        {"malformed_json": 1, "not_object": 1},
+        1,
+    )
     assert lines(out) == lines(data)[:100]
 
 
@@ -179,21 +193,40 @@ def test_labels_of_different_types_stay_apart(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"label": v}) + "\n" for v in [1, 1.0, True, "1", None, [1]] * 5))
     report = subsample(str(path), SubsampleOptions(n=6, out=str(tmp_path / "s.jsonl"), stratify="label"))
-    assert sorted(json.dumps(r["value"]) for r in report["counts"]) == sorted(['1', '1.0', 'true', '"1"', 'null', '[1]'])
+    assert sorted(json.dumps(r["value"]) for r in report["counts"]) == sorted(
+        ["1", "1.0", "true", '"1"', "null", "[1]"]
+    )
     assert all(r["written"] == 1 for r in report["counts"])
 
 
-@pytest.mark.parametrize("argv, code, err", [
-    (["--n", "0", "--out", "{t}/s.jsonl"], 2, "subsample.n must be an int >= 1, got 0"),
-    (["--n", "5", "--balanced", "--out", "{t}/s.jsonl"], 2,
-     "subsample.balanced needs --stratify FIELD (equal counts per value of FIELD)"),
-    (["--n", "5", "--out", "{t}/s.txt"], 2, "subsample.out must end in .jsonl, .csv or .parquet, got '{t}/s.txt'"),
-    (["--n", "5", "--out", "{t}/s.csv"], 2,
-     "subsample: --out {t}/s.csv is csv, the input is jsonl; write a .jsonl file"),
-    (["--n", "5", "--out", "{t}/d.jsonl"], 2, "subsample: --out {t}/d.jsonl is the input"),
-    (["--n", "5", "--out", "{t}/nowhere/s.jsonl"], 2, "subsample: --out {t}/nowhere/s.jsonl: no directory {t}/nowhere"),
-    (["--n", "5", "--seed", "-1", "--out", "{t}/s.jsonl"], 2, "subsample.seed must be an int in [0, 2**63), got -1"),
-])
+@pytest.mark.parametrize(
+    "argv, code, err",
+    [
+        (["--n", "0", "--out", "{t}/s.jsonl"], 2, "subsample.n must be an int >= 1, got 0"),
+        (
+            ["--n", "5", "--balanced", "--out", "{t}/s.jsonl"],
+            2,
+            "subsample.balanced needs --stratify FIELD (equal counts per value of FIELD)",
+        ),
+        (["--n", "5", "--out", "{t}/s.txt"], 2, "subsample.out must end in .jsonl, .csv or .parquet, got '{t}/s.txt'"),
+        (
+            ["--n", "5", "--out", "{t}/s.csv"],
+            2,
+            "subsample: --out {t}/s.csv is csv, the input is jsonl; write a .jsonl file",
+        ),
+        (["--n", "5", "--out", "{t}/d.jsonl"], 2, "subsample: --out {t}/d.jsonl is the input"),
+        (
+            ["--n", "5", "--out", "{t}/nowhere/s.jsonl"],
+            2,
+            "subsample: --out {t}/nowhere/s.jsonl: no directory {t}/nowhere",
+        ),
+        (
+            ["--n", "5", "--seed", "-1", "--out", "{t}/s.jsonl"],
+            2,
+            "subsample.seed must be an int in [0, 2**63), got -1",
+        ),
+    ],
+)
 def test_usage_errors(tmp_path, capsys, argv, code, err):
     data = make_jsonl(tmp_path / "d.jsonl", n=10)
     t = str(tmp_path)
@@ -206,7 +239,12 @@ def test_unreadable_inputs(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"runwatch: {tmp_path}/missing.jsonl: no such file or directory"
     (tmp_path / "d.csv").write_text("text,kind\na,b\n")
     (tmp_path / "s.csv").write_text("earlier output\n")
-    assert main(["subsample", str(tmp_path / "d.csv"), "--n", "5", "--stratify", "label", "--out", str(tmp_path / "s.csv")]) == 1
+    assert (
+        main(
+            ["subsample", str(tmp_path / "d.csv"), "--n", "5", "--stratify", "label", "--out", str(tmp_path / "s.csv")]
+        )
+        == 1
+    )
     assert capsys.readouterr().err.strip() == f"runwatch: {tmp_path}/d.csv: no column 'label' (columns: text, kind)"
     assert (tmp_path / "s.csv").read_text() == "earlier output\n"  # untouched
 

@@ -66,20 +66,33 @@ def test_summary_values_of_two_sessions():
     assert s["session_id"] == "s-20261202T150000-9a9a"
     assert (s["sessions"], s["start_step"], s["last_step"]) == (2, 10, 31)
     assert (s["completed"], s["end_reason"]) == (True, "normal")
-    assert (s["updates"], s["tokens"], s["skipped_updates"], s["nonfinite_grad_norms"], s["train_windows"]) == (21, 23 * 64, 2, 2, 3)
+    assert (s["updates"], s["tokens"], s["skipped_updates"], s["nonfinite_grad_norms"], s["train_windows"]) == (
+        21,
+        23 * 64,
+        2,
+        2,
+        3,
+    )
     assert s["optimizer_algorithms"] == ["muon", "adamw"]
     assert s["loss"] == {"first": 0.69, "last": 0.4}
     assert s["gradient_norm_max"] == 3.0
     assert s["gradient_clipped_fraction"] == pytest.approx((1 / 3 * 3 + 0.25 * 8) / 21)
-    assert s["qk_clip"] == {"threshold": 100.0, "observed_head_updates": 104, "clipped_head_updates": 3,
-                            "clipped_fraction": 3 / 104, "max_logit": 120.5}
+    assert s["qk_clip"] == {
+        "threshold": 100.0,
+        "observed_head_updates": 104,
+        "clipped_head_updates": 3,
+        "clipped_fraction": 3 / 104,
+        "max_logit": 120.5,
+    }
     # the window 13->23 starts before step 20: excluded whole
     assert (s["steady_train_tokens"], s["steady_train_seconds"]) == (8 * 64, 0.5)
     assert s["steady_train_tokens_per_second"] == 8 * 64 / 0.5
     assert s["memory_peaks"] == {"host_rss_peak_bytes": 1009}  # session_end's, the last record
     assert s["profiling"] is False
     assert s["last_val"] == {"step": 31, "loss": 0.45, "metrics": {"auroc": 0.93, "accuracy": 0.88}}
-    assert summarize(os.path.join(DATA, "valid", "two_sessions"), after_step=40)["steady_train_tokens_per_second"] is None
+    assert (
+        summarize(os.path.join(DATA, "valid", "two_sessions"), after_step=40)["steady_train_tokens_per_second"] is None
+    )
 
 
 def test_running_session_is_not_completed():
@@ -101,13 +114,23 @@ def test_after_step_rejects_bool():
 def test_standalone_script_under_python_S_from_elsewhere(tmp_path):
     """`python -S` (no site-packages) from a directory outside the repository."""
     run = os.path.join(DATA, "valid", "two_sessions")
-    proc = subprocess.run([sys.executable, "-S", SCRIPT, run, "--expect-step", "31"], cwd=tmp_path,
-                          capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "")})
+    proc = subprocess.run(
+        [sys.executable, "-S", SCRIPT, run, "--expect-step", "31"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", "")},
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == summarize(run)
     bad = _case("step_gap")
-    proc = subprocess.run([sys.executable, "-S", SCRIPT, bad[0]], cwd=tmp_path, capture_output=True, text=True,
-                          env={"PATH": os.environ.get("PATH", "")})
+    proc = subprocess.run(
+        [sys.executable, "-S", SCRIPT, bad[0]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ.get("PATH", "")},
+    )
     assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", f"Invalid training run: {bad[2]}\n")
     assert list(tmp_path.iterdir()) == []  # no files written
 
@@ -118,13 +141,16 @@ def _copy_valid(tmp_path) -> str:
     return d
 
 
-@pytest.mark.parametrize("what, expected", [
-    ("directory", "metrics.jsonl: a directory"),
-    ("fifo", "metrics.jsonl: not a regular file"),
-    ("missing", "metrics.jsonl: missing"),
-    ("symlink_loop", "metrics.jsonl: cannot open: Too many levels of symbolic links"),
-    ("dev_zero", "metrics.jsonl: not a regular file"),
-])
+@pytest.mark.parametrize(
+    "what, expected",
+    [
+        ("directory", "metrics.jsonl: a directory"),
+        ("fifo", "metrics.jsonl: not a regular file"),
+        ("missing", "metrics.jsonl: missing"),
+        ("symlink_loop", "metrics.jsonl: cannot open: Too many levels of symbolic links"),
+        ("dev_zero", "metrics.jsonl: not a regular file"),
+    ],
+)
 def test_hostile_metrics_file(tmp_path, capsys, what, expected):
     d = _copy_valid(tmp_path)
     path = os.path.join(d, "metrics.jsonl")

@@ -89,7 +89,9 @@ def test_mutations_reach_both_outcomes():
     @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
     @given(data=st.data())
     def probe(data):
-        seen.add(_check_run({"run.json": BASE["run.json"], "metrics.jsonl": data.draw(mutated(BASE["metrics.jsonl"]))})[0])
+        seen.add(
+            _check_run({"run.json": BASE["run.json"], "metrics.jsonl": data.draw(mutated(BASE["metrics.jsonl"]))})[0]
+        )
 
     probe()
     assert seen == {"valid", "invalid"}
@@ -159,20 +161,25 @@ def test_2gb_line_without_newline_costs_bounded_memory(tmp_path, name):
     path = os.path.join(d, name)
     with open(path, "wb") as f:
         f.write(b'{"run_id": "')
-        f.truncate(2 * 1024 ** 3)
+        f.truncate(2 * 1024**3)
     code, out, err, rss = _run_bounded(["summarize", d])
-    expected = {"metrics.jsonl": f"metrics.jsonl:1: line longer than {schema.MAX_LINE_BYTES} bytes",
-                "run.json": f"run.json: larger than {schema.MAX_MANIFEST_BYTES} bytes"}[name]
+    expected = {
+        "metrics.jsonl": f"metrics.jsonl:1: line longer than {schema.MAX_LINE_BYTES} bytes",
+        "run.json": f"run.json: larger than {schema.MAX_MANIFEST_BYTES} bytes",
+    }[name]
     assert (code, out, err) == (1, "", f"Invalid training run: {expected}")
-    assert rss < 200 * 1024 ** 2, f"peak RSS {rss / 2 ** 20:.0f} MiB"
+    assert rss < 200 * 1024**2, f"peak RSS {rss / 2**20:.0f} MiB"
 
 
-@pytest.mark.parametrize("what, expected", [
-    ("fifo", "run.json: not a regular file"),
-    ("dev_zero", "run.json: not a regular file"),
-    ("symlink_loop", "run.json: cannot open: Too many levels of symbolic links"),
-    ("directory", "run.json: a directory"),
-])
+@pytest.mark.parametrize(
+    "what, expected",
+    [
+        ("fifo", "run.json: not a regular file"),
+        ("dev_zero", "run.json: not a regular file"),
+        ("symlink_loop", "run.json: cannot open: Too many levels of symbolic links"),
+        ("directory", "run.json: a directory"),
+    ],
+)
 def test_hostile_run_json(tmp_path, capsys, what, expected):
     d = _copy_base(tmp_path)
     path = os.path.join(d, "run.json")
@@ -221,8 +228,12 @@ def test_file_changed_while_being_read(tmp_path, grown_log, how):
     (d / "run.json").write_bytes(grown_log["run.json"])
     for delay in (0.05, 0.2):
         (d / "metrics.jsonl").write_bytes(grown_log["metrics.jsonl"])
-        proc = subprocess.Popen([sys.executable, "-m", "runwatch", "summarize", str(d)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runwatch", "summarize", str(d)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(delay)
         if how == "truncate":
             os.truncate(path, size // 2 - (size // 2) % 100)

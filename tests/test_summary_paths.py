@@ -65,26 +65,29 @@ LINE = _first_train_line()
 BIG = 2**70  # beyond 64 bits: orjson reads it as a float, the standard library as an int
 
 
-@pytest.mark.parametrize("field, value", [
-    ("loss", BIG),                      # valid either way, but the summary prints it
-    ("loss", -BIG),
-    ("time", BIG),
-    ("train_seconds", BIG),
-    ("lr", 2**64 + 1),
-    ("memory", {"host_rss_peak_bytes": BIG}),   # an int: valid, and a memory peak
-    ("tokens", BIG),                    # the token identity names the int
-    ("updates", BIG),
-    ("session_id", BIG),                # the message shows the number as written
-    ("grad_clipped_fraction", BIG),
-    ("loss", 1e308),
-    ("loss", "1e400"),                  # inf to the standard library, refused by orjson
-    ("loss", "NaN"),
-    ("loss", True),
-    ("grad_norm", [1, 2]),
-    ("session", "x"),
-    ("qk_clip", {"threshold": 100, "observed_head_updates": 1, "clipped_head_updates": 0, "max_logit": BIG}),
-    ("qk_clip", {"threshold": 100.0, "observed_head_updates": 2, "clipped_head_updates": 3, "max_logit": None}),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("loss", BIG),  # valid either way, but the summary prints it
+        ("loss", -BIG),
+        ("time", BIG),
+        ("train_seconds", BIG),
+        ("lr", 2**64 + 1),
+        ("memory", {"host_rss_peak_bytes": BIG}),  # an int: valid, and a memory peak
+        ("tokens", BIG),  # the token identity names the int
+        ("updates", BIG),
+        ("session_id", BIG),  # the message shows the number as written
+        ("grad_clipped_fraction", BIG),
+        ("loss", 1e308),
+        ("loss", "1e400"),  # inf to the standard library, refused by orjson
+        ("loss", "NaN"),
+        ("loss", True),
+        ("grad_norm", [1, 2]),
+        ("session", "x"),
+        ("qk_clip", {"threshold": 100, "observed_head_updates": 1, "clipped_head_updates": 0, "max_logit": BIG}),
+        ("qk_clip", {"threshold": 100.0, "observed_head_updates": 2, "clipped_head_updates": 3, "max_logit": None}),
+    ],
+)
 def test_odd_values_give_the_same_outcome_with_and_without_orjson(tmp_path, field, value):
     def edit(text):
         rec = json.loads(text)
@@ -102,14 +105,17 @@ def test_big_int_loss_is_printed_as_written(tmp_path):
     assert _same_both_ways(d)["loss"]["first"] == BIG
 
 
-@pytest.mark.parametrize("text", [
-    '{"session_id": "\\ud800"}',   # a lone surrogate: the standard library reads it, orjson does not
-    "[1, 2]",
-    "null",
-    str(BIG),
-    '{"a": ' * 2000 + "1" + "}" * 2000,
-    '{"run_id": "\udcff"}',  # encoded as invalid UTF-8
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"session_id": "\\ud800"}',  # a lone surrogate: the standard library reads it, orjson does not
+        "[1, 2]",
+        "null",
+        str(BIG),
+        '{"a": ' * 2000 + "1" + "}" * 2000,
+        '{"run_id": "\udcff"}',  # encoded as invalid UTF-8
+    ],
+)
 def test_odd_lines_give_the_same_outcome_with_and_without_orjson(tmp_path, text):
     _same_both_ways(_edit(tmp_path, LINE, lambda _: text))
 
@@ -127,9 +133,16 @@ def test_block_size_changes_nothing(monkeypatch, tmp_path, block):
         summarize(torn)
 
 
-@pytest.mark.parametrize("content", [
-    b"", b"\n", b"a\n", b"a\nbb\n\nccc\n", b"x" * 40 + b"\n" + b"y" * 39 + b"\n",
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"\n",
+        b"a\n",
+        b"a\nbb\n\nccc\n",
+        b"x" * 40 + b"\n" + b"y" * 39 + b"\n",
+    ],
+)
 @pytest.mark.parametrize("block", [1, 3, 40, 1 << 20])
 def test_iter_lines_reads_every_line_with_its_newline(monkeypatch, tmp_path, content, block):
     path = tmp_path / "m.jsonl"
@@ -138,12 +151,15 @@ def test_iter_lines_reads_every_line_with_its_newline(monkeypatch, tmp_path, con
     assert list(iter_lines(str(path))) == list(enumerate(content.splitlines(keepends=True), 1))
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"a" * 41 + b"\n", "m:1: line longer than 40 bytes"),
-    (b"ok\n" + b"a" * 41 + b"\n", "m:2: line longer than 40 bytes"),
-    (b"ok\n" + b"a" * 100, "m:2: line longer than 40 bytes"),
-    (b"ok\n" + b"a" * 40, "Uncommitted metrics tail at line 2"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"a" * 41 + b"\n", "m:1: line longer than 40 bytes"),
+        (b"ok\n" + b"a" * 41 + b"\n", "m:2: line longer than 40 bytes"),
+        (b"ok\n" + b"a" * 100, "m:2: line longer than 40 bytes"),
+        (b"ok\n" + b"a" * 40, "Uncommitted metrics tail at line 2"),
+    ],
+)
 @pytest.mark.parametrize("block", [1, 16, 41, 1 << 20])
 def test_line_limit_whatever_the_block(monkeypatch, tmp_path, content, message, block):
     path = tmp_path / "m"
@@ -162,8 +178,16 @@ def _logger_records(tmp_path) -> tuple[str, dict, list[dict]]:
     d = tmp_path / "run"
     with RunLogger(d, recipe=RECIPE, window=2, hardware={}) as log:
         for i in range(6):
-            log.step(loss=1.0 / (i + 1), lr=0.1, grad_norm=1.5, clipped=i % 2 == 0, skipped=i == 3,
-                     qk_observed=4, qk_clipped=i % 3, qk_max_logit=90.0 + i)
+            log.step(
+                loss=1.0 / (i + 1),
+                lr=0.1,
+                grad_norm=1.5,
+                clipped=i % 2 == 0,
+                skipped=i == 3,
+                qk_observed=4,
+                qk_clipped=i % 3,
+                qk_max_logit=90.0 + i,
+            )
     with open(d / "run.json") as f:
         manifest = json.load(f)
     with open(d / "metrics.jsonl") as f:
@@ -178,29 +202,101 @@ def test_the_loggers_train_records_take_the_fast_path(tmp_path):
 
 
 _json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70) | st.text(max_size=3)
-    | st.sampled_from([0, 1, -1, 0.0, -0.0, 0.5, 1.0, 1.5, -1e-9, 2.0**63, -2.0**63, 1e308, 100, 100.0,
-                       float("nan"), float("inf"), -float("inf")])
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.text(max_size=3)
+    | st.sampled_from(
+        [
+            0,
+            1,
+            -1,
+            0.0,
+            -0.0,
+            0.5,
+            1.0,
+            1.5,
+            -1e-9,
+            2.0**63,
+            -(2.0**63),
+            1e308,
+            100,
+            100.0,
+            float("nan"),
+            float("inf"),
+            -float("inf"),
+        ]
+    )
     | st.floats(allow_nan=True, allow_infinity=True),
     lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner, max_size=2),
     max_leaves=4,
 )
-_FIELDS = ["run_id", "session_id", "event", "step", "time", "updates", "skipped", "attempted", "tokens", "train_seconds",
-           "loss", "lr", "grad_norm", "grad_norm.mean", "grad_norm.max", "nonfinite_grad_norms",
-           "grad_clipped_fraction", "qk_clip", "qk_clip.threshold", "qk_clip.observed_head_updates",
-           "qk_clip.clipped_head_updates", "qk_clip.max_logit", "session", "session.elapsed_seconds",
-           "session.tokens", "session.tokens_per_second", "session.profiling_seconds", "memory",
-           "memory.host_rss_peak_bytes"]
+_FIELDS = [
+    "run_id",
+    "session_id",
+    "event",
+    "step",
+    "time",
+    "updates",
+    "skipped",
+    "attempted",
+    "tokens",
+    "train_seconds",
+    "loss",
+    "lr",
+    "grad_norm",
+    "grad_norm.mean",
+    "grad_norm.max",
+    "nonfinite_grad_norms",
+    "grad_clipped_fraction",
+    "qk_clip",
+    "qk_clip.threshold",
+    "qk_clip.observed_head_updates",
+    "qk_clip.clipped_head_updates",
+    "qk_clip.max_logit",
+    "session",
+    "session.elapsed_seconds",
+    "session.tokens",
+    "session.tokens_per_second",
+    "session.profiling_seconds",
+    "memory",
+    "memory.host_rss_peak_bytes",
+]
 
 
-_BOUNDARIES = st.sampled_from([0, 1, 2, -1, 0.0, -0.0, 1.0, 1.5, -1e-9, 2.0**63, -2.0**63, 2**63, 2**64, 100.0,
-                                float("nan"), float("inf"), None, True, "1", [], {}, KeyError])
+_BOUNDARIES = st.sampled_from(
+    [
+        0,
+        1,
+        2,
+        -1,
+        0.0,
+        -0.0,
+        1.0,
+        1.5,
+        -1e-9,
+        2.0**63,
+        -(2.0**63),
+        2**63,
+        2**64,
+        100.0,
+        float("nan"),
+        float("inf"),
+        None,
+        True,
+        "1",
+        [],
+        {},
+        KeyError,
+    ]
+)
 
 
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(edits=st.lists(st.tuples(st.sampled_from(_FIELDS), st.one_of(_BOUNDARIES, _json_values)),
-                      min_size=1, max_size=2),
-       index=st.integers(0, 2))
+@given(
+    edits=st.lists(st.tuples(st.sampled_from(_FIELDS), st.one_of(_BOUNDARIES, _json_values)), min_size=1, max_size=2),
+    index=st.integers(0, 2),
+)
 def test_accept_never_takes_what_check_refuses(tmp_path_factory, edits, index):
     if not hasattr(test_accept_never_takes_what_check_refuses, "cache"):
         test_accept_never_takes_what_check_refuses.cache = _logger_records(tmp_path_factory.mktemp("r"))
@@ -242,13 +338,23 @@ def test_take_window_declines_what_is_not_an_object(tmp_path, rec):
     assert SessionValidator(run_id, session).take_window(rec) is None
 
 
-@pytest.mark.parametrize("field, value", [
-    ("loss", 0), ("lr", 0), ("train_seconds", 3), ("time", 1800000000), ("grad_clipped_fraction", 1),
-    ("grad_clipped_fraction", 0), ("grad_norm", {"mean": 0, "max": 2}),
-    ("qk_clip", {"threshold": 100, "observed_head_updates": 4, "clipped_head_updates": 4, "max_logit": -5}),
-    ("qk_clip", {"threshold": 100.0, "observed_head_updates": 0, "clipped_head_updates": 0, "max_logit": None}),
-    ("memory", {}), ("memory", None), ("qk_clip", None),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("loss", 0),
+        ("lr", 0),
+        ("train_seconds", 3),
+        ("time", 1800000000),
+        ("grad_clipped_fraction", 1),
+        ("grad_clipped_fraction", 0),
+        ("grad_norm", {"mean": 0, "max": 2}),
+        ("qk_clip", {"threshold": 100, "observed_head_updates": 4, "clipped_head_updates": 4, "max_logit": -5}),
+        ("qk_clip", {"threshold": 100.0, "observed_head_updates": 0, "clipped_head_updates": 0, "max_logit": None}),
+        ("memory", {}),
+        ("memory", None),
+        ("qk_clip", None),
+    ],
+)
 def test_ints_and_nulls_where_allowed_still_take_the_fast_path(tmp_path, field, value):
     """The fast check compares floats with float constants; ints and nulls must pass it all the same."""
     run_id, session, recs = _logger_records(tmp_path)
@@ -256,34 +362,56 @@ def test_ints_and_nulls_where_allowed_still_take_the_fast_path(tmp_path, field, 
     assert SessionValidator(run_id, session).take_window(rec) == SessionValidator.window_values(rec)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("updates", 0), ("skipped", -1), ("nonfinite_grad_norms", -1), ("step", 0), ("tokens", 1), ("attempted", 99),
-    ("time", 2.0**63), ("time", -2.0**63), ("loss", float("inf")), ("loss", float("nan")), ("loss", True),
-    ("train_seconds", 0.0), ("train_seconds", 0), ("lr", -1e-300), ("grad_clipped_fraction", 1.0000000000000002),
-    ("grad_clipped_fraction", -0.1), ("grad_norm", {"mean": -0.5, "max": 1.0}), ("grad_norm", {"mean": 1.0, "max": 2.0**63}),
-    ("session", {"elapsed_seconds": -1.0, "tokens": 0, "tokens_per_second": None, "profiling_seconds": 0.0}),
-    ("session", {"elapsed_seconds": 1.0, "tokens": 0, "tokens_per_second": -1.0, "profiling_seconds": 0.0}),
-    ("session", {"elapsed_seconds": 1.0, "tokens": 0, "tokens_per_second": None, "profiling_seconds": -0.5}),
-    ("session", {"elapsed_seconds": 1.0, "tokens": 0.0, "tokens_per_second": None, "profiling_seconds": 0.0}),
-    ("memory", {"host_rss_peak_bytes": -1}), ("memory", {"host_rss_peak_bytes": 1.0}), ("memory", [1]),
-    ("qk_clip", {"threshold": 99.0, "observed_head_updates": 4, "clipped_head_updates": 0, "max_logit": None}),
-    ("qk_clip", {"threshold": 100.0, "observed_head_updates": 4, "clipped_head_updates": 5, "max_logit": None}),
-    ("qk_clip", {"threshold": 100.0, "observed_head_updates": 4, "clipped_head_updates": 0, "max_logit": 2.0**63}),
-    ("qk_clip", {"threshold": True, "observed_head_updates": 4, "clipped_head_updates": 0, "max_logit": None}),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("updates", 0),
+        ("skipped", -1),
+        ("nonfinite_grad_norms", -1),
+        ("step", 0),
+        ("tokens", 1),
+        ("attempted", 99),
+        ("time", 2.0**63),
+        ("time", -(2.0**63)),
+        ("loss", float("inf")),
+        ("loss", float("nan")),
+        ("loss", True),
+        ("train_seconds", 0.0),
+        ("train_seconds", 0),
+        ("lr", -1e-300),
+        ("grad_clipped_fraction", 1.0000000000000002),
+        ("grad_clipped_fraction", -0.1),
+        ("grad_norm", {"mean": -0.5, "max": 1.0}),
+        ("grad_norm", {"mean": 1.0, "max": 2.0**63}),
+        ("session", {"elapsed_seconds": -1.0, "tokens": 0, "tokens_per_second": None, "profiling_seconds": 0.0}),
+        ("session", {"elapsed_seconds": 1.0, "tokens": 0, "tokens_per_second": -1.0, "profiling_seconds": 0.0}),
+        ("session", {"elapsed_seconds": 1.0, "tokens": 0, "tokens_per_second": None, "profiling_seconds": -0.5}),
+        ("session", {"elapsed_seconds": 1.0, "tokens": 0.0, "tokens_per_second": None, "profiling_seconds": 0.0}),
+        ("memory", {"host_rss_peak_bytes": -1}),
+        ("memory", {"host_rss_peak_bytes": 1.0}),
+        ("memory", [1]),
+        ("qk_clip", {"threshold": 99.0, "observed_head_updates": 4, "clipped_head_updates": 0, "max_logit": None}),
+        ("qk_clip", {"threshold": 100.0, "observed_head_updates": 4, "clipped_head_updates": 5, "max_logit": None}),
+        ("qk_clip", {"threshold": 100.0, "observed_head_updates": 4, "clipped_head_updates": 0, "max_logit": 2.0**63}),
+        ("qk_clip", {"threshold": True, "observed_head_updates": 4, "clipped_head_updates": 0, "max_logit": None}),
+    ],
+)
 def test_take_window_declines_each_value_out_of_bounds(tmp_path, field, value):
     run_id, session, recs = _logger_records(tmp_path)
     rec = dict(next(r for r in recs if r["event"] == "train"), **{field: value})
     assert SessionValidator(run_id, session).take_window(rec) is None
 
 
-@pytest.mark.parametrize("threshold, value, taken", [
-    (1.0, True, False),          # a bool equals 1.0, but is no number
-    (1.0, 1, True),
-    (1e19, 1e19, False),         # 2**63 or more: left to check(), which takes it
-    (1e19, 10**19, False),
-    (100.0, 100, True),
-])
+@pytest.mark.parametrize(
+    "threshold, value, taken",
+    [
+        (1.0, True, False),  # a bool equals 1.0, but is no number
+        (1.0, 1, True),
+        (1e19, 1e19, False),  # 2**63 or more: left to check(), which takes it
+        (1e19, 10**19, False),
+        (100.0, 100, True),
+    ],
+)
 def test_take_window_qk_threshold(tmp_path, threshold, value, taken):
     run_id, session, recs = _logger_records(tmp_path)
     session = dict(session, recipe=dict(session["recipe"], qk_clip_threshold=threshold))
@@ -337,9 +465,11 @@ def test_the_fast_loop_sums_what_the_slow_path_sums(monkeypatch, tmp_path, after
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(edits=st.lists(st.tuples(st.sampled_from(_FIELDS), st.one_of(_BOUNDARIES, _json_values)),
-                      min_size=1, max_size=2),
-       line=st.integers(0, 20), after_step=st.sampled_from([0, 5]))
+@given(
+    edits=st.lists(st.tuples(st.sampled_from(_FIELDS), st.one_of(_BOUNDARIES, _json_values)), min_size=1, max_size=2),
+    line=st.integers(0, 20),
+    after_step=st.sampled_from([0, 5]),
+)
 def test_any_edit_gives_the_same_outcome_whichever_path(monkeypatch, tmp_path_factory, edits, line, after_step):
     if not hasattr(test_any_edit_gives_the_same_outcome_whichever_path, "cache"):
         test_any_edit_gives_the_same_outcome_whichever_path.cache = _logger_run(tmp_path_factory.mktemp("r"))

@@ -26,8 +26,20 @@ FAST = ["--poll", "0.1", "--stall", "4", "--backoff", "0.1"]
 
 
 def _cmd(run, opts=(), train=()):
-    return [sys.executable, "-m", "runwatch", "supervise", str(run), *FAST, *opts, "--",
-            sys.executable, TRAIN, str(run), *train]
+    return [
+        sys.executable,
+        "-m",
+        "runwatch",
+        "supervise",
+        str(run),
+        *FAST,
+        *opts,
+        "--",
+        sys.executable,
+        TRAIN,
+        str(run),
+        *train,
+    ]
 
 
 def _supervise(run, opts=(), train=(), timeout=90):
@@ -82,14 +94,18 @@ def test_nan_rolls_back_to_the_checkpoint_before_the_window(tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-1] == "OK done step=40"
     recs = _journal(run)
-    assert [r["event"] for r in recs] == ["launch", "verdict", "stop", "rollback", "verdict", "done"] or \
-        [r["event"] for r in recs] == ["launch", "verdict", "rollback", "verdict", "done"]
+    assert [r["event"] for r in recs] == ["launch", "verdict", "stop", "rollback", "verdict", "done"] or [
+        r["event"] for r in recs
+    ] == ["launch", "verdict", "rollback", "verdict", "done"]
     v = next(r for r in recs if r["event"] == "verdict")
     assert (v["kind"], v["class"], v["step"]) == ("nonfinite_loss", "divergence", 26)
     rb = next(r for r in recs if r["event"] == "rollback")
     assert rb["checkpoint"] == str(run / "ckpt-20.json") and rb["skip_steps"] == "21-27"
-    assert rb["env"] == {"RUNWATCH_RESUME_FROM": str(run / "ckpt-20.json"), "RUNWATCH_ROLLBACK": "1",
-                         "RUNWATCH_SKIP_STEPS": "21-27"}
+    assert rb["env"] == {
+        "RUNWATCH_RESUME_FROM": str(run / "ckpt-20.json"),
+        "RUNWATCH_ROLLBACK": "1",
+        "RUNWATCH_SKIP_STEPS": "21-27",
+    }
     out = (run / "stdout.log").read_text()
     assert f"resume path={run / 'ckpt-20.json'} rollback=1 skip=21-27" in out and "skipping steps 21-27" in out
     g = recs[-1]["goodput"]
@@ -112,8 +128,9 @@ def test_fatal_exits_7_without_a_relaunch(tmp_path):
     run = tmp_path / "run"
     res = _supervise(run, train=["--fault", "error@13"])
     assert res.returncode == 7
-    assert res.stdout.splitlines()[-1] == ("ANOMALY session_error step=12: session ended with reason error: "
-                                           "RuntimeError: injected error at step 13")
+    assert res.stdout.splitlines()[-1] == (
+        "ANOMALY session_error step=12: session ended with reason error: RuntimeError: injected error at step 13"
+    )
     assert _events(run) == ["launch", "verdict", "gave_up"]
     assert _journal(run)[-1]["class"] == "fatal"
 
@@ -164,11 +181,20 @@ def test_a_lingering_process_is_stopped_after_done(tmp_path):
 
 def test_a_killed_supervisor_is_replaced_and_adopts_the_training(tmp_path):
     run = tmp_path / "run"
-    first = subprocess.Popen(_cmd(run, train=["--steps", "40", "--sleep", "0.1", "--fault", "kill@22"]),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        _cmd(run, train=["--steps", "40", "--sleep", "0.1", "--fault", "kill@22"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        assert _wait(lambda: (run / "pid").exists() and (run / "metrics.jsonl").exists()
-                     and (run / "metrics.jsonl").stat().st_size > 0)
+        assert _wait(
+            lambda: (
+                (run / "pid").exists()
+                and (run / "metrics.jsonl").exists()
+                and (run / "metrics.jsonl").stat().st_size > 0
+            )
+        )
         second = _supervise(run, train=["--steps", "40", "--sleep", "0.1", "--fault", "kill@22"], timeout=30)
         assert second.returncode == 2
         assert second.stderr.strip() == f"supervise: {run}: another supervisor (pid {first.pid}) is running there"
@@ -192,8 +218,12 @@ def test_a_killed_supervisor_is_replaced_and_adopts_the_training(tmp_path):
 
 def test_sigterm_stops_the_training_and_ends_the_supervision(tmp_path):
     run = tmp_path / "run"
-    sup = subprocess.Popen(_cmd(run, ["--exit-transient", "75"], ["--steps", "400", "--sleep", "0.05"]),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sup = subprocess.Popen(
+        _cmd(run, ["--exit-transient", "75"], ["--steps", "400", "--sleep", "0.05"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert _wait(lambda: (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").stat().st_size > 0)
     child = int((run / "pid").read_text())
     sup.send_signal(signal.SIGTERM)
@@ -225,9 +255,23 @@ def test_a_command_that_cannot_start_is_a_usage_error(tmp_path, capsys):
 
 def test_a_command_that_dies_before_its_first_record_is_not_relaunched(tmp_path):
     run = tmp_path / "run"
-    res = subprocess.run([sys.executable, "-m", "runwatch", "supervise", str(run), *FAST, "--",
-                          sys.executable, "-c", "import sys; sys.exit('no such data set: /data/x')"],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runwatch",
+            "supervise",
+            str(run),
+            *FAST,
+            "--",
+            sys.executable,
+            "-c",
+            "import sys; sys.exit('no such data set: /data/x')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2
     assert res.stderr.splitlines()[-1].endswith("not relaunched. Last output: no such data set: /data/x")
     assert _events(run) == ["launch", "verdict", "gave_up"]
@@ -309,8 +353,11 @@ def test_notifications_reach_a_local_server_and_failures_do_not_stop_supervision
         closed = s.getsockname()[1]  # nothing listens there once the socket is closed
     try:
         run = tmp_path / "run"
-        urls = [f"json://127.0.0.1:{good.server_port}/hook", f"json://127.0.0.1:{bad.server_port}/hook",
-                f"json://127.0.0.1:{closed}/hook"]
+        urls = [
+            f"json://127.0.0.1:{good.server_port}/hook",
+            f"json://127.0.0.1:{bad.server_port}/hook",
+            f"json://127.0.0.1:{closed}/hook",
+        ]
         opts = [x for u in urls for x in ("--notify", u)]
         res = _supervise(run, opts, train=["--steps", "20", "--fault", "kill@7"])
     finally:
@@ -331,15 +378,18 @@ def test_notifications_reach_a_local_server_and_failures_do_not_stop_supervision
     assert f"notification to json://127.0.0.1:{closed}/hook failed:" in res.stderr
 
 
-@pytest.mark.parametrize("url, shown", [
-    ("json://127.0.0.1:8080/hook", "json://127.0.0.1:8080/hook"),
-    ("json://user:s3cret@example.com/hook", "json://***@example.com/hook"),
-    ("slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#general", "slack://***/***/***/#***"),
-    ("ntfy://ntfy.sh/topic?token=tk_abcdef123456", "ntfy://ntfy.sh/topic?token=***"),
-    ("mailto://user:password@gmail.com?to=a@b.c", "mailto://***@gmail.com?to=***"),
-    ("tgram://123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/987654", "tgram://***/***"),
-    ("not a url", "***"),
-])
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("json://127.0.0.1:8080/hook", "json://127.0.0.1:8080/hook"),
+        ("json://user:s3cret@example.com/hook", "json://***@example.com/hook"),
+        ("slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#general", "slack://***/***/***/#***"),
+        ("ntfy://ntfy.sh/topic?token=tk_abcdef123456", "ntfy://ntfy.sh/topic?token=***"),
+        ("mailto://user:password@gmail.com?to=a@b.c", "mailto://***@gmail.com?to=***"),
+        ("tgram://123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/987654", "tgram://***/***"),
+        ("not a url", "***"),
+    ],
+)
 def test_mask_url(url, shown):
     assert mask_url(url) == shown
 
@@ -366,8 +416,24 @@ def test_toml_supervise_table(tmp_path, capsys):
     assert main(["supervise", str(run), "--", "true"]) == 2
     assert capsys.readouterr().err == "supervise.restarts must be an int >= 0, got -3\n"
     (run / "runwatch.toml").write_text("[supervise]\nbackoff = 0.1\nrestarts = 0\n[watch]\npoll = 0.1\n")
-    res = subprocess.run([sys.executable, "-m", "runwatch", "supervise", str(run), "--", sys.executable, TRAIN,
-                          str(run), "--fault", "kill@7"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runwatch",
+            "supervise",
+            str(run),
+            "--",
+            sys.executable,
+            TRAIN,
+            str(run),
+            "--fault",
+            "kill@7",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 7 and res.stdout.splitlines()[-1].endswith("(gave up after 0 restarts)")
     assert _journal(run)[-1]["budgets"] == {"restarts": 0, "rollbacks": 2}
 
@@ -383,9 +449,20 @@ def test_docs_table_is_generated_from_the_options():
 def test_demo_without_torch_says_what_to_install(tmp_path):
     # python -S: no site-packages, as after `pip install runwatch` alone
     src = os.path.join(os.path.dirname(HERE), "src")
-    res = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {src!r}); "
-                          "from runwatch.cli import main; sys.exit(main(['demo', '--dir', sys.argv[1]]))", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60, env={"PATH": os.environ.get("PATH", "")})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-c",
+            f"import sys; sys.path.insert(0, {src!r}); "
+            "from runwatch.cli import main; sys.exit(main(['demo', '--dir', sys.argv[1]]))",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ.get("PATH", "")},
+    )
     assert res.returncode == 2
     assert res.stderr == "runwatch demo needs torch: pip install 'runwatch[torch]'\n"
     assert os.listdir(tmp_path) == []

@@ -27,8 +27,16 @@ RECIPE = {"batch_size": 4, "seq_len": 8, "gradient_accumulation_steps": 2, "qk_c
 def _log_steps(log: RunLogger, first: int, last: int) -> dict | None:
     state = None
     for step in range(first, last + 1):
-        log.step(loss=1.0 / step, lr=1e-3 * step / 100, grad_norm=0.5 + step % 7, clipped=step % 3 == 0,
-                 skipped=step % 17 == 0, qk_observed=8, qk_clipped=step % 4, qk_max_logit=90.0 + step % 20)
+        log.step(
+            loss=1.0 / step,
+            lr=1e-3 * step / 100,
+            grad_norm=0.5 + step % 7,
+            clipped=step % 3 == 0,
+            skipped=step % 17 == 0,
+            qk_observed=8,
+            qk_clipped=step % 4,
+            qk_max_logit=90.0 + step % 20,
+        )
         if step % 20 == 0:
             log.val(loss=0.9 / step, metrics={"auroc": min(0.99, 0.5 + step / 200), "accuracy": 0.6})
             log.checkpoint(f"ckpt/{step}.pt", seconds=0.25, bytes=1000 + step, verified=True)
@@ -71,8 +79,10 @@ def expected_v1(run_dir: str) -> dict[str, dict[str, list]]:
                 put("train/skipped", r["skipped"])
                 put("train/nonfinite_grad_norms", r["nonfinite_grad_norms"])
                 put("train/qk_clip_max_logit", r["qk_clip"]["max_logit"])
-                put("train/qk_clip_clipped_fraction",
-                    r["qk_clip"]["clipped_head_updates"] / r["qk_clip"]["observed_head_updates"])
+                put(
+                    "train/qk_clip_clipped_fraction",
+                    r["qk_clip"]["clipped_head_updates"] / r["qk_clip"]["observed_head_updates"],
+                )
                 put("session/tokens", r["session"]["tokens"])
                 put("session/tokens_per_second", r["session"]["tokens_per_second"])
                 put("session/elapsed_seconds", r["session"]["elapsed_seconds"])
@@ -111,8 +121,12 @@ def assert_same(got: dict[str, list], want: dict[str, list]) -> None:
 
 
 def events_files(logdir: str) -> list[str]:
-    return sorted(os.path.relpath(os.path.join(d, n), logdir) for d, _, names in os.walk(logdir)
-                  for n in names if n.startswith("events.out.tfevents."))
+    return sorted(
+        os.path.relpath(os.path.join(d, n), logdir)
+        for d, _, names in os.walk(logdir)
+        for n in names
+        if n.startswith("events.out.tfevents.")
+    )
 
 
 def test_schema_v1_two_sessions(run_dir):
@@ -153,7 +167,8 @@ def test_refuses_a_directory_it_did_not_write(run_dir, tmp_path, capsys):
     assert main(["tensorboard", run_dir, "--logdir", str(other)]) == 2
     assert capsys.readouterr().err == (
         f"tensorboard: --logdir {other} holds files that runwatch did not export (no runwatch-export.json); "
-        "choose a new or empty directory\n")
+        "choose a new or empty directory\n"
+    )
     assert os.listdir(other) == ["notes.txt"]
 
 
@@ -180,12 +195,19 @@ def test_minimal_telemetry(tmp_path, capsys):
     assert [r["name"] for r in info["runs"]] == ["session-1", "session-2"]
     assert info["invalid_records"] == 1
     first = read_back(str(tmp_path / "tensorboard" / "session-1"))
-    assert_same(first, {
-        "train/loss": [(10, 0.69, 1.5), (20, 0.60, 3.0)], "train/lr": [(10, 1e-4, 1.5), (20, 1e-4, 3.0)],
-        "train/grad_norm": [(10, 1.1, 1.5), (20, 0.9, 3.0)], "train/sps": [(10, 40.2, 1.5), (20, 41.0, 3.0)],
-        # an eval line without a time of its own takes its session's last one
-        "val/loss": [(20, 0.62, 3.0)], "val/auroc": [(20, 0.71, 3.0)], "val/acc": [(20, 0.66, 3.0)],
-    })
+    assert_same(
+        first,
+        {
+            "train/loss": [(10, 0.69, 1.5), (20, 0.60, 3.0)],
+            "train/lr": [(10, 1e-4, 1.5), (20, 1e-4, 3.0)],
+            "train/grad_norm": [(10, 1.1, 1.5), (20, 0.9, 3.0)],
+            "train/sps": [(10, 40.2, 1.5), (20, 41.0, 3.0)],
+            # an eval line without a time of its own takes its session's last one
+            "val/loss": [(20, 0.62, 3.0)],
+            "val/auroc": [(20, 0.71, 3.0)],
+            "val/acc": [(20, 0.66, 3.0)],
+        },
+    )
     second = read_back(str(tmp_path / "tensorboard" / "session-2"))
     assert [v for _, v, _ in second["train/loss"]][0] == pytest.approx(0.70)
     assert math.isnan(second["train/loss"][1][1])
@@ -200,28 +222,49 @@ def test_mapped_keys(tmp_path):
 
 
 def test_trainer_state(tmp_path, capsys):
-    history = [{"epoch": 0.5, "grad_norm": 0.8, "learning_rate": 5e-5, "loss": 0.69, "step": 10},
-               {"epoch": 1.0, "eval_loss": 0.6, "eval_auroc": 0.8, "eval_runtime": 0.1, "step": 20}]
+    history = [
+        {"epoch": 0.5, "grad_norm": 0.8, "learning_rate": 5e-5, "loss": 0.69, "step": 10},
+        {"epoch": 1.0, "eval_loss": 0.6, "eval_auroc": 0.8, "eval_runtime": 0.1, "step": 20},
+    ]
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
     assert main(["tensorboard", str(tmp_path)]) == 0
     logdir = tmp_path / "tensorboard"
-    assert capsys.readouterr().out == (f"wrote 6 scalars in 1 runs (one a session) to {logdir}\n"
-                                       f"view: tensorboard --logdir {logdir}\n")
-    assert_same(read_back(str(logdir / "session-1")), {
-        "train/loss": [(10, 0.69, 0.0)], "train/lr": [(10, 5e-5, 0.0)], "train/grad_norm": [(10, 0.8, 0.0)],
-        "val/loss": [(20, 0.6, 0.0)], "val/auroc": [(20, 0.8, 0.0)], "val/runtime": [(20, 0.1, 0.0)],
-    })
+    assert capsys.readouterr().out == (
+        f"wrote 6 scalars in 1 runs (one a session) to {logdir}\nview: tensorboard --logdir {logdir}\n"
+    )
+    assert_same(
+        read_back(str(logdir / "session-1")),
+        {
+            "train/loss": [(10, 0.69, 0.0)],
+            "train/lr": [(10, 5e-5, 0.0)],
+            "train/grad_norm": [(10, 0.8, 0.0)],
+            "val/loss": [(20, 0.6, 0.0)],
+            "val/auroc": [(20, 0.8, 0.0)],
+            "val/runtime": [(20, 0.1, 0.0)],
+        },
+    )
 
 
-@pytest.mark.parametrize("setup, argv, code, message", [
-    ("none", ["tensorboard", "{d}/nothere"], 2, "tensorboard: {d}/nothere: no such run directory or log"),
-    ("empty", ["tensorboard", "{d}/e.jsonl"], 1, "Invalid training run: {d}/e.jsonl: no records to export"),
-    ("file", ["tensorboard", "{d}/e.jsonl", "--logdir", "{d}/e.jsonl"], 2,
-     "tensorboard: --logdir {d}/e.jsonl is not a directory"),
-    ("empty", ["tensorboard", "{d}/e.jsonl", "--map", "nope=x"], 2,
-     "watch.map: 'nope' is not a minimal telemetry key (expected one of step, t, loss, lr, learning_rate, "
-     "grad_norm, sps, eval_loss, FATAL or eval_<metric>)"),
-])
+@pytest.mark.parametrize(
+    "setup, argv, code, message",
+    [
+        ("none", ["tensorboard", "{d}/nothere"], 2, "tensorboard: {d}/nothere: no such run directory or log"),
+        ("empty", ["tensorboard", "{d}/e.jsonl"], 1, "Invalid training run: {d}/e.jsonl: no records to export"),
+        (
+            "file",
+            ["tensorboard", "{d}/e.jsonl", "--logdir", "{d}/e.jsonl"],
+            2,
+            "tensorboard: --logdir {d}/e.jsonl is not a directory",
+        ),
+        (
+            "empty",
+            ["tensorboard", "{d}/e.jsonl", "--map", "nope=x"],
+            2,
+            "watch.map: 'nope' is not a minimal telemetry key (expected one of step, t, loss, lr, learning_rate, "
+            "grad_norm, sps, eval_loss, FATAL or eval_<metric>)",
+        ),
+    ],
+)
 def test_errors(tmp_path, capsys, setup, argv, code, message):
     d = str(tmp_path)
     if setup in ("empty", "file"):
@@ -236,5 +279,6 @@ def test_missing_tensorboard_names_the_extra(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "tensorboard.summary.writer.event_file_writer", None)
     assert main(["tensorboard", log]) == 1
     assert capsys.readouterr().err == (
-        "runwatch: tensorboard export needs the tensorboard package: pip install 'runwatch[tensorboard]'\n")
+        "runwatch: tensorboard export needs the tensorboard package: pip install 'runwatch[tensorboard]'\n"
+    )
     assert not (tmp_path / "tensorboard").exists()

@@ -20,7 +20,7 @@ from runwatch.watchdog import Options, Watcher, load_options
 
 RECIPE = {"batch_size": 2, "seq_len": 4, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
 
-WRITER = textwrap.dedent('''
+WRITER = textwrap.dedent("""
     import json, os, signal, sys, time
     mode, target, n, interval = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     def line(f, rec):
@@ -66,7 +66,7 @@ WRITER = textwrap.dedent('''
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("ready", flush=True)
         time.sleep(600)
-''')
+""")
 
 
 @pytest.fixture
@@ -90,8 +90,12 @@ def writer(tmp_path):
 
 
 def watch_proc(*args):
-    return subprocess.Popen([sys.executable, "-m", "runwatch", "watch", *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "runwatch", "watch", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(p, timeout=60):
@@ -134,8 +138,10 @@ def test_check_every_session_and_exit_7(tmp_path, capsys):
     log.close()
     code, lines, _ = cli(capsys, "check", tmp_path)
     assert code == 7
-    assert lines == ["FINDING session_error step=6: session ended with reason error: boom",
-                     "ANOMALY session_error step=6: session ended with reason error: boom"]
+    assert lines == [
+        "FINDING session_error step=6: session ended with reason error: boom",
+        "ANOMALY session_error step=6: session ended with reason error: boom",
+    ]
 
 
 def test_check_minimal_torn_tail_and_json(tmp_path, capsys):
@@ -143,11 +149,19 @@ def test_check_minimal_torn_tail_and_json(tmp_path, capsys):
     p.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": NaN}\n{"step": 3, "loss": 1.0}\n{"step": 4, "lo')
     code, lines, err = cli(capsys, "check", p)
     assert code == 7
-    assert lines == ["FINDING nonfinite_loss step=2: train loss is NaN", "ANOMALY nonfinite_loss step=2: train loss is NaN"]
+    assert lines == [
+        "FINDING nonfinite_loss step=2: train loss is NaN",
+        "ANOMALY nonfinite_loss step=2: train loss is NaN",
+    ]
     assert err == "runwatch check: left out the torn last line 4 (no newline yet)\n"
     code, lines, _ = cli(capsys, "check", p, "--json")
     doc = json.loads("\n".join(lines))
-    assert (code, doc["last_step"], doc["torn_line"], doc["verdict"]) == (7, 3, 4, "ANOMALY nonfinite_loss step=2: train loss is NaN")
+    assert (code, doc["last_step"], doc["torn_line"], doc["verdict"]) == (
+        7,
+        3,
+        4,
+        "ANOMALY nonfinite_loss step=2: train loss is NaN",
+    )
 
 
 def test_check_empty_log_and_latest_start(tmp_path, capsys):
@@ -155,15 +169,18 @@ def test_check_empty_log_and_latest_start(tmp_path, capsys):
     assert cli(capsys, "check", tmp_path / "a.jsonl")[:2] == (0, ["OK clean step=0"])
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["check", "{d}/nope"], "check: {d}/nope: no such run directory or log\n"),
-    (["check", "{d}"], "check: {d}: no metrics.jsonl or trainer_state.json\n"),
-    (["watch", "{d}", "--stall", "-5"], "watch.stall must be a number > 0, got -5\n"),
-    (["watch", "{d}", "--grad-patience", "0"], "watch.grad_patience must be an int >= 1, got 0\n"),
-    (["watch", "{d}", "--metric-min", "0.2"], "watch.metric_min must be a number in [0.5, 1], got 0.2\n"),
-    (["watch", "{d}", "--grad-min", "60"], "watch.grad_min must be < watch.grad_max 50, got 60\n"),
-    (["check", "{d}/x.jsonl", "--map", "los=x"], None),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["check", "{d}/nope"], "check: {d}/nope: no such run directory or log\n"),
+        (["check", "{d}"], "check: {d}: no metrics.jsonl or trainer_state.json\n"),
+        (["watch", "{d}", "--stall", "-5"], "watch.stall must be a number > 0, got -5\n"),
+        (["watch", "{d}", "--grad-patience", "0"], "watch.grad_patience must be an int >= 1, got 0\n"),
+        (["watch", "{d}", "--metric-min", "0.2"], "watch.metric_min must be a number in [0.5, 1], got 0.2\n"),
+        (["watch", "{d}", "--grad-min", "60"], "watch.grad_min must be < watch.grad_max 50, got 60\n"),
+        (["check", "{d}/x.jsonl", "--map", "los=x"], None),
+    ],
+)
 def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
     (tmp_path / "x.jsonl").write_text("")
     code, _, err = cli(capsys, *[a.format(d=tmp_path) for a in argv])
@@ -173,8 +190,16 @@ def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
 
 
 def test_check_trainer_state(tmp_path, capsys):
-    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [
-        {"loss": 1.0, "grad_norm": 1.0, "step": 10}, {"loss": 0.0, "grad_norm": math.nan, "step": 20}]}))
+    (tmp_path / "trainer_state.json").write_text(
+        json.dumps(
+            {
+                "log_history": [
+                    {"loss": 1.0, "grad_norm": 1.0, "step": 10},
+                    {"loss": 0.0, "grad_norm": math.nan, "step": 20},
+                ]
+            }
+        )
+    )
     code, lines, _ = cli(capsys, "check", tmp_path)
     assert code == 7 and lines[-1].startswith("ANOMALY nonfinite_loss step=20: train loss is exactly 0")
 
@@ -188,11 +213,14 @@ def test_toml_options_and_command_line_wins(tmp_path):
     assert (opts.stall, opts.grad_max, opts.map, opts.poll) == (12.0, 7.5, ("loss=l",), 5.0)
 
 
-@pytest.mark.parametrize("toml, message", [
-    ("[watch]\nstal = 1\n", "runwatch.toml: unknown option 'stal' in [watch]"),
-    ("[watch]\nstall = 'x'\n", "watch.stall must be a number > 0, got 'x'"),
-    ("[watch]\nstop-on-anomaly = 1\n", "watch.stop_on_anomaly must be true or false, got 1"),
-])
+@pytest.mark.parametrize(
+    "toml, message",
+    [
+        ("[watch]\nstal = 1\n", "runwatch.toml: unknown option 'stal' in [watch]"),
+        ("[watch]\nstall = 'x'\n", "watch.stall must be a number > 0, got 'x'"),
+        ("[watch]\nstop-on-anomaly = 1\n", "watch.stop_on_anomaly must be true or false, got 1"),
+    ],
+)
 def test_bad_toml(tmp_path, toml, message):
     from runwatch.errors import UsageError
 
@@ -236,7 +264,9 @@ def test_watch_minimal_relaunch_drops_old_findings(tmp_path, capsys):
     q = tmp_path / "log2.jsonl"
     q.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": NaN}\n')
     assert cli(capsys, "watch", q, "--poll", "0.05", "--done", "DONE")[:2] == (
-        7, ["ANOMALY nonfinite_loss step=2: train loss is NaN"])
+        7,
+        ["ANOMALY nonfinite_loss step=2: train loss is NaN"],
+    )
 
 
 def test_watch_latest_session_anomaly(tmp_path, capsys):
@@ -246,10 +276,13 @@ def test_watch_latest_session_anomaly(tmp_path, capsys):
     assert lines == ["ANOMALY inverted_metric step=600: auroc 0.2 < 0.3 (1 - metric-min 0.7): labels look inverted"]
 
 
-@pytest.mark.parametrize("argv, line", [
-    (["--startup-grace", "0.3"], "ANOMALY stall step=0: no record 0 s after the watch began (--startup-grace 0.3)"),
-    (["--timeout", "0.3"], "ANOMALY timeout step=0: the watch ran 0 s (--timeout 0.3)"),
-])
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (["--startup-grace", "0.3"], "ANOMALY stall step=0: no record 0 s after the watch began (--startup-grace 0.3)"),
+        (["--timeout", "0.3"], "ANOMALY timeout step=0: the watch ran 0 s (--timeout 0.3)"),
+    ],
+)
 def test_watch_waits_for_a_missing_run(tmp_path, capsys, argv, line):
     code, lines, _ = cli(capsys, "watch", tmp_path / "not-yet", "--poll", "0.05", *argv)
     assert code == 7 and lines == [line]
@@ -260,7 +293,11 @@ def test_watch_stall_on_an_old_log(tmp_path, capsys):
     old = time.time() - 100
     os.utime(tmp_path / "metrics.jsonl", (old, old))
     code, lines, _ = cli(capsys, "watch", tmp_path, "--poll", "0.05", "--stall", "50")
-    assert code == 7 and lines[0].startswith("ANOMALY stall step=6: no new record for 10") and lines[0].endswith("s (--stall 50)")
+    assert (
+        code == 7
+        and lines[0].startswith("ANOMALY stall step=6: no new record for 10")
+        and lines[0].endswith("s (--stall 50)")
+    )
 
 
 def test_poll_checks_plug_in(tmp_path):
@@ -271,7 +308,11 @@ def test_poll_checks_plug_in(tmp_path):
 
     def rank_check(w):
         calls.append(w.last_step)
-        return Finding("rank_stall", w.last_step, "rank 3 on host-b (pid 42) stopped at step 4") if len(calls) > 1 else None
+        return (
+            Finding("rank_stall", w.last_step, "rank 3 on host-b (pid 42) stopped at step 4")
+            if len(calls) > 1
+            else None
+        )
 
     v = Watcher(str(tmp_path), Options(poll=0.05), poll_checks=[rank_check], log=lambda m: None).run()
     assert v.line() == "ANOMALY rank_stall step=6: rank 3 on host-b (pid 42) stopped at step 4"
@@ -293,7 +334,10 @@ def test_schema_v1_decided_once_the_log_has_bytes(tmp_path, writer):
     time.sleep(0.3)
     writer("v1-explode", tmp_path / "run", 8, 0.05)
     code, last, err = finish(w)
-    assert (code, last) == (7, "ANOMALY grad_explosion step=6: gradient norm 500 > 50 for 3 consecutive train records"), err
+    assert (code, last) == (
+        7,
+        "ANOMALY grad_explosion step=6: gradient norm 500 > 50 for 3 consecutive train records",
+    ), err
 
 
 def test_torn_line_completed_later_is_never_invalid(tmp_path, writer):
@@ -320,7 +364,10 @@ def test_killed_process_is_process_exit(tmp_path, writer):
     p.send_signal(signal.SIGKILL)
     p.wait()
     code, last, _ = finish(w)
-    assert code == 7 and last == f"ANOMALY process_exit step=3: process {p.pid} is gone and the log has no normal session_end"
+    assert (
+        code == 7
+        and last == f"ANOMALY process_exit step=3: process {p.pid} is gone and the log has no normal session_end"
+    )
 
 
 def test_zombie_counts_as_gone(tmp_path, writer):
@@ -337,10 +384,22 @@ def test_zombie_counts_as_gone(tmp_path, writer):
 
 def test_stall_then_stop_on_anomaly_stops_the_launched_group(tmp_path, capsys):
     run = tmp_path / "run"
-    code, lines, _ = cli(capsys, "launch", run, "--watch", "--poll", "0.1", "--stall", "1", "--stop-on-anomaly", "--",
-                         sys.executable, "-c",
-                         "import json,os,time\nf=open(os.environ['RUNWATCH_RUN_DIR']+'/metrics.jsonl','a')\n"
-                         "f.write(json.dumps({'step':1,'loss':1.0})+'\\n');f.flush()\ntime.sleep(600)")
+    code, lines, _ = cli(
+        capsys,
+        "launch",
+        run,
+        "--watch",
+        "--poll",
+        "0.1",
+        "--stall",
+        "1",
+        "--stop-on-anomaly",
+        "--",
+        sys.executable,
+        "-c",
+        "import json,os,time\nf=open(os.environ['RUNWATCH_RUN_DIR']+'/metrics.jsonl','a')\n"
+        "f.write(json.dumps({'step':1,'loss':1.0})+'\\n');f.flush()\ntime.sleep(600)",
+    )
     assert code == 7 and lines[-1] == "ANOMALY stall step=1: no new record for 1 s (--stall 1)"
     info = json.loads((run / "launch.json").read_text())
     with pytest.raises(ProcessLookupError):
@@ -349,12 +408,27 @@ def test_stall_then_stop_on_anomaly_stops_the_launched_group(tmp_path, capsys):
 
 def test_oom_through_launch(tmp_path, capsys, writer):
     wpath = tmp_path / "writer.py"
-    code, lines, _ = cli(capsys, "launch", tmp_path / "run", "--watch", "--poll", "0.1", "--",
-                         sys.executable, wpath, "oom", "x", "0", "0")
+    code, lines, _ = cli(
+        capsys,
+        "launch",
+        tmp_path / "run",
+        "--watch",
+        "--poll",
+        "0.1",
+        "--",
+        sys.executable,
+        wpath,
+        "oom",
+        "x",
+        "0",
+        "0",
+    )
     assert code == 7
     pid = json.loads((tmp_path / "run" / "launch.json").read_text())["pid"]
-    assert lines[-1] == (f"ANOMALY oom step=0: process {pid} ran out of memory: "
-                         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert lines[-1] == (
+        f"ANOMALY oom step=0: process {pid} ran out of memory: "
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
 
 
 def test_sigterm_ignored_then_sigkill(tmp_path, writer):
@@ -387,7 +461,6 @@ def test_new_session_in_run_json_is_followed(tmp_path, writer):
     assert f"runwatch watch: new session {log.session_id} in run.json; rules restart" in err
 
 
-
 def test_a_run_being_set_up_is_not_read_as_minimal_telemetry(tmp_path):
     """RunLogger creates metrics.jsonl a moment before run.json: a watch that starts in between must
     still read the run as schema v1 (else its session_end is never recognised)."""
@@ -417,7 +490,9 @@ def test_truncated_log_is_read_again_once(tmp_path):
     assert w.poll_once() is None and w.last_step == 2
     log.write_text('{"step": 1, "loss": 1.0, "grad_norm": 99}\n')  # replaced: a new inode or a shrink
     v = w.poll_once()
-    assert notes[-1].endswith("m.jsonl was replaced; reading it again from the start") or notes[-1].endswith("was truncated; reading it again from the start")
+    assert notes[-1].endswith("m.jsonl was replaced; reading it again from the start") or notes[-1].endswith(
+        "was truncated; reading it again from the start"
+    )
     assert v.line() == "ANOMALY grad_explosion step=1: gradient norm 99 > 50 for 1 consecutive train records"
 
 

@@ -26,9 +26,11 @@ from hypothesis import strategies as st
 from fuzzing import BASE, FUZZ, mutated
 from runwatch.cli import main
 
-KINDS = ("nonfinite_loss|stall|stuck_metric|inverted_metric|loss_at_chance|throughput_drop|grad_explosion|"
-         "grad_collapse|timeout|process_exit|oom|session_error|invalid_log|nonfinite_grad|loss_spike|"
-         "loss_collapse|overfitting|rank_stall|straggler")
+KINDS = (
+    "nonfinite_loss|stall|stuck_metric|inverted_metric|loss_at_chance|throughput_drop|grad_explosion|"
+    "grad_collapse|timeout|process_exit|oom|session_error|invalid_log|nonfinite_grad|loss_spike|"
+    "loss_collapse|overfitting|rank_stall|straggler"
+)
 STEP = r"-?[0-9][0-9.e+-]*|-?inf|nan"  # fmt_step of an int or a float
 FINDING = re.compile(rf"^FINDING ({KINDS}) step=({STEP}): \S.*$")
 VERDICT = re.compile(rf"^(OK clean step=({STEP})|ANOMALY ({KINDS}) step=({STEP}): \S.*)$")
@@ -55,7 +57,7 @@ def _assert_well_formed(code: int, lines: list[str], err: str) -> str:
     assert VERDICT.match(verdict), verdict
     assert (code == 7) == verdict.startswith("ANOMALY") == bool(findings)
     if findings:
-        assert verdict == "ANOMALY" + findings[0][len("FINDING"):]
+        assert verdict == "ANOMALY" + findings[0][len("FINDING") :]
     assert err == "" or re.fullmatch(r"runwatch check: left out the torn last line \d+ \(no newline yet\)\n", err), err
     return verdict
 
@@ -80,12 +82,28 @@ def test_check_of_the_base_run_is_clean():
     assert (code, lines[-1], err) == (0, "OK clean step=11", "")
 
 
-numbers = (st.integers(-2 ** 70, 2 ** 70) | st.floats() | st.sampled_from([0, 0.0, -0.0, 1e308, -1e308, 2 ** 63]))
+numbers = st.integers(-(2**70), 2**70) | st.floats() | st.sampled_from([0, 0.0, -0.0, 1e308, -1e308, 2**63])
 telemetry_value = numbers | st.none() | st.booleans() | st.text(max_size=4) | st.lists(numbers, max_size=2)
 telemetry_record = st.dictionaries(
-    st.sampled_from(["step", "t", "loss", "lr", "learning_rate", "grad_norm", "sps", "eval_loss", "eval_auroc",
-                     "eval_acc", "FATAL", "epoch", ""]),
-    telemetry_value, max_size=7,
+    st.sampled_from(
+        [
+            "step",
+            "t",
+            "loss",
+            "lr",
+            "learning_rate",
+            "grad_norm",
+            "sps",
+            "eval_loss",
+            "eval_auroc",
+            "eval_acc",
+            "FATAL",
+            "epoch",
+            "",
+        ]
+    ),
+    telemetry_value,
+    max_size=7,
 )
 
 
@@ -146,8 +164,12 @@ def test_check_on_hostile_files(tmp_path, name, what):
     d = _run_dir(tmp_path)
     path = os.path.join(d, name)
     os.unlink(path)
-    {"fifo": os.mkfifo, "dev_zero": lambda p: os.symlink("/dev/zero", p), "directory": os.mkdir,
-     "symlink_loop": lambda p: os.symlink(p, p)}[what](path)
+    {
+        "fifo": os.mkfifo,
+        "dev_zero": lambda p: os.symlink("/dev/zero", p),
+        "directory": os.mkdir,
+        "symlink_loop": lambda p: os.symlink(p, p),
+    }[what](path)
     code, lines, err, _ = _run(["check", d], timeout=60)
     if code == 2:
         assert lines == [] and err.startswith("check: ") and err.count("\n") == 0, err
@@ -161,19 +183,20 @@ def test_check_on_a_hostile_trainer_state(tmp_path, what):
     os.mkfifo(path) if what == "fifo" else os.symlink("/dev/zero", path)
     code, lines, err, peak = _run(["check", path], timeout=60)
     assert code == 7 and lines[-1].startswith("ANOMALY invalid_log step=0: trainer_state.json: "), (code, lines, err)
-    assert peak < 200 * 2 ** 20
+    assert peak < 200 * 2**20
 
 
 def test_check_on_a_2gb_line_without_newline(tmp_path):
     d = _run_dir(tmp_path)
     with open(os.path.join(d, "metrics.jsonl"), "ab") as f:
         f.write(b'{"run_id": "')
-        f.truncate(f.tell() + 2 * 1024 ** 3)
+        f.truncate(f.tell() + 2 * 1024**3)
     code, lines, err, peak = _run(["check", d], timeout=300)
     lineno = BASE["metrics.jsonl"].count(b"\n") + 1
     assert code == 7 and lines[-1] == (
-        f"ANOMALY invalid_log step=11: metrics.jsonl:{lineno}: line longer than {16 * 1024 * 1024} bytes"), (lines, err)
-    assert peak < 200 * 2 ** 20, f"peak RSS {peak / 2 ** 20:.0f} MiB"
+        f"ANOMALY invalid_log step=11: metrics.jsonl:{lineno}: line longer than {16 * 1024 * 1024} bytes"
+    ), (lines, err)
+    assert peak < 200 * 2**20, f"peak RSS {peak / 2**20:.0f} MiB"
 
 
 @pytest.mark.parametrize("value", [b"18446744073709551616", b"-9223372036854775809", b"1" + b"0" * 30])

@@ -50,15 +50,37 @@ def test_watch_follows_a_10k_records_per_second_writer(tmp_path):
     log = RunLogger(d, recipe={"batch_size": 1, "seq_len": 1, "gradient_accumulation_steps": 1}, window=1, hardware={})
     log.step(loss=0.5, lr=0.1, grad_norm=1.0)
     log._release()  # the session stays open: the writer goes on with it
-    writer = subprocess.Popen([sys.executable, "-S", "-c", WRITER, d, str(SECONDS), str(RATE)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-S", "-c", WRITER, d, str(SECONDS), str(RATE)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert writer.stdout.readline() == "ready\n", writer.communicate(timeout=30)
         # --stall 10: the writer never pauses that long, a stall verdict would be false.
-        watch = subprocess.run([sys.executable, "-m", "runwatch", "watch", d, "--poll", "0.05", "--stall", "10",
-                                "--startup-grace", "30", "--pid", str(writer.pid),
-                                "--throughput-patience", str(10 ** 9)],  # the pacing sleeps look like slow steps
-                               capture_output=True, text=True, timeout=SECONDS * 10 + 120)
+        watch = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "runwatch",
+                "watch",
+                d,
+                "--poll",
+                "0.05",
+                "--stall",
+                "10",
+                "--startup-grace",
+                "30",
+                "--pid",
+                str(writer.pid),
+                "--throughput-patience",
+                str(10**9),
+            ],  # the pacing sleeps look like slow steps
+            capture_output=True,
+            text=True,
+            timeout=SECONDS * 10 + 120,
+        )
         out, err = writer.communicate(timeout=60)
     finally:
         if writer.poll() is None:  # pragma: no cover - a hang is the failure

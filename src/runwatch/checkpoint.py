@@ -70,8 +70,11 @@ def verify_checkpoint(path: str | os.PathLike) -> dict:
     """
     path = os.fspath(path)
     if os.path.isdir(path):
-        files = sorted(os.path.join(path, name) for name in os.listdir(path)
-                       if name.endswith(CHECKPOINT_SUFFIXES) and os.path.isfile(os.path.join(path, name)))
+        files = sorted(
+            os.path.join(path, name)
+            for name in os.listdir(path)
+            if name.endswith(CHECKPOINT_SUFFIXES) and os.path.isfile(os.path.join(path, name))
+        )
         if not files:
             raise CheckpointError(f"{path}: a directory without checkpoint files ({', '.join(CHECKPOINT_SUFFIXES)})")
     elif os.path.isfile(path):

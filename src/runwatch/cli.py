@@ -49,7 +49,9 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("watch", help="follow a run; exit 7 on the first anomaly, 0 on completion")
     watchdog.add_arguments(p, "watch")
-    p.add_argument("--json", action="store_true", help="print the verdict as JSON (watchdog.json's keys) before its line")
+    p.add_argument(
+        "--json", action="store_true", help="print the verdict as JSON (watchdog.json's keys) before its line"
+    )
     p.set_defaults(func=lambda args: watchdog.run_watch(args))
 
 
@@ -81,7 +83,9 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
 def _add_supervise(sub: argparse._SubParsersAction) -> None:
     from . import supervise
 
-    p = sub.add_parser("supervise", help="launch a training and keep it alive: relaunch, roll back, or give up (exit 7)")
+    p = sub.add_parser(
+        "supervise", help="launch a training and keep it alive: relaunch, roll back, or give up (exit 7)"
+    )
     supervise.add_arguments(p)
     p.set_defaults(func=lambda args: supervise.run(args))
 
@@ -96,10 +100,18 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="a tiny real training on the CPU, supervised end to end")
     p.add_argument("--dir", default=None, metavar="DIR", help="where to put the run (default: a new temporary folder)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default 600; 300 with --framework hf)")
-    p.add_argument("--inject", choices=("nan", "stall", "crash", "slowdown", "explode"), default=None,
-                   help="run with this fault and show the watchdog catching it")
-    p.add_argument("--framework", choices=("torch", "hf"), default="torch",
-                   help="a plain PyTorch loop (default) or a Hugging Face Trainer")
+    p.add_argument(
+        "--inject",
+        choices=("nan", "stall", "crash", "slowdown", "explode"),
+        default=None,
+        help="run with this fault and show the watchdog catching it",
+    )
+    p.add_argument(
+        "--framework",
+        choices=("torch", "hf"),
+        default="torch",
+        help="a plain PyTorch loop (default) or a Hugging Face Trainer",
+    )
     p.set_defaults(func=_run_demo)
 
 
@@ -132,7 +144,11 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
 
     for name, module, help_text in (
         ("bench", bench, "launch a job, time its first updates, stop it; steady samples/s to RUN_DIR/bench.json"),
-        ("plan", plan, "project a long run's time from a bench or a short run; exit 1 if it does not fit, 2 if it cannot"),
+        (
+            "plan",
+            plan,
+            "project a long run's time from a bench or a short run; exit 1 if it does not fit, 2 if it cannot",
+        ),
         ("subsample", subsample, "draw N rows of a data set, per value of a field in proportion or balanced"),
         ("audit-data", audit, "check every row of a corpus in parallel; keep raw and normalized variants aligned"),
         ("smoke", smoke, "the verdict on a smoke run: SMOKE PASS (exit 0) or SMOKE FAIL: <checks> (exit 1)"),

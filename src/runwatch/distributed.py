@@ -35,8 +35,7 @@ __all__ = ["RankGroup", "SoloGroup", "process_group", "rank_group", "HeartbeatWr
 # backward pass: DDP overlaps its gradient all-reduce with backward, and a rank waiting for a slow
 # peer waits there; from Python the two cannot be told apart, so backward counts as waiting).
 _WAITING_DIRS = tuple(
-    os.sep + os.path.join("torch", d) + os.sep
-    for d in ("distributed", os.path.join("nn", "parallel"), "autograd")
+    os.sep + os.path.join("torch", d) + os.sep for d in ("distributed", os.path.join("nn", "parallel"), "autograd")
 )
 _THIS_FILE = os.path.abspath(__file__)
 _MAX_STACK = 64  # frames looked at a sample; deeper stacks are judged by their innermost 64
@@ -199,11 +198,24 @@ class HeartbeatWriter:
         self._seq = self._written = 0
         self._dirty = False  # fields changed since the latest snapshot (a posted window not yet written)
         self._fields: dict[str, Any] = {
-            "rank": rank, "world_size": world_size, "host": socket.gethostname(), "pid": os.getpid(),
-            "session_id": session_id, "state": "running", "time": 0.0, "step": 0, "window": 0,
-            "attempted": 0, "progress_time": 0.0, "train_seconds": None,
-            "window_seconds": [], "busy_seconds": [], "where": None, "waiting": None,
-            "phase": None, "phase_since": None,
+            "rank": rank,
+            "world_size": world_size,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "session_id": session_id,
+            "state": "running",
+            "time": 0.0,
+            "step": 0,
+            "window": 0,
+            "attempted": 0,
+            "progress_time": 0.0,
+            "train_seconds": None,
+            "window_seconds": [],
+            "busy_seconds": [],
+            "where": None,
+            "waiting": None,
+            "phase": None,
+            "phase_since": None,
         }
         self._busy = 0  # samples outside collectives since the last window
         self._wait = 0

@@ -18,11 +18,10 @@ Standard library only.
 
 from __future__ import annotations
 
-from typing import Any
-
 import os
 import stat as _stat
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import InvalidRunError
 from .schema import MAX_LINE_BYTES, open_regular, read_manifest
@@ -73,8 +72,13 @@ class LogFollower:
 
     def state_dict(self) -> dict[str, Any]:
         """The resumable position as plain JSON."""
-        return {"path": self.path, "offset": self.offset, "lineno": self.lineno,
-                "inode": list(self.inode) if self.inode else None, "skipping": self._skipping}
+        return {
+            "path": self.path,
+            "offset": self.offset,
+            "lineno": self.lineno,
+            "inode": list(self.inode) if self.inode else None,
+            "skipping": self._skipping,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()` (the next poll reads from that offset)."""

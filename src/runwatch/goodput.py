@@ -136,12 +136,19 @@ def latest_checkpoint(sessions: list[Session], cwd: str | None = None) -> Checkp
     return None
 
 
-def _first_bad_step(final: Session, kind: str | None, step: int | float, onset: int | float) -> tuple[int | float, int | float]:
+def _first_bad_step(
+    final: Session, kind: str | None, step: int | float, onset: int | float
+) -> tuple[int | float, int | float]:
     """(first step of the window that holds the onset, last step to skip)."""
     recs = _valid(final)
     last = recs[-1] if recs else None
-    if (kind == "nonfinite_loss" and last is not None and last.kind == "end" and last.reason == "nonfinite_loss"
-            and last.step == step):
+    if (
+        kind == "nonfinite_loss"
+        and last is not None
+        and last.kind == "end"
+        and last.reason == "nonfinite_loss"
+        and last.step == step
+    ):
         return step + 1, step + 1  # the attempted update after the session's last step made the NaN
     prev_train: Record | None = None
     for r in recs:
@@ -156,8 +163,9 @@ def _first_bad_step(final: Session, kind: str | None, step: int | float, onset: 
     return onset, step
 
 
-def rollback_target(sessions: list[Session], kind: str | None, step: int | float, onset: int | float | None,
-                    cwd: str | None = None) -> Rollback | None:
+def rollback_target(
+    sessions: list[Session], kind: str | None, step: int | float, onset: int | float | None, cwd: str | None = None
+) -> Rollback | None:
     """The checkpoint a divergence rolls back to: the latest on the path to the latest session whose
     step is below the first step of the window that holds the onset (and whose file, when local,
     still exists); None when there is none."""
@@ -227,5 +235,11 @@ def goodput(sessions: list[Session], *, restarts: int = 0, rollbacks: int = 0) -
             kept_seconds += b - a
         if known:
             lost = round(max(0.0, end - first_start - kept_seconds), 3)
-    return {"steps_kept": kept, "steps_run": run, "ratio": round(kept / run, 4) if run else None,
-            "restarts": restarts, "rollbacks": rollbacks, "seconds_lost": lost}
+    return {
+        "steps_kept": kept,
+        "steps_run": run,
+        "ratio": round(kept / run, 4) if run else None,
+        "restarts": restarts,
+        "rollbacks": rollbacks,
+        "seconds_lost": lost,
+    }

@@ -132,14 +132,24 @@ def _field(obj: dict, key: str, kind: str, where: str) -> Any:
     elif kind == "bool?":
         ok = value is None or t is bool
     elif kind == "numbers":  # NaN/Infinity tokens never parse; a huge int fails the bound
-        ok = t is list and len(value) <= HISTORY_WINDOWS and all(type(v) is float or type(v) is int for v in value) and (
-            not value or (min(value) >= 0 and max(value) < math.inf))
+        ok = (
+            t is list
+            and len(value) <= HISTORY_WINDOWS
+            and all(type(v) is float or type(v) is int for v in value)
+            and (not value or (min(value) >= 0 and max(value) < math.inf))
+        )
     else:  # pragma: no cover - a typo here
         raise AssertionError(kind)
     if not ok:
-        expected = {"int": "an int >= 0", "number": "a finite number >= 0", "number?": "a finite number >= 0 or null",
-                    "str": "a string", "str?": "a string or null", "bool?": "a bool or null",
-                    "numbers": f"a list of at most {HISTORY_WINDOWS} finite numbers >= 0"}[kind]
+        expected = {
+            "int": "an int >= 0",
+            "number": "a finite number >= 0",
+            "number?": "a finite number >= 0 or null",
+            "str": "a string",
+            "str?": "a string or null",
+            "bool?": "a bool or null",
+            "numbers": f"a list of at most {HISTORY_WINDOWS} finite numbers >= 0",
+        }[kind]
         shown = json.dumps(value, default=repr)
         raise InvalidRunError(f"{where}: {key} must be {expected}, got {shown[:60]}")
     return value
@@ -156,7 +166,9 @@ def parse_heartbeat(data: bytes, where: str) -> Heartbeat:
     window_seconds = _field(obj, "window_seconds", "numbers", where)
     busy_seconds = _field(obj, "busy_seconds", "numbers", where)
     if len(busy_seconds) != len(window_seconds):
-        raise InvalidRunError(f"{where}: busy_seconds must be as long as window_seconds ({len(window_seconds)}), got {len(busy_seconds)}")
+        raise InvalidRunError(
+            f"{where}: busy_seconds must be as long as window_seconds ({len(window_seconds)}), got {len(busy_seconds)}"
+        )
     beat = Heartbeat(
         rank=_field(obj, "rank", "int", where),
         world_size=_field(obj, "world_size", "int", where),
@@ -178,12 +190,16 @@ def parse_heartbeat(data: bytes, where: str) -> Heartbeat:
         phase_since=_field(obj, "phase_since", "number?", where),
     )
     if (beat.phase is None) != (beat.phase_since is None):
-        raise InvalidRunError(f"{where}: phase and phase_since must both be null or both be set, "
-                              f"got {beat.phase!r} and {beat.phase_since!r}")
+        raise InvalidRunError(
+            f"{where}: phase and phase_since must both be null or both be set, "
+            f"got {beat.phase!r} and {beat.phase_since!r}"
+        )
     if beat.rank >= beat.world_size:
         raise InvalidRunError(f"{where}: rank must be < world_size ({beat.world_size}), got {beat.rank}")
     if len(window_seconds) > beat.window:
-        raise InvalidRunError(f"{where}: window_seconds holds {len(window_seconds)} windows, more than window ({beat.window})")
+        raise InvalidRunError(
+            f"{where}: window_seconds holds {len(window_seconds)} windows, more than window ({beat.window})"
+        )
     return beat
 
 
@@ -265,12 +281,19 @@ def rank_stall_finding(beats: dict[int, Heartbeat], now: float, stall: float) ->
     silent = [b for b in live if now - b.time > stall]
     if silent:
         oldest = min(silent, key=lambda b: (b.time, b.rank))
-        went_on = [b for b in beats.values() if b.rank != oldest.rank and (
-            now - b.time <= stall or (b.state == "ended" and b.time > oldest.time))]
+        went_on = [
+            b
+            for b in beats.values()
+            if b.rank != oldest.rank and (now - b.time <= stall or (b.state == "ended" and b.time > oldest.time))
+        ]
         if went_on:
-            return oldest.rank, oldest.step, (
-                f"{oldest.label} stopped at step {oldest.step}: its heartbeat is "
-                f"{_fmt_seconds(now - oldest.time)} old while {len(went_on)} other rank(s) went on"
+            return (
+                oldest.rank,
+                oldest.step,
+                (
+                    f"{oldest.label} stopped at step {oldest.step}: its heartbeat is "
+                    f"{_fmt_seconds(now - oldest.time)} old while {len(went_on)} other rank(s) went on"
+                ),
             )
     if len(live) < 2 or any(now - b.progress_time <= stall for b in live):
         return None
@@ -278,18 +301,26 @@ def rank_stall_finding(beats: dict[int, Heartbeat], now: float, stall: float) ->
     ended = sorted((b for b in beats.values() if b.state == "ended"), key=lambda b: b.rank)
     if ended:  # ranks leave a session together (its last window is a collective): one left early
         k = ended[0]
-        return k.rank, k.step, (
-            f"{k.label}{_more([b.rank for b in ended])} ended at step {k.step} while {len(live)} rank(s) "
-            f"still run; no progress on any running rank for {idle}"
+        return (
+            k.rank,
+            k.step,
+            (
+                f"{k.label}{_more([b.rank for b in ended])} ended at step {k.step} while {len(live)} rank(s) "
+                f"still run; no progress on any running rank for {idle}"
+            ),
         )
     low = min(b.attempted for b in live)
     high = max(b.attempted for b in live)
     if low < high:
         behind = [b for b in live if b.attempted == low]
         k = behind[0]
-        return k.rank, k.step, (
-            f"{k.label}{_more([b.rank for b in behind])} stopped at step {k.step}, behind the others "
-            f"(attempted update {low}, others up to {high}); no progress on any rank for {idle}"
+        return (
+            k.rank,
+            k.step,
+            (
+                f"{k.label}{_more([b.rank for b in behind])} stopped at step {k.step}, behind the others "
+                f"(attempted update {low}, others up to {high}); no progress on any rank for {idle}"
+            ),
         )
     waiting = [b for b in live if b.waiting is True]
     running = [b for b in live if b.waiting is False]
@@ -297,10 +328,14 @@ def rank_stall_finding(beats: dict[int, Heartbeat], now: float, stall: float) ->
     # a rank already in a collective is normal: only ranks that have trained are judged this way.
     if waiting and running and min(b.window for b in live) >= 1:
         k = running[0]
-        return k.rank, k.step, (
-            f"{k.label}{_more([b.rank for b in running])} stopped at step {k.step} outside any collective "
-            f"(in {k.where}) while {len(waiting)} rank(s) wait in one (in {waiting[0].where}); "
-            f"no progress on any rank for {idle}"
+        return (
+            k.rank,
+            k.step,
+            (
+                f"{k.label}{_more([b.rank for b in running])} stopped at step {k.step} outside any collective "
+                f"(in {k.where}) while {len(waiting)} rank(s) wait in one (in {waiting[0].where}); "
+                f"no progress on any rank for {idle}"
+            ),
         )
     return None
 
@@ -321,8 +356,12 @@ class StragglerRule:
         self.active: set[int] = set()
 
     def state_dict(self) -> dict:
-        return {"session_id": self.session_id, "judged_window": self.judged_window,
-                "counts": {str(k): v for k, v in sorted(self.counts.items())}, "active": sorted(self.active)}
+        return {
+            "session_id": self.session_id,
+            "judged_window": self.judged_window,
+            "counts": {str(k): v for k, v in sorted(self.counts.items())},
+            "active": sorted(self.active),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.session_id = state["session_id"]
@@ -357,10 +396,14 @@ class StragglerRule:
                 if self.counts[k] >= self.patience and k not in self.active and finding is None:
                     self.active.add(k)
                     b = beats[k]
-                    finding = (k, b.step, (
-                        f"rank {k} (host {b.host}) took {times[k] / median:.1f}x the median window time "
-                        f"({times[k]:.3g} s vs {median:.3g} s) for {self.counts[k]} consecutive windows"
-                    ))
+                    finding = (
+                        k,
+                        b.step,
+                        (
+                            f"rank {k} (host {b.host}) took {times[k] / median:.1f}x the median window time "
+                            f"({times[k]:.3g} s vs {median:.3g} s) for {self.counts[k]} consecutive windows"
+                        ),
+                    )
         self.judged_window = max(self.judged_window, latest)
         return finding
 
@@ -419,8 +462,10 @@ def rank_status_lines(run_dir: str, now: float | None = None, straggler_factor: 
         hosts = len({b.host for b in beats.values()})
         ended = sum(1 for b in beats.values() if b.state == "ended")
         steps = [b.step for b in beats.values()]
-        head = (f"ranks: {len(beats)}/{world} heartbeats on {hosts} host(s), steps {min(steps)}..{max(steps)}, "
-                f"newest {_fmt_seconds(max(0.0, now - max(b.time for b in beats.values())))} ago")
+        head = (
+            f"ranks: {len(beats)}/{world} heartbeats on {hosts} host(s), steps {min(steps)}..{max(steps)}, "
+            f"newest {_fmt_seconds(max(0.0, now - max(b.time for b in beats.values())))} ago"
+        )
         if ended:
             head += f", {ended} ended"
         missing = [k for k in range(world) if k not in beats]
@@ -447,9 +492,15 @@ def rank_status_lines(run_dir: str, now: float | None = None, straggler_factor: 
                 median = statistics.median(times.values())
                 k = max(times, key=lambda r: (times[r], -r))
                 ratio = f"{times[k] / median:.2f}x" if median > 0 else "n/a x"
-                flag = f" (straggler threshold {straggler_factor:g}x)" if median > 0 and times[k] > straggler_factor * median else ""
-                lines.append(f"slowest: rank {k} (host {timed[k].host}) {ratio} the median window time "
-                             f"({times[k]:.3g} s vs {median:.3g} s) at window {latest}{flag}")
+                flag = (
+                    f" (straggler threshold {straggler_factor:g}x)"
+                    if median > 0 and times[k] > straggler_factor * median
+                    else ""
+                )
+                lines.append(
+                    f"slowest: rank {k} (host {timed[k].host}) {ratio} the median window time "
+                    f"({times[k]:.3g} s vs {median:.3g} s) at window {latest}{flag}"
+                )
     if problems:
         lines.append(f"unreadable heartbeats: {len(problems)} ({problems[0]})")
     return lines

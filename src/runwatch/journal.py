@@ -129,7 +129,11 @@ class Journal:
         try:
             fd = os.open(self._metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
         except OSError as exc:
-            problem = "not a regular file (a FIFO)" if exc.errno == errno.ENXIO else f"cannot open for writing: {exc.strerror or exc}"
+            problem = (
+                "not a regular file (a FIFO)"
+                if exc.errno == errno.ENXIO
+                else f"cannot open for writing: {exc.strerror or exc}"
+            )
             raise LogWriteError(exc.errno, f"{self._metrics_path}: {problem}") from None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # a device (/dev/null) would swallow every record
@@ -139,8 +143,7 @@ class Journal:
         except BlockingIOError:
             os.close(fd)
             raise RunLockedError(
-                f"{self.run_dir}: in use by another RunLogger (metrics.jsonl is locked); "
-                "one writer per run directory"
+                f"{self.run_dir}: in use by another RunLogger (metrics.jsonl is locked); one writer per run directory"
             ) from None
         except BaseException:
             os.close(fd)
@@ -261,8 +264,9 @@ class NullJournal:
         """Nothing is open."""
 
 
-def open_session(run_dir: str, group: Any, fsync: bool, resume_from: dict | None,
-                 window: int) -> tuple[Journal | NullJournal, dict | None, list[dict]]:
+def open_session(
+    run_dir: str, group: Any, fsync: bool, resume_from: dict | None, window: int
+) -> tuple[Journal | NullJournal, dict | None, list[dict]]:
     """Open the run on rank 0 of `group` and agree on the run and session ids with every rank
     (one exchange, once a session; a single process exchanges with itself).
 
@@ -284,11 +288,16 @@ def open_session(run_dir: str, group: Any, fsync: bool, resume_from: dict | None
     session_id = new_session_id()
     while manifest is not None and any(s["session_id"] == session_id for s in manifest["sessions"]):
         session_id = new_session_id()
-    peers = group.exchange({
-        "host": group.host, "device": device_name(), "window": window,
-        "run_id": manifest["run_id"] if manifest is not None else "", "session_id": session_id,
-        "error": None if failure is None else f"{type(failure).__name__}: {failure}",
-    })
+    peers = group.exchange(
+        {
+            "host": group.host,
+            "device": device_name(),
+            "window": window,
+            "run_id": manifest["run_id"] if manifest is not None else "",
+            "session_id": session_id,
+            "error": None if failure is None else f"{type(failure).__name__}: {failure}",
+        }
+    )
     if failure is not None:
         raise failure
     if peers[0]["error"] is not None:

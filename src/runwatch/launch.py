@@ -59,9 +59,14 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
             # the command in its own session and process group (pgid == pid), so the watchdog can
             # stop the whole group and a terminal's Ctrl-C does not reach it.
             pid = os.posix_spawnp(
-                cmd[0], list(cmd), full_env,
-                file_actions=[(os.POSIX_SPAWN_DUP2, null_fd, 0), (os.POSIX_SPAWN_DUP2, out_fd, 1),
-                              (os.POSIX_SPAWN_DUP2, out_fd, 2)],
+                cmd[0],
+                list(cmd),
+                full_env,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, null_fd, 0),
+                    (os.POSIX_SPAWN_DUP2, out_fd, 1),
+                    (os.POSIX_SPAWN_DUP2, out_fd, 2),
+                ],
                 setsid=True,
             )
         except OSError as exc:
@@ -90,7 +95,9 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
 def _declare(p: argparse.ArgumentParser) -> None:
     from .watchdog import add_arguments as add_watch_arguments
 
-    p.add_argument("--watch", action="store_true", help="then watch the run in the foreground (exit 7 on anomaly, 0 on completion)")
+    p.add_argument(
+        "--watch", action="store_true", help="then watch the run in the foreground (exit 7 on anomaly, 0 on completion)"
+    )
     add_watch_arguments(p, "launch")
 
 
@@ -98,8 +105,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # argparse cannot put options between a positional and a `--` command, so everything from
     # RUN_DIR on is taken as is and split at the first `--` by `run`.
     _declare(p)
-    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="RUN_DIR [options] -- CMD ...",
-                   help="the run directory (created if missing), watch options, then the training command")
+    p.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        metavar="RUN_DIR [options] -- CMD ...",
+        help="the run directory (created if missing), watch options, then the training command",
+    )
 
 
 def _split(args: argparse.Namespace) -> list[str]:
@@ -107,7 +118,7 @@ def _split(args: argparse.Namespace) -> list[str]:
     if "--" not in rest:
         raise UsageError("launch: expected RUN_DIR [options] -- CMD ...")
     i = rest.index("--")
-    head, cmd = rest[:i], rest[i + 1:]
+    head, cmd = rest[:i], rest[i + 1 :]
     sub = Parser(prog="runwatch launch", add_help=False)
     _declare(sub)
     sub.add_argument("run_dir", metavar="RUN_DIR")
@@ -128,7 +139,10 @@ def run(args: argparse.Namespace) -> int:
         opts = options_from_args(args, os.path.abspath(args.run_dir), "watch")
     info = launch(args.run_dir, cmd)
     d = args.run_dir
-    print(f"launched pid {info['pid']} (process group {info['pgid']}); output in {os.path.join(d, 'stdout.log')}", flush=True)
+    print(
+        f"launched pid {info['pid']} (process group {info['pgid']}); output in {os.path.join(d, 'stdout.log')}",
+        flush=True,
+    )
     if not args.watch:
         print(f"  runwatch status {d}\n  runwatch watch {d}\n  tail -f {os.path.join(d, 'stdout.log')}", flush=True)
         return 0
@@ -140,5 +154,3 @@ def run(args: argparse.Namespace) -> int:
     verdict = Watcher(d, opts).run()
     print(verdict.line(), flush=True)
     return verdict.exit_code
-
-

@@ -76,7 +76,9 @@ def parse_phase_limits(items: tuple[str, ...] | list[str], stall: float, startup
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not PHASE_NAME.fullmatch(name):
-            raise ConfigError(f"watch.stall_phase must be PHASE=SECONDS with PHASE like eval or checkpoint, got {item!r}")
+            raise ConfigError(
+                f"watch.stall_phase must be PHASE=SECONDS with PHASE like eval or checkpoint, got {item!r}"
+            )
         try:
             seconds = float(value)
         except ValueError:
@@ -113,8 +115,9 @@ def watched_heartbeat(run_dir: str, session: str | None) -> Heartbeat | None:
     return beat
 
 
-def stall_finding(now: float, last_activity: float | None, beat: Heartbeat | None, limits: PhaseLimits,
-                  stall: float) -> str | None:
+def stall_finding(
+    now: float, last_activity: float | None, beat: Heartbeat | None, limits: PhaseLimits, stall: float
+) -> str | None:
     """The `stall` message when the process made no progress for too long, else None.
 
     `last_activity`: when the last record arrived (None: no record yet; the caller judges the
@@ -150,8 +153,7 @@ def dead_rank(run_dir: str) -> str | None:
         return None
     first = min(dead, key=lambda b: (b.progress_time, b.rank))
     more = f" ({len(dead) - 1} more ranks gone too)" if len(dead) > 1 else ""
-    return (f"{first.label} died first: its heartbeat stopped at step {first.step} and its process is gone"
-            f"{more}")
+    return f"{first.label} died first: its heartbeat stopped at step {first.step} and its process is gone{more}"
 
 
 def _read_small_json(path: str) -> Any:
@@ -211,17 +213,25 @@ def last_error(stdout_log: str) -> str | None:
             return _clip(line)
         if line.startswith("Traceback (most recent call last)"):
             # the traceback's last line: the first unindented line after its frames
-            for later in lines[i + 1:]:
+            for later in lines[i + 1 :]:
                 if later and not later[0].isspace() and _EXCEPTION_LINE.match(later.strip()):
                     return _clip(later)
     return None
 
 
-def watching_record(pid: int, since: float, polled_at: float, step: Any, poll: float,
-                    state: dict[str, Any] | None = None) -> dict[str, Any]:
+def watching_record(
+    pid: int, since: float, polled_at: float, step: Any, poll: float, state: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What `watchdog.json` holds while a watch runs (replaced by the verdict when it ends)."""
-    out = {"verdict": "watching", "pid": pid, "host": socket.gethostname(), "since": since, "polled_at": polled_at,
-           "step": step, "poll": poll}
+    out = {
+        "verdict": "watching",
+        "pid": pid,
+        "host": socket.gethostname(),
+        "since": since,
+        "polled_at": polled_at,
+        "step": step,
+        "poll": poll,
+    }
     if state is not None:
         out["state"] = state
     return out

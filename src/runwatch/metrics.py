@@ -62,6 +62,8 @@ def default_window(fallback: int | None = DEFAULT_WINDOW) -> int | None:
 
         raise ConfigError(f"{WINDOW_ENV} must be an int >= 1, got {text!r}")
     return int(text)
+
+
 # A window also closes this long after it opened: with slow steps (minutes each) a record still
 # comes at least every minute plus one step, well inside a watchdog's default stall limit.
 DEFAULT_MAX_WINDOW_SECONDS = 60.0
@@ -148,8 +150,14 @@ class RunLogger:
         # its own clock); across ranks only while windows are slow (see _close_window).
         self._time_checks = self.max_window_seconds is not None
         self._phase: tuple[str, float] | None = None  # (name, since) of the current phase
-        self._beat = HeartbeatWriter(self.run_dir, self._group.rank, self._group.world_size, self.session_id,
-                                     self._progress, heartbeat if heartbeat is not None else HeartbeatConfig())
+        self._beat = HeartbeatWriter(
+            self.run_dir,
+            self._group.rank,
+            self._group.world_size,
+            self.session_id,
+            self._progress,
+            heartbeat if heartbeat is not None else HeartbeatConfig(),
+        )
         # A single process starts no refresh thread: a hung training thread stops its heartbeat.
         self._beat.start(self._step, refresh=not self._group.solo)
         self._signals = SignalGuard()
@@ -161,14 +169,16 @@ class RunLogger:
             hw = detect_hardware() if hardware is None else hardware
             if not self._group.solo:
                 hw = rank_hardware(hw, self._peers, detected=hardware is None)
-            manifest["sessions"].append({
-                "session_id": self.session_id,
-                "started_at": utc_now(),
-                "start": start,
-                "recipe": self.recipe,
-                "optimizers": optimizers,
-                "hardware": hw,
-            })
+            manifest["sessions"].append(
+                {
+                    "session_id": self.session_id,
+                    "started_at": utc_now(),
+                    "start": start,
+                    "recipe": self.recipe,
+                    "optimizers": optimizers,
+                    "hardware": hw,
+                }
+            )
             validate_manifest(manifest, "RunLogger manifest")
             self._journal.write_manifest(manifest)
         except BaseException:
@@ -216,7 +226,11 @@ class RunLogger:
         win.lr = lr
         if qk:
             win.qk.append((len(updates) - 1, qk_observed, qk_clipped, qk_max_logit))
-        if len(updates) >= self.window or self._time_checks and self._group.agree(now - win.opened >= self.max_window_seconds):
+        if (
+            len(updates) >= self.window
+            or self._time_checks
+            and self._group.agree(now - win.opened >= self.max_window_seconds)
+        ):
             self._close_window()
 
     def val(self, loss: Any, metrics: dict | None = None) -> None:
@@ -231,11 +245,15 @@ class RunLogger:
             if math.isfinite(value):
                 clean[str(name)] = value
             else:
-                warnings.warn(f"runwatch: val metric {name!r} is {value}; left out of the record", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"runwatch: val metric {name!r} is {value}; left out of the record", RuntimeWarning, stacklevel=2
+                )
         self._write(self._record("val", loss=loss_f, metrics=clean))
         self._mark = time.perf_counter()
 
-    def checkpoint(self, path: str | os.PathLike, seconds: float, bytes: int | None = None, verified: bool | None = None) -> None:
+    def checkpoint(
+        self, path: str | os.PathLike, seconds: float, bytes: int | None = None, verified: bool | None = None
+    ) -> None:
         """Record a checkpoint written to `path` in `seconds` (optionally its size, and whether it was
         read back and loaded)."""
         self._ensure_open()
@@ -461,12 +479,15 @@ class RunLogger:
         return rec
 
     def _end_record(self, reason: str, error: str | None) -> None:
-        self._write(self._record(
-            "session_end",
-            reason=reason,
-            error=error,
-            totals={"tokens": self._tokens_total, "skipped": self._skipped_total},
-        ), sync=True)
+        self._write(
+            self._record(
+                "session_end",
+                reason=reason,
+                error=error,
+                totals={"tokens": self._tokens_total, "skipped": self._skipped_total},
+            ),
+            sync=True,
+        )
 
     def _fail_nonfinite(self, message: str) -> None:
         self._end_record("nonfinite_loss", message)

@@ -93,17 +93,32 @@ FLAG = Check("true or false", lambda v: type(v) is bool, None)
 TEXTS = Check("a list of strings", lambda v: isinstance(v, (list, tuple)) and all(type(x) is str for x in v), str)
 
 
-def option(default: Any, check: Check, help: str, *, none: bool = False, metavar: str | None = None,
-           commands: tuple[str, ...] = ("watch",), expect: str | None = None) -> Any:
+def option(
+    default: Any,
+    check: Check,
+    help: str,
+    *,
+    none: bool = False,
+    metavar: str | None = None,
+    commands: tuple[str, ...] = ("watch",),
+    expect: str | None = None,
+) -> Any:
     """Declare one option: its default, what it must be, its help line, and the commands that take it.
 
     `none=True`: the option may be unset (None). `expect` overrides the check's words in messages.
     A tuple default is a repeatable option (`--map A --map B`; a list in `runwatch.toml`).
     """
-    return field(default=default, metadata={
-        "check": check, "help": help, "none": none, "metavar": metavar, "commands": commands,
-        "expect": expect or check.expect,
-    })
+    return field(
+        default=default,
+        metadata={
+            "check": check,
+            "help": help,
+            "none": none,
+            "metavar": metavar,
+            "commands": commands,
+            "expect": expect or check.expect,
+        },
+    )
 
 
 def _show(value: Any) -> str:
@@ -144,8 +159,11 @@ def _default_text(f: dataclasses.Field[Any]) -> str:
 
 def option_fields(cls: type, command: str | None = None) -> list[dataclasses.Field[Any]]:
     """The option fields of `cls` (those a `command` takes, when given), in declaration order."""
-    return [f for f in dataclasses.fields(cls)
-            if "check" in f.metadata and (command is None or command in f.metadata["commands"])]
+    return [
+        f
+        for f in dataclasses.fields(cls)
+        if "check" in f.metadata and (command is None or command in f.metadata["commands"])
+    ]
 
 
 def add_flags(parser: argparse.ArgumentParser, cls: type, command: str, *, skip: tuple[str, ...] = ()) -> None:
@@ -159,11 +177,18 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, command: str, *, skip:
         if check.arg_type is None:
             parser.add_argument(_flag(f.name), dest=f.name, action="store_true", default=None, help=text)
         elif isinstance(f.default, tuple):
-            parser.add_argument(_flag(f.name), dest=f.name, action="append", default=None,
-                                metavar=meta["metavar"], help=text + "; repeatable")
+            parser.add_argument(
+                _flag(f.name),
+                dest=f.name,
+                action="append",
+                default=None,
+                metavar=meta["metavar"],
+                help=text + "; repeatable",
+            )
         else:
-            parser.add_argument(_flag(f.name), dest=f.name, type=check.arg_type, default=None,
-                                metavar=meta["metavar"], help=text)
+            parser.add_argument(
+                _flag(f.name), dest=f.name, type=check.arg_type, default=None, metavar=meta["metavar"], help=text
+            )
 
 
 def given_options(args: argparse.Namespace, cls: type) -> dict[str, Any]:

@@ -58,18 +58,33 @@ PANELS = ("loss", "lr", "grad_norm", "throughput", "eval_metrics")
 
 # Which panel a finding's marker belongs to; kinds not listed go to the first panel.
 _PANEL_OF_KIND = {
-    "nonfinite_grad": "grad_norm", "grad_explosion": "grad_norm", "grad_collapse": "grad_norm",
-    "throughput_drop": "throughput", "inverted_metric": "eval_metrics", "stuck_metric": "eval_metrics",
+    "nonfinite_grad": "grad_norm",
+    "grad_explosion": "grad_norm",
+    "grad_collapse": "grad_norm",
+    "throughput_drop": "throughput",
+    "inverted_metric": "eval_metrics",
+    "stuck_metric": "eval_metrics",
 }
 
 # Colours: matplotlib's default cycle, so the picture looks like every other matplotlib plot.
-_C = {"loss": "#1f77b4", "eval_loss": "#ff7f0e", "lr": "#2ca02c", "grad": "#9467bd", "throughput": "#17becf",
-      "metric": "#d62728", "alert": "#d62728", "ok": "#2ca02c", "guide": "#555555"}
+_C = {
+    "loss": "#1f77b4",
+    "eval_loss": "#ff7f0e",
+    "lr": "#2ca02c",
+    "grad": "#9467bd",
+    "throughput": "#17becf",
+    "metric": "#d62728",
+    "alert": "#d62728",
+    "ok": "#2ca02c",
+    "guide": "#555555",
+}
 _OTHER_METRIC_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#1f77b4")
 _EARLIER_ALPHA = 0.3
 # The Hugging Face Trainer logs these among its eval_* values; they are timings, not model quality,
 # and would stretch the metrics panel's scale (samples/s in the hundreds next to an AUROC).
-_NOT_METRICS = frozenset({"runtime", "samples_per_second", "steps_per_second"})  # earlier sessions: the same colour, lighter
+_NOT_METRICS = frozenset(
+    {"runtime", "samples_per_second", "steps_per_second"}
+)  # earlier sessions: the same colour, lighter
 
 
 @dataclass
@@ -208,7 +223,7 @@ def _header(view: RunView) -> tuple[str, list[tuple[str, str]]]:
     if latest.end_reason:
         parts.append(f"ended {latest.end_reason}")
     tail = " · ".join(parts)
-    name = view.title if len(view.title) + len(tail) <= 80 else "…" + view.title[-(79 - len(tail)):]
+    name = view.title if len(view.title) + len(tail) <= 80 else "…" + view.title[-(79 - len(tail)) :]
     title = f"{name} · {tail}"
     lines: list[tuple[str, str]] = []  # (text, colour)
     if view.verdict is not None:
@@ -254,9 +269,13 @@ def _draw(view: RunView, panels: list[str], opts: RuleOptions):
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     axes_px = PANEL_PX * len(panels)
     gap_px = 30
-    fig.subplots_adjust(left=MARGIN_LEFT_PX / width, right=1 - MARGIN_RIGHT_PX / width,
-                        top=1 - HEADER_PX / height, bottom=FOOTER_PX / height,
-                        hspace=gap_px / ((axes_px - gap_px * len(panels)) / len(panels)))
+    fig.subplots_adjust(
+        left=MARGIN_LEFT_PX / width,
+        right=1 - MARGIN_RIGHT_PX / width,
+        top=1 - HEADER_PX / height,
+        bottom=FOOTER_PX / height,
+        hspace=gap_px / ((axes_px - gap_px * len(panels)) / len(panels)),
+    )
     title, lines = _header(view)
     fig.text(8 / width, 1 - 8 / height, title, fontsize=11, fontweight="bold", va="top")
     for i, (text, colour) in enumerate(lines):
@@ -277,13 +296,31 @@ def _draw(view: RunView, panels: list[str], opts: RuleOptions):
         handles, labels = ax.get_legend_handles_labels()
         if handles:
             # in the title row, right of the title: never on top of the data
-            ax.legend(handles, labels, fontsize=7.5, loc="lower right", bbox_to_anchor=(1.0, 0.99), frameon=False,
-                      ncol=len(handles), handlelength=1.6, borderaxespad=0.0, columnspacing=1.0, handletextpad=0.4)
+            ax.legend(
+                handles,
+                labels,
+                fontsize=7.5,
+                loc="lower right",
+                bbox_to_anchor=(1.0, 0.99),
+                frameon=False,
+                ncol=len(handles),
+                handlelength=1.6,
+                borderaxespad=0.0,
+                columnspacing=1.0,
+                handletextpad=0.4,
+            )
     if latest.start_step and earlier:
         for ax in axes:
             ax.axvline(latest.start_step, color=_C["guide"], linestyle=":", linewidth=1)
-        axes[0].annotate(f"resume {fmt_step(latest.start_step)}", (latest.start_step, 0), xycoords=("data", "axes fraction"),
-                         xytext=(3, 3), textcoords="offset points", fontsize=7.5, color=_C["guide"])
+        axes[0].annotate(
+            f"resume {fmt_step(latest.start_step)}",
+            (latest.start_step, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, 3),
+            textcoords="offset points",
+            fontsize=7.5,
+            color=_C["guide"],
+        )
     lo, hi = _x_range(view)
     axes[0].set_xlim(lo - (hi - lo) * 0.02, hi + (hi - lo) * 0.02)
     _mark_findings(view, by_name, axes)
@@ -325,11 +362,20 @@ def _loss(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, 
     if any(math.isfinite(v) for v in s.eval_loss):
         steps = [st for st, v in zip(s.eval_step, s.eval_loss) if math.isfinite(v)]
         values = [v for v in s.eval_loss if math.isfinite(v)]
-        ax.plot(steps, values, color=_C["eval_loss"], alpha=alpha, linewidth=1.2, marker=_dot(steps), markersize=3.5,
-                label=_label(latest, "eval"))
+        ax.plot(
+            steps,
+            values,
+            color=_C["eval_loss"],
+            alpha=alpha,
+            linewidth=1.2,
+            marker=_dot(steps),
+            markersize=3.5,
+            label=_label(latest, "eval"),
+        )
     if opts.chance_loss is not None and latest:
-        ax.axhline(opts.chance_loss, color=_C["guide"], linestyle=":", linewidth=1,
-                   label=f"chance {opts.chance_loss:.3g}")
+        ax.axhline(
+            opts.chance_loss, color=_C["guide"], linestyle=":", linewidth=1, label=f"chance {opts.chance_loss:.3g}"
+        )
     finite = [v for ss in view.sessions for v in ss.loss + ss.eval_loss if math.isfinite(v)]
     if latest and finite and min(finite) > 0 and max(finite) / min(finite) > 50:
         ax.set_yscale("log")
@@ -349,16 +395,19 @@ def _lr(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, la
 def _grad(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("gradient norm (pre-clip, log scale)", loc="left", fontsize=10, pad=3)
     pos = lambda xs: [v if math.isfinite(v) and v > 0 else math.nan for v in xs]  # noqa: E731 - log scale
-    ax.plot(s.train_step, pos(s.grad_max), color=_C["grad"], alpha=alpha * 0.45, linewidth=1,
-            label=_label(latest and s.grad_max != s.grad_mean, "max"))
-    ax.plot(s.train_step, pos(s.grad_mean), color=_C["grad"], alpha=alpha, linewidth=1.4,
-            label=_label(latest, "mean"))
+    ax.plot(
+        s.train_step,
+        pos(s.grad_max),
+        color=_C["grad"],
+        alpha=alpha * 0.45,
+        linewidth=1,
+        label=_label(latest and s.grad_max != s.grad_mean, "max"),
+    )
+    ax.plot(s.train_step, pos(s.grad_mean), color=_C["grad"], alpha=alpha, linewidth=1.4, label=_label(latest, "mean"))
     if latest:
         ax.set_yscale("log")
-        ax.axhline(opts.grad_max, color=_C["alert"], linestyle="--", linewidth=1,
-                   label=f"--grad-max {opts.grad_max:g}")
-        ax.axhline(opts.grad_min, color=_C["alert"], linestyle=":", linewidth=1,
-                   label=f"--grad-min {opts.grad_min:g}")
+        ax.axhline(opts.grad_max, color=_C["alert"], linestyle="--", linewidth=1, label=f"--grad-max {opts.grad_max:g}")
+        ax.axhline(opts.grad_min, color=_C["alert"], linestyle=":", linewidth=1, label=f"--grad-min {opts.grad_min:g}")
         values = [v for ss in view.sessions for v in ss.grad_mean + ss.grad_max if math.isfinite(v) and v > 0]
         lo = min(values + [opts.grad_min])
         hi = max(values + [opts.grad_max])
@@ -378,8 +427,15 @@ def _throughput(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: f
             limit = (1 - opts.throughput_drop) * s.baseline
             what = "baseline" if s.baseline_set else "baseline so far"
             ax.hlines(s.baseline, x0, x1, color=_C["guide"], linewidth=1, label=f"{what} {_eng(s.baseline)}")
-            ax.hlines(limit, x0, x1, color=_C["alert"], linestyle="--", linewidth=1,
-                      label=f"drop below (1-{opts.throughput_drop:g})×baseline")
+            ax.hlines(
+                limit,
+                x0,
+                x1,
+                color=_C["alert"],
+                linestyle="--",
+                linewidth=1,
+                label=f"drop below (1-{opts.throughput_drop:g})×baseline",
+            )
             ax.axvspan(x0, min(x0 + opts.throughput_baseline_steps, x1), color="#000000", alpha=0.05, linewidth=0)
 
 
@@ -399,8 +455,16 @@ def _metrics(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: floa
         if name not in s.metrics:
             continue
         steps, values = s.metrics[name]
-        ax.plot(steps, values, color=colour, alpha=alpha, linewidth=1.6 if name == opts.metric else 1.1,
-                marker=_dot(steps), markersize=3.5 if name == opts.metric else 2.5, label=_label(latest, name))
+        ax.plot(
+            steps,
+            values,
+            color=colour,
+            alpha=alpha,
+            linewidth=1.6 if name == opts.metric else 1.1,
+            marker=_dot(steps),
+            markersize=3.5 if name == opts.metric else 2.5,
+            label=_label(latest, name),
+        )
     if not latest:
         return
     values = [v for ss in view.sessions for _, vs in ss.metrics.values() for v in vs if math.isfinite(v)]
@@ -408,30 +472,49 @@ def _metrics(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: floa
         ax.set_ylim(-0.02, 1.05)
     if any(opts.metric in ss.metrics for ss in view.sessions):
         ax.axhline(0.5, color=_C["guide"], linestyle=":", linewidth=1, label="chance 0.5")
-        ax.axhline(opts.metric_min, color=_C["alert"], linestyle="--", linewidth=1,
-                   label=f"--metric-min {opts.metric_min:g}")
+        ax.axhline(
+            opts.metric_min, color=_C["alert"], linestyle="--", linewidth=1, label=f"--metric-min {opts.metric_min:g}"
+        )
         ax.axhline(1 - opts.metric_min, color=_C["alert"], linestyle=":", linewidth=1)
         first = min(st for ss in view.sessions for st in ss.metrics.get(opts.metric, ([], []))[0])
         if first < opts.metric_after_step:
             ax.axvspan(min(first, 0), opts.metric_after_step, color="#000000", alpha=0.05, linewidth=0)
-            ax.annotate(f"not judged before step {opts.metric_after_step}", (0, 0), xycoords="axes fraction",
-                        xytext=(4, 4), textcoords="offset points", fontsize=7.5, color=_C["guide"])
+            ax.annotate(
+                f"not judged before step {opts.metric_after_step}",
+                (0, 0),
+                xycoords="axes fraction",
+                xytext=(4, 4),
+                textcoords="offset points",
+                fontsize=7.5,
+                color=_C["guide"],
+            )
 
 
 def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
     latest = view.sessions[-1].key
     marks = [(f.step, f.kind, f.session == latest) for f in view.findings]
     v = view.verdict
-    if (v is not None and v.get("verdict") == "anomaly" and type(v.get("step")) in (int, float)
-            and not any(step == v["step"] and kind == v.get("kind") for step, kind, _ in marks)):
+    if (
+        v is not None
+        and v.get("verdict") == "anomaly"
+        and type(v.get("step")) in (int, float)
+        and not any(step == v["step"] and kind == v.get("kind") for step, kind, _ in marks)
+    ):
         marks.append((v["step"], str(v.get("kind")), True))
     lines, ticks = marks[:MAX_MARKER_LINES], marks[MAX_MARKER_LINES:]
     for current in (False, True):
         steps = [step for step, _, c in lines if c is current]
         if steps:  # one collection a panel
             for ax in axes:
-                ax.vlines(steps, 0, 1, transform=ax.get_xaxis_transform(), colors=_C["alert"],
-                          linewidth=1.2 if current else 0.8, alpha=0.63 if current else 0.25)
+                ax.vlines(
+                    steps,
+                    0,
+                    1,
+                    transform=ax.get_xaxis_transform(),
+                    colors=_C["alert"],
+                    linewidth=1.2 if current else 0.8,
+                    alpha=0.63 if current else 0.25,
+                )
     # beyond the first few, a finding is a short tick along the top of its panel: a replay can find
     # thousands, and full-height lines would hide the data
     for ax in by_name.values():
@@ -452,17 +535,28 @@ def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
             continue  # labels never print over each other
         taken.append(span)
         alpha = 0.9 if current else 0.35
-        ax.annotate(text, (step, 1), xycoords=("data", "axes fraction"),
-                    xytext=(-4 if right_half else 4, -4), textcoords="offset points",
-                    ha="right" if right_half else "left", va="top", fontsize=8, color=_C["alert"], alpha=alpha,
-                    fontweight="bold" if current else "normal",
-                    bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+        ax.annotate(
+            text,
+            (step, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(-4 if right_half else 4, -4),
+            textcoords="offset points",
+            ha="right" if right_half else "left",
+            va="top",
+            fontsize=8,
+            color=_C["alert"],
+            alpha=alpha,
+            fontweight="bold" if current else "normal",
+            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+        )
 
 
 # --- the snapshot ---------------------------------------------------------------------------------
 
 
-def snapshot(target: str, output: str | None = None, opts: RuleOptions | None = None, read: ReadOptions | None = None) -> dict:
+def snapshot(
+    target: str, output: str | None = None, opts: RuleOptions | None = None, read: ReadOptions | None = None
+) -> dict:
     """Draw `target` (a run dir, a JSONL log or a trainer_state.json) into a PNG, atomically.
 
     Returns {"path", "panels", "sessions", "findings", "verdict", "size"}. Default: RUN_DIR/snapshot.png.

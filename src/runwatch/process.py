@@ -62,7 +62,7 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
-        state = data[data.rindex(b")") + 2:data.rindex(b")") + 3]
+        state = data[data.rindex(b")") + 2 : data.rindex(b")") + 3]
     except (OSError, ValueError):
         return True
     if state in (b"Z", b"X"):

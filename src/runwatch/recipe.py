@@ -48,9 +48,12 @@ def check_arguments(window: Any, max_window_seconds: Any, optimizers: list, hard
     """The other arguments of RunLogger, each named in its error."""
     if type(window) is not int or window < 1:
         raise ValueError(f"RunLogger.window must be an int >= 1, got {window!r}")
-    if max_window_seconds is not None and (type(max_window_seconds) not in (int, float)
-                                           or not math.isfinite(max_window_seconds) or max_window_seconds <= 0):
-        raise ValueError(f"RunLogger.max_window_seconds must be a finite number > 0 or None, got {max_window_seconds!r}")
+    if max_window_seconds is not None and (
+        type(max_window_seconds) not in (int, float) or not math.isfinite(max_window_seconds) or max_window_seconds <= 0
+    ):
+        raise ValueError(
+            f"RunLogger.max_window_seconds must be a finite number > 0 or None, got {max_window_seconds!r}"
+        )
     for i, opt in enumerate(optimizers):
         if not isinstance(opt, dict) or not isinstance(opt.get("algorithm"), str):
             raise ValueError(f"RunLogger.optimizers[{i}] must be a dict with a string 'algorithm', got {opt!r}")

@@ -122,8 +122,11 @@ class Target:
 
     def schema_v1(self) -> bool:
         """The log is schema v1: a `metrics.jsonl` beside a `run.json`."""
-        return (self.format == "jsonl" and os.path.basename(self.log_path) == "metrics.jsonl"
-                and os.path.lexists(self.manifest_path))  # a broken run.json is still one: say so
+        return (
+            self.format == "jsonl"
+            and os.path.basename(self.log_path) == "metrics.jsonl"
+            and os.path.lexists(self.manifest_path)
+        )  # a broken run.json is still one: say so
 
 
 def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
@@ -218,9 +221,16 @@ class RecordParser:
     `apply_maps=False`: the records come from a `readers` reader, which applied `maps` already.
     """
 
-    def __init__(self, mode: str, *, manifest: dict | None = None, maps: dict[str, str] | None = None,
-                 refresh: Callable[[], dict | None] | None = None, name: str = "metrics.jsonl",
-                 apply_maps: bool = True) -> None:
+    def __init__(
+        self,
+        mode: str,
+        *,
+        manifest: dict | None = None,
+        maps: dict[str, str] | None = None,
+        refresh: Callable[[], dict | None] | None = None,
+        name: str = "metrics.jsonl",
+        apply_maps: bool = True,
+    ) -> None:
         if mode not in ("v1", "minimal"):
             raise ValueError(f"RecordParser.mode must be 'v1' or 'minimal', got {mode!r}")
         if mode == "v1" and maps:
@@ -255,11 +265,19 @@ class RecordParser:
     def state_dict(self) -> dict:
         """Where the parser is, as plain JSON: the current session, the relaunch count (minimal
         telemetry) and each schema-v1 session's validated step (the manifest is read anew)."""
-        return {"mode": self.mode, "session": self.session, "last_train_step": self._last_train_step,
-                "relaunches": self._relaunches, "last_step": self.last_step,
-                "finite_grad_session": self._finite_grad_session,
-                "validators": {sid: {"step": v.step, "ended": v.ended} for sid, v in self._validators.items()
-                               if v.step != v.start_step or v.ended}}
+        return {
+            "mode": self.mode,
+            "session": self.session,
+            "last_train_step": self._last_train_step,
+            "relaunches": self._relaunches,
+            "last_step": self.last_step,
+            "finite_grad_session": self._finite_grad_session,
+            "validators": {
+                sid: {"step": v.step, "ended": v.ended}
+                for sid, v in self._validators.items()
+                if v.step != v.start_step or v.ended
+            },
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state_dict()` (a v1 parser needs its manifest set first)."""
@@ -376,13 +394,24 @@ class RecordParser:
             nonfinite = rec["nonfinite_grad_norms"]
             no_norm = nonfinite >= rec["attempted"]  # every norm non-finite: mean/max are placeholders
             return Record(
-                "train", sid, step, where, rec["time"], rec["loss"], rec["lr"],
-                None if no_norm else grad["mean"], None if no_norm else grad["max"], nonfinite,
-                rec["tokens"] / rec["train_seconds"], rec["tokens"], raw=rec,
+                "train",
+                sid,
+                step,
+                where,
+                rec["time"],
+                rec["loss"],
+                rec["lr"],
+                None if no_norm else grad["mean"],
+                None if no_norm else grad["max"],
+                nonfinite,
+                rec["tokens"] / rec["train_seconds"],
+                rec["tokens"],
+                raw=rec,
             )
         if event == "val":
-            return Record("eval", sid, step, where, rec["time"], eval_loss=rec["loss"],
-                          metrics=rec.get("metrics") or {}, raw=rec)
+            return Record(
+                "eval", sid, step, where, rec["time"], eval_loss=rec["loss"], metrics=rec.get("metrics") or {}, raw=rec
+            )
         if event == "checkpoint":
             return Record("checkpoint", sid, step, where, rec["time"], raw=rec)
         return Record("end", sid, step, where, rec["time"], reason=rec["reason"], error=rec["error"], raw=rec)
@@ -433,8 +462,9 @@ class RecordParser:
         if loss is _MISSING:
             self.last_step = step
             kind = "eval" if eval_loss is not None or metrics else "other"
-            return Record(kind, self._minimal_session(None), step, where, t, eval_loss=eval_loss,
-                          metrics=metrics, raw=obj)
+            return Record(
+                kind, self._minimal_session(None), step, where, t, eval_loss=eval_loss, metrics=metrics, raw=obj
+            )
         lr = obj.get("lr", obj.get("learning_rate"))
         grad = obj.get("grad_norm")
         grad_mean = nonfinite = None
@@ -451,9 +481,20 @@ class RecordParser:
         sps = obj.get("sps")
         self.last_step = step
         return Record(
-            "train", session, step, where, t, loss, lr if _is_number(lr) else None,
-            grad_mean, grad_mean, nonfinite or 0, sps if _is_number(sps) else None,
-            eval_loss=eval_loss, metrics=metrics, raw=obj,
+            "train",
+            session,
+            step,
+            where,
+            t,
+            loss,
+            lr if _is_number(lr) else None,
+            grad_mean,
+            grad_mean,
+            nonfinite or 0,
+            sps if _is_number(sps) else None,
+            eval_loss=eval_loss,
+            metrics=metrics,
+            raw=obj,
         )
 
     def _minimal_session(self, train_step: int | float | None) -> str:
@@ -474,7 +515,9 @@ _MISSING = object()
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "bool", int: "number", float: "number", str: "string", list: "array"}.get(type(value), type(value).__name__)
+    return {bool: "bool", int: "number", float: "number", str: "string", list: "array"}.get(
+        type(value), type(value).__name__
+    )
 
 
 # --- whole-target reading -------------------------------------------------------------------------
@@ -501,8 +544,13 @@ def parser_for(target: Target, maps: dict[str, str] | None = None) -> RecordPars
     return RecordParser("minimal", maps=maps, name=name)
 
 
-def iter_records(target: str | Target, *, maps: dict[str, str] | None = None,
-                 on_torn: Callable[[Any], None] | None = None, parser: RecordParser | None = None) -> Iterator[Record]:
+def iter_records(
+    target: str | Target,
+    *,
+    maps: dict[str, str] | None = None,
+    on_torn: Callable[[Any], None] | None = None,
+    parser: RecordParser | None = None,
+) -> Iterator[Record]:
     """Every record of `target` in log order (invalid lines as kind `invalid`).
 
     A torn final line (no newline yet) is left out; `on_torn(lineno)` is told about it (other
@@ -578,4 +626,3 @@ def load_sessions(target: str | Target, *, maps: dict[str, str] | None = None) -
             s = sessions[rec.session] = Session(rec.session, start, manifest_entry=entry)
         s.records.append(rec)
     return list(sessions.values())
-

@@ -69,4 +69,3 @@ def check(target: str, options: RuleOptions | None = None, read: ReadOptions | N
     except InvalidRunError as exc:  # the log is not a regular file, trainer_state.json is broken, ...
         findings.append(Finding("invalid_log", last_step, str(exc)))
     return CheckResult(findings, last_step, torn[0] if torn else None)
-

@@ -76,7 +76,10 @@ def resume_checkpoint(default: str | None = None, run_dir: str | os.PathLike | N
     try:
         found = latest_checkpoint(load_sessions(run_dir), cwd=os.getcwd())
     except InvalidRunError as exc:
-        warnings.warn(f"runwatch: cannot read the checkpoints of {run_dir} ({exc}); resuming from {default!r}",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"runwatch: cannot read the checkpoints of {run_dir} ({exc}); resuming from {default!r}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         found = None
     return Resume(found.path if found is not None else default, skip, rollback)

@@ -35,8 +35,19 @@ from .options import (
 )
 from .records import Record, parse_maps
 
-__all__ = ["Finding", "Rule", "RuleOptions", "Rules", "RULE_ORDER", "SKIP", "Replay", "CLASSES", "verdict_class", "fmt_step",
-           "replay"]
+__all__ = [
+    "Finding",
+    "Rule",
+    "RuleOptions",
+    "Rules",
+    "RULE_ORDER",
+    "SKIP",
+    "Replay",
+    "CLASSES",
+    "verdict_class",
+    "fmt_step",
+    "replay",
+]
 
 _RECORD_COMMANDS = ("watch", "check", "plot")
 
@@ -46,51 +57,118 @@ class RuleOptions:
     """What a replay of a log takes (`check`, `plot`, and `watch` on top): the record rules'
     thresholds and how to read the log's keys. A bad value raises ConfigError naming the option."""
 
-    metric: str = option("auroc", TEXT, "eval metric whose chance level is 0.5: metrics.NAME of a val record, "
-                         "eval_NAME in minimal telemetry", metavar="NAME", commands=_RECORD_COMMANDS)
-    metric_min: float = option(0.70, HALF_TO_1, "at a val record from --metric-after-step: below 1-X is "
-                               "inverted_metric (labels look inverted), below X stuck_metric", metavar="X",
-                               commands=_RECORD_COMMANDS)
-    metric_after_step: int = option(500, INT_0, "judge the eval metric only at steps >= N (it starts near chance)",
-                                     metavar="N", commands=_RECORD_COMMANDS)
-    chance_loss: float | None = option(None, NUMBER, "loss_at_chance: the loss at chance level (binary "
-                                       "cross-entropy: 0.693); the rule is off when unset", none=True, metavar="X",
-                                       commands=_RECORD_COMMANDS)
-    chance_after_step: int = option(400, INT_0, "loss_at_chance looks only at train records from step N",
-                                    metavar="N", commands=_RECORD_COMMANDS)
-    chance_patience: int = option(3, INT_1, "loss_at_chance: the last K train records all at or above chance",
-                                  metavar="K", commands=_RECORD_COMMANDS)
-    chance_tolerance: float = option(0.02, NON_NEGATIVE, "loss_at_chance: at chance means a loss >= X - T",
-                                     metavar="T", commands=_RECORD_COMMANDS)
-    grad_max: float = option(50.0, POSITIVE, "grad_explosion: pre-clip gradient norm above X", metavar="X",
-                             commands=_RECORD_COMMANDS)
-    grad_min: float = option(1e-3, NON_NEGATIVE, "grad_collapse: pre-clip gradient norm below Y", metavar="Y",
-                             commands=_RECORD_COMMANDS)
-    grad_patience: int = option(3, INT_1, "grad_explosion, grad_collapse and nonfinite_grad need K consecutive "
-                                "train records", metavar="K", commands=_RECORD_COMMANDS)
-    throughput_drop: float = option(0.25, OPEN_01, "throughput_drop: throughput below (1-F) x the session's "
-                                    "baseline", metavar="F", commands=_RECORD_COMMANDS)
-    throughput_baseline_steps: int = option(200, INT_1, "the baseline is the median throughput of the session's "
-                                            "first N steps (its first record left out)", metavar="N",
-                                            commands=_RECORD_COMMANDS)
-    throughput_patience: int = option(3, INT_1, "throughput_drop needs K consecutive slow train records",
-                                      metavar="K", commands=_RECORD_COMMANDS)
-    spike_factor: float = option(3.0, GREATER_1, "loss_spike: loss above F x the median of the records before",
-                                 metavar="F", commands=_RECORD_COMMANDS)
-    spike_window: int = option(20, INT_1, "loss_spike: the median is over the W train records before", metavar="W",
-                               commands=_RECORD_COMMANDS)
-    spike_patience: int = option(2, INT_1, "loss_spike needs K consecutive spiking train records", metavar="K",
-                                 commands=_RECORD_COMMANDS)
-    collapse_patience: int = option(5, INT_1, "loss_collapse: K consecutive train records with loss exactly 0",
-                                    metavar="K", commands=_RECORD_COMMANDS)
-    overfit_tolerance: float = option(0.10, NON_NEGATIVE, "overfitting: eval loss above (1+F) x the best so far",
-                                      metavar="F", commands=_RECORD_COMMANDS)
-    overfit_patience: int = option(3, INT_1, "overfitting needs K consecutive such eval records", metavar="K",
-                                   commands=_RECORD_COMMANDS)
+    metric: str = option(
+        "auroc",
+        TEXT,
+        "eval metric whose chance level is 0.5: metrics.NAME of a val record, eval_NAME in minimal telemetry",
+        metavar="NAME",
+        commands=_RECORD_COMMANDS,
+    )
+    metric_min: float = option(
+        0.70,
+        HALF_TO_1,
+        "at a val record from --metric-after-step: below 1-X is "
+        "inverted_metric (labels look inverted), below X stuck_metric",
+        metavar="X",
+        commands=_RECORD_COMMANDS,
+    )
+    metric_after_step: int = option(
+        500,
+        INT_0,
+        "judge the eval metric only at steps >= N (it starts near chance)",
+        metavar="N",
+        commands=_RECORD_COMMANDS,
+    )
+    chance_loss: float | None = option(
+        None,
+        NUMBER,
+        "loss_at_chance: the loss at chance level (binary cross-entropy: 0.693); the rule is off when unset",
+        none=True,
+        metavar="X",
+        commands=_RECORD_COMMANDS,
+    )
+    chance_after_step: int = option(
+        400, INT_0, "loss_at_chance looks only at train records from step N", metavar="N", commands=_RECORD_COMMANDS
+    )
+    chance_patience: int = option(
+        3,
+        INT_1,
+        "loss_at_chance: the last K train records all at or above chance",
+        metavar="K",
+        commands=_RECORD_COMMANDS,
+    )
+    chance_tolerance: float = option(
+        0.02, NON_NEGATIVE, "loss_at_chance: at chance means a loss >= X - T", metavar="T", commands=_RECORD_COMMANDS
+    )
+    grad_max: float = option(
+        50.0, POSITIVE, "grad_explosion: pre-clip gradient norm above X", metavar="X", commands=_RECORD_COMMANDS
+    )
+    grad_min: float = option(
+        1e-3, NON_NEGATIVE, "grad_collapse: pre-clip gradient norm below Y", metavar="Y", commands=_RECORD_COMMANDS
+    )
+    grad_patience: int = option(
+        3,
+        INT_1,
+        "grad_explosion, grad_collapse and nonfinite_grad need K consecutive train records",
+        metavar="K",
+        commands=_RECORD_COMMANDS,
+    )
+    throughput_drop: float = option(
+        0.25,
+        OPEN_01,
+        "throughput_drop: throughput below (1-F) x the session's baseline",
+        metavar="F",
+        commands=_RECORD_COMMANDS,
+    )
+    throughput_baseline_steps: int = option(
+        200,
+        INT_1,
+        "the baseline is the median throughput of the session's first N steps (its first record left out)",
+        metavar="N",
+        commands=_RECORD_COMMANDS,
+    )
+    throughput_patience: int = option(
+        3, INT_1, "throughput_drop needs K consecutive slow train records", metavar="K", commands=_RECORD_COMMANDS
+    )
+    spike_factor: float = option(
+        3.0,
+        GREATER_1,
+        "loss_spike: loss above F x the median of the records before",
+        metavar="F",
+        commands=_RECORD_COMMANDS,
+    )
+    spike_window: int = option(
+        20, INT_1, "loss_spike: the median is over the W train records before", metavar="W", commands=_RECORD_COMMANDS
+    )
+    spike_patience: int = option(
+        2, INT_1, "loss_spike needs K consecutive spiking train records", metavar="K", commands=_RECORD_COMMANDS
+    )
+    collapse_patience: int = option(
+        5,
+        INT_1,
+        "loss_collapse: K consecutive train records with loss exactly 0",
+        metavar="K",
+        commands=_RECORD_COMMANDS,
+    )
+    overfit_tolerance: float = option(
+        0.10,
+        NON_NEGATIVE,
+        "overfitting: eval loss above (1+F) x the best so far",
+        metavar="F",
+        commands=_RECORD_COMMANDS,
+    )
+    overfit_patience: int = option(
+        3, INT_1, "overfitting needs K consecutive such eval records", metavar="K", commands=_RECORD_COMMANDS
+    )
 
-    map: tuple[str, ...] = option((), TEXTS, "read a minimal telemetry key from another key of the log",
-                                  metavar="CANONICAL=SOURCE", commands=(*_RECORD_COMMANDS, "status"),
-                                  expect="a list of CANONICAL=SOURCE strings")
+    map: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "read a minimal telemetry key from another key of the log",
+        metavar="CANONICAL=SOURCE",
+        commands=(*_RECORD_COMMANDS, "status"),
+        expect="a list of CANONICAL=SOURCE strings",
+    )
 
     def __post_init__(self) -> None:
         validate(self)
@@ -109,9 +187,14 @@ TRANSIENT = "transient"  # resume from the latest checkpoint: may well succeed
 DIVERGENCE = "divergence"  # resume from a checkpoint saved before the trouble began: may succeed
 FATAL = "fatal"  # a relaunch repeats it: a person must change the recipe, data or code
 CLASSES: dict[str, str] = {
-    "process_exit": TRANSIENT, "stall": TRANSIENT, "rank_stall": TRANSIENT, "interrupted": TRANSIENT,
+    "process_exit": TRANSIENT,
+    "stall": TRANSIENT,
+    "rank_stall": TRANSIENT,
+    "interrupted": TRANSIENT,
     "straggler": TRANSIENT,
-    "nonfinite_loss": DIVERGENCE, "nonfinite_grad": DIVERGENCE, "loss_spike": DIVERGENCE,
+    "nonfinite_loss": DIVERGENCE,
+    "nonfinite_grad": DIVERGENCE,
+    "loss_spike": DIVERGENCE,
     "grad_explosion": DIVERGENCE,
 }
 
@@ -119,6 +202,7 @@ CLASSES: dict[str, str] = {
 def verdict_class(kind: str | None) -> str | None:
     """The class of an anomaly kind (`fatal` for every kind not listed); None for no anomaly."""
     return None if kind is None else CLASSES.get(kind, FATAL)
+
 
 SKIP: Any = object()  # `look` result: this rule does not look at this record
 
@@ -154,9 +238,14 @@ class Finding:
         return verdict_class(self.kind) or FATAL
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "class": self.cls, "step": self.step,
-                "onset": self.step if self.onset is None else self.onset, "message": self.message,
-                "session": self.session}
+        return {
+            "kind": self.kind,
+            "class": self.cls,
+            "step": self.step,
+            "onset": self.step if self.onset is None else self.onset,
+            "message": self.message,
+            "session": self.session,
+        }
 
 
 class Rule:
@@ -312,8 +401,10 @@ class LossSpike(_Streak):
                 self.streak, self.first = _extend(self.streak, self.first, loss > limit, rec.step)
                 result = None
                 if self.streak >= self.opts.spike_patience:
-                    result = (f"loss {_g(loss)} > {_g(self.opts.spike_factor)} x median {_g(median)} of the "
-                              f"previous {len(self.window)} train records for {self.streak} consecutive records")
+                    result = (
+                        f"loss {_g(loss)} > {_g(self.opts.spike_factor)} x median {_g(median)} of the "
+                        f"previous {len(self.window)} train records for {self.streak} consecutive records"
+                    )
         self.window.append(loss)
         self.seen += 1
         return result
@@ -352,8 +443,10 @@ class LossAtChance(Rule):
         self.flags.append(rec.step >= self.opts.chance_after_step and not rec.loss < floor)
         self.steps.append(rec.step)
         if len(self.flags) == self.flags.maxlen and all(self.flags):
-            return (f"loss {_g(rec.loss)} >= {_g(floor)} (chance {_g(x)} - tolerance {_g(self.opts.chance_tolerance)}) "
-                    f"for the last {len(self.flags)} train records")
+            return (
+                f"loss {_g(rec.loss)} >= {_g(floor)} (chance {_g(x)} - tolerance {_g(self.opts.chance_tolerance)}) "
+                f"for the last {len(self.flags)} train records"
+            )
         return None
 
 
@@ -390,8 +483,10 @@ class ThroughputDrop(_Streak):
         limit = (1 - self.opts.throughput_drop) * self.baseline
         self.streak, self.first = _extend(self.streak, self.first, tp < limit, rec.step)
         if self.streak >= self.opts.throughput_patience:
-            return (f"throughput {_g(tp)} < {_g(limit)} ((1 - {_g(self.opts.throughput_drop)}) x baseline "
-                    f"{_g(self.baseline)}) for {self.streak} consecutive train records")
+            return (
+                f"throughput {_g(tp)} < {_g(limit)} ((1 - {_g(self.opts.throughput_drop)}) x baseline "
+                f"{_g(self.baseline)}) for {self.streak} consecutive train records"
+            )
         return None
 
 
@@ -452,13 +547,16 @@ class Overfitting(_Streak):
         if v < best:
             self.best = v
         if self.streak >= self.opts.overfit_patience:
-            return (f"eval loss {_g(v)} > {_g(limit)} ((1 + {_g(self.opts.overfit_tolerance)}) x best {_g(best)}) "
-                    f"for {self.streak} consecutive eval records")
+            return (
+                f"eval loss {_g(v)} > {_g(limit)} ((1 + {_g(self.opts.overfit_tolerance)}) x best {_g(best)}) "
+                f"for {self.streak} consecutive eval records"
+            )
         return None
 
 
 class _Metric(Rule):
     looks_at = frozenset({"eval values"})
+
     def value(self, rec: Record) -> Any:
         m = rec.metrics
         if not m or rec.step < self.opts.metric_after_step:
@@ -497,9 +595,21 @@ class StuckMetric(_Metric):
 
 # The reporting order on one record (docs/WATCHDOG.md, "Rules on records"): train rules, then eval-value rules.
 RULE_ORDER: tuple[type[Rule], ...] = (
-    InvalidLog, NonfiniteLoss, NonfiniteGrad, GradExplosion, GradCollapse, LossSpike, LossCollapse,
-    LossAtChance, ThroughputDrop, SessionError, Interrupted,
-    EvalNonfiniteLoss, Overfitting, InvertedMetric, StuckMetric,
+    InvalidLog,
+    NonfiniteLoss,
+    NonfiniteGrad,
+    GradExplosion,
+    GradCollapse,
+    LossSpike,
+    LossCollapse,
+    LossAtChance,
+    ThroughputDrop,
+    SessionError,
+    Interrupted,
+    EvalNonfiniteLoss,
+    Overfitting,
+    InvertedMetric,
+    StuckMetric,
 )
 
 

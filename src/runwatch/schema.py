@@ -103,7 +103,7 @@ def loads(text: str | bytes, where: str, *, strict: bool = True) -> Any:
 # is a valid int would fail as a float, a loss would print differently. Such a token has 19 digits
 # or more in a row; finding a run that long costs a C-level translate and search, a fraction of the
 # parse, and only lines that have one are walked.
-_WIDE = float(2 ** 63)
+_WIDE = float(2**63)
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_RUN = b"0" * 19
 
@@ -298,7 +298,11 @@ def validate_session(session: Any, where: str, field: str) -> None:
         raise _fail(where, f"{field}.optimizers", "a list", optimizers)
     for j, opt in enumerate(optimizers):
         _obj(opt, where, f"{field}.optimizers[{j}]")
-        _str(_get(opt, "algorithm", where, f"{field}.optimizers[{j}].algorithm"), where, f"{field}.optimizers[{j}].algorithm")
+        _str(
+            _get(opt, "algorithm", where, f"{field}.optimizers[{j}].algorithm"),
+            where,
+            f"{field}.optimizers[{j}].algorithm",
+        )
     _obj(_get(session, "hardware", where, f"{field}.hardware"), where, f"{field}.hardware")
 
 
@@ -414,10 +418,20 @@ class SessionValidator:
                 return None
             step, updates, skipped, attempted = rec["step"], rec["updates"], rec["skipped"], rec["attempted"]
             tokens, nonfinite = rec["tokens"], rec["nonfinite_grad_norms"]
-            if not (type(step) is int and type(updates) is int and type(skipped) is int and type(attempted) is int
-                    and type(tokens) is int and type(nonfinite) is int
-                    and updates > 0 and skipped >= 0 and nonfinite >= 0 and attempted == updates + skipped
-                    and step == self.step + updates and tokens == self.tokens_per_attempt * attempted):
+            if not (
+                type(step) is int
+                and type(updates) is int
+                and type(skipped) is int
+                and type(attempted) is int
+                and type(tokens) is int
+                and type(nonfinite) is int
+                and updates > 0
+                and skipped >= 0
+                and nonfinite >= 0
+                and attempted == updates + skipped
+                and step == self.step + updates
+                and tokens == self.tokens_per_attempt * attempted
+            ):
                 return None
             # A number is a float strictly between -2**63 and 2**63 (so finite; orjson reads larger
             # integers as floats, and those are left to check()), or an int. Floats come first: most
@@ -472,8 +486,13 @@ class SessionValidator:
                     return None
                 v = qk["threshold"]
                 observed, clipped = qk["observed_head_updates"], qk["clipped_head_updates"]
-                if not ((type(v) is float or type(v) is int) and v == self._fast_threshold
-                        and type(observed) is int and type(clipped) is int and 0 <= clipped <= observed):
+                if not (
+                    (type(v) is float or type(v) is int)
+                    and v == self._fast_threshold
+                    and type(observed) is int
+                    and type(clipped) is int
+                    and 0 <= clipped <= observed
+                ):
                     return None
                 v = qk["max_logit"]
                 if not (v is None or (type(v) is float or type(v) is int) and _MINUS_BIG < v < _BIG):
@@ -486,9 +505,19 @@ class SessionValidator:
     @staticmethod
     def window_values(rec: dict) -> tuple:
         """What `take_window` returns, of a train record that `check` took."""
-        return (rec["step"], rec["updates"], rec["skipped"], rec["tokens"], rec["nonfinite_grad_norms"],
-                rec["train_seconds"], rec["loss"], rec["grad_norm"]["max"], rec["grad_clipped_fraction"],
-                rec.get("qk_clip"), rec.get("memory"))
+        return (
+            rec["step"],
+            rec["updates"],
+            rec["skipped"],
+            rec["tokens"],
+            rec["nonfinite_grad_norms"],
+            rec["train_seconds"],
+            rec["loss"],
+            rec["grad_norm"]["max"],
+            rec["grad_clipped_fraction"],
+            rec.get("qk_clip"),
+            rec.get("memory"),
+        )
 
     def check(self, rec: dict, where: str) -> None:
         """Validate `rec` (already known to be of this session) against the session so far."""
@@ -513,7 +542,12 @@ class SessionValidator:
         tps = _get(session, "tokens_per_second", where, "session.tokens_per_second")
         if tps is not None:
             _number(tps, where, "session.tokens_per_second", 0)
-        _number(_get(session, "profiling_seconds", where, "session.profiling_seconds"), where, "session.profiling_seconds", 0)
+        _number(
+            _get(session, "profiling_seconds", where, "session.profiling_seconds"),
+            where,
+            "session.profiling_seconds",
+            0,
+        )
         memory = rec.get("memory")
         if memory is not None:
             for key, value in _obj(memory, where, "memory").items():
@@ -553,9 +587,7 @@ class SessionValidator:
         skipped = _int(_get(rec, "skipped", where, "skipped"), where, "skipped")
         attempted = _int(_get(rec, "attempted", where, "attempted"), where, "attempted")
         if attempted != updates + skipped:
-            raise InvalidRunError(
-                f"{where}: attempted {attempted} != updates {updates} + skipped {skipped}"
-            )
+            raise InvalidRunError(f"{where}: attempted {attempted} != updates {updates} + skipped {skipped}")
         expected_step = self.step + updates
         if step != expected_step:
             raise InvalidRunError(
@@ -579,7 +611,9 @@ class SessionValidator:
         _number(_get(grad, "mean", where, "grad_norm.mean"), where, "grad_norm.mean", 0)
         _number(_get(grad, "max", where, "grad_norm.max"), where, "grad_norm.max", 0)
         _int(_get(rec, "nonfinite_grad_norms", where, "nonfinite_grad_norms"), where, "nonfinite_grad_norms")
-        frac = _number(_get(rec, "grad_clipped_fraction", where, "grad_clipped_fraction"), where, "grad_clipped_fraction", 0)
+        frac = _number(
+            _get(rec, "grad_clipped_fraction", where, "grad_clipped_fraction"), where, "grad_clipped_fraction", 0
+        )
         if frac > 1:
             raise _fail(where, "grad_clipped_fraction", "a number in [0, 1]", frac)
         qk = rec.get("qk_clip")
@@ -592,8 +626,16 @@ class SessionValidator:
                     f"{where}: qk_clip.threshold {_show(threshold)} differs from the recipe's "
                     f"qk_clip_threshold {_show(self.threshold)}"
                 )
-            observed = _int(_get(qk, "observed_head_updates", where, "qk_clip.observed_head_updates"), where, "qk_clip.observed_head_updates")
-            clipped = _int(_get(qk, "clipped_head_updates", where, "qk_clip.clipped_head_updates"), where, "qk_clip.clipped_head_updates")
+            observed = _int(
+                _get(qk, "observed_head_updates", where, "qk_clip.observed_head_updates"),
+                where,
+                "qk_clip.observed_head_updates",
+            )
+            clipped = _int(
+                _get(qk, "clipped_head_updates", where, "qk_clip.clipped_head_updates"),
+                where,
+                "qk_clip.clipped_head_updates",
+            )
             if clipped > observed:
                 raise InvalidRunError(
                     f"{where}: qk_clip.clipped_head_updates {clipped} > observed_head_updates {observed}"

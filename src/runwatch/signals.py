@@ -48,8 +48,10 @@ class SignalGuard:
         """Install the handlers (from the main thread only; elsewhere Python does not allow it)."""
         if threading.current_thread() is not threading.main_thread():
             return
-        wanted = [(signal.SIGTERM, signal.SIG_DFL, self._on_signal),
-                  (signal.SIGINT, signal.default_int_handler, self._on_signal)]
+        wanted = [
+            (signal.SIGTERM, signal.SIG_DFL, self._on_signal),
+            (signal.SIGINT, signal.default_int_handler, self._on_signal),
+        ]
         if hasattr(signal, "SIGXFSZ"):
             # Past RLIMIT_FSIZE the kernel sends SIGXFSZ, whose default action kills the process
             # with half a record on disk and no message. CPython ignores it at startup; an embedding

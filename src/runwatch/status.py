@@ -55,15 +55,27 @@ def _read_json(path: str) -> Any:
         return None
 
 
-def status(run_dir: str, *, gpus: bool = True, now: float | None = None, read: ReadOptions | None = None,
-           maps: dict[str, str] | None = None) -> dict:
+def status(
+    run_dir: str,
+    *,
+    gpus: bool = True,
+    now: float | None = None,
+    read: ReadOptions | None = None,
+    maps: dict[str, str] | None = None,
+) -> dict:
     """The facts of one check-in as a dict (what `runwatch status --json` prints)."""
     if not os.path.exists(run_dir):
         raise UsageError(f"status: {run_dir}: no such run directory or log")
     now = time.time() if now is None else now
     t = resolve_target(run_dir, read)
-    out: dict[str, Any] = {"run_dir": t.run_dir, "log": t.log_path, "run_id": None, "session_id": None,
-                           "sessions": None, "max_steps": None}
+    out: dict[str, Any] = {
+        "run_dir": t.run_dir,
+        "log": t.log_path,
+        "run_id": None,
+        "session_id": None,
+        "sessions": None,
+        "max_steps": None,
+    }
     recs: list[Record] = []
     torn = False
     mtime = None
@@ -97,7 +109,11 @@ def status(run_dir: str, *, gpus: bool = True, now: float | None = None, read: R
             if type(max_steps) is int and max_steps > 0:
                 out["max_steps"] = max_steps
             parser = RecordParser("v1", manifest=manifest)
-            recs = [r for r in (parser.parse_unchecked(raw) for raw in lines) if r is not None and r.session == session["session_id"]]
+            recs = [
+                r
+                for r in (parser.parse_unchecked(raw) for raw in lines)
+                if r is not None and r.session == session["session_id"]
+            ]
         else:
             parser = RecordParser("minimal", name=os.path.basename(t.log_path), maps=maps)
             parsed = [r for r in (parser.parse_line(0, raw) for raw in lines) if r is not None and r.kind != "invalid"]
@@ -120,7 +136,9 @@ def describe(t: Target, out: dict, recs: list[Record], mtime: float | None, now:
     out["age_seconds"] = round(now - when, 1) if last is not None and when is not None else None
     out["loss"] = _num(lt.loss) if lt else None
     out["lr"] = _num(lt.lr) if lt else None
-    out["grad_norm"] = {"mean": _num(lt.grad_mean), "max": _num(lt.grad_max)} if lt and lt.grad_mean is not None else None
+    out["grad_norm"] = (
+        {"mean": _num(lt.grad_mean), "max": _num(lt.grad_max)} if lt and lt.grad_mean is not None else None
+    )
     tps = None
     if last is not None and last.raw and isinstance(last.raw.get("session"), dict):
         tps = last.raw["session"].get("tokens_per_second")
@@ -135,8 +153,11 @@ def describe(t: Target, out: dict, recs: list[Record], mtime: float | None, now:
     ended = next((r for r in reversed(recs) if r.kind == "end"), None)
     out["ended"] = {"reason": ended.reason, "error": ended.error} if ended else None
     ev = evals[-1] if evals else None
-    out["last_eval"] = ({"step": ev.step, "loss": _num(ev.eval_loss), "metrics": {k: _num(v) for k, v in (ev.metrics or {}).items()}}
-                        if ev else None)
+    out["last_eval"] = (
+        {"step": ev.step, "loss": _num(ev.eval_loss), "metrics": {k: _num(v) for k, v in (ev.metrics or {}).items()}}
+        if ev
+        else None
+    )
     pid = read_pid_file(os.path.join(t.run_dir, "pid"))
     host = process_host(t.run_dir)
     if pid is None:
@@ -153,13 +174,25 @@ def describe(t: Target, out: dict, recs: list[Record], mtime: float | None, now:
             watching, line = watchdog_liveness(verdict, now)
             verdict = {**verdict, "alive": watching, "line": line}
         else:
-            stale = (isinstance(launch, dict) and isinstance(launch.get("time"), (int, float))
-                     and isinstance(verdict.get("time"), (int, float)) and verdict["time"] < launch["time"])
-            verdict = {**verdict, "class": verdict.get("class", verdict_class(verdict.get("kind"))),
-                       "before_current_launch": bool(stale)}
+            stale = (
+                isinstance(launch, dict)
+                and isinstance(launch.get("time"), (int, float))
+                and isinstance(verdict.get("time"), (int, float))
+                and verdict["time"] < launch["time"]
+            )
+            verdict = {
+                **verdict,
+                "class": verdict.get("class", verdict_class(verdict.get("kind"))),
+                "before_current_launch": bool(stale),
+            }
     out["watchdog"] = verdict if isinstance(verdict, dict) else None
     error = verdict.get("last_error") if isinstance(verdict, dict) else None
-    if error is None and out["process"] and out["process"]["alive"] is False and not (out["ended"] and out["ended"]["reason"] == "normal"):
+    if (
+        error is None
+        and out["process"]
+        and out["process"]["alive"] is False
+        and not (out["ended"] and out["ended"]["reason"] == "normal")
+    ):
         error = last_error(os.path.join(t.run_dir, "stdout.log"))
     out["last_error"] = error
     out["gpus"] = gpu_info() if gpus else None
@@ -200,8 +233,15 @@ def gpu_info() -> list[dict] | str:
                     util = pynvml.nvmlDeviceGetUtilizationRates(h)
                     mem = pynvml.nvmlDeviceGetMemoryInfo(h)
                     name = pynvml.nvmlDeviceGetName(h)
-                    out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
-                                "utilization_percent": util.gpu, "memory_used_bytes": mem.used, "memory_total_bytes": mem.total})
+                    out.append(
+                        {
+                            "index": i,
+                            "name": name.decode() if isinstance(name, bytes) else name,
+                            "utilization_percent": util.gpu,
+                            "memory_used_bytes": mem.used,
+                            "memory_total_bytes": mem.total,
+                        }
+                    )
                 return out or "no GPU"
             finally:
                 pynvml.nvmlShutdown()
@@ -211,8 +251,16 @@ def gpu_info() -> list[dict] | str:
     if smi:
         try:
             res = subprocess.run(
-                [smi, "--query-gpu=index,name,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_SECONDS, check=False)
+                [
+                    smi,
+                    "--query-gpu=index,name,utilization.gpu,memory.used,memory.total",
+                    "--format=csv,noheader,nounits",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=NVIDIA_SMI_TIMEOUT_SECONDS,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return "no GPU (nvidia-smi did not answer)"
         out = []
@@ -220,8 +268,15 @@ def gpu_info() -> list[dict] | str:
             parts = [p.strip() for p in line.split(",")]
             if len(parts) == 5 and parts[0].isdigit():
                 try:
-                    out.append({"index": int(parts[0]), "name": parts[1], "utilization_percent": int(parts[2]),
-                                "memory_used_bytes": int(parts[3]) * 2**20, "memory_total_bytes": int(parts[4]) * 2**20})
+                    out.append(
+                        {
+                            "index": int(parts[0]),
+                            "name": parts[1],
+                            "utilization_percent": int(parts[2]),
+                            "memory_used_bytes": int(parts[3]) * 2**20,
+                            "memory_total_bytes": int(parts[4]) * 2**20,
+                        }
+                    )
                 except ValueError:
                     continue
         return out or "no GPU"
@@ -290,14 +345,22 @@ def format_status(st: dict) -> list[str]:
         lines.append(f"error    {st['last_error']}"[:160])
     sv = st.get("supervise")
     if sv:
-        state = "" if sv["supervisor_running"] else f" (supervisor {'not running' if sv['event'] not in ('done', 'gave_up') else sv['event'].replace('_', ' ')})"
-        lines.append(f"supervise attempt {sv['attempt']}, restarts {sv['restarts']}/{sv['max_restarts']}, "
-                     f"rollbacks {sv['rollbacks']}/{sv['max_rollbacks']}{state}")
+        state = (
+            ""
+            if sv["supervisor_running"]
+            else f" (supervisor {'not running' if sv['event'] not in ('done', 'gave_up') else sv['event'].replace('_', ' ')})"
+        )
+        lines.append(
+            f"supervise attempt {sv['attempt']}, restarts {sv['restarts']}/{sv['max_restarts']}, "
+            f"rollbacks {sv['rollbacks']}/{sv['max_rollbacks']}{state}"
+        )
     g = st["gpus"]
     if isinstance(g, list):
         for d in g[:8]:
-            lines.append(f"gpu{d['index']}     {d['utilization_percent']}%  {d['memory_used_bytes'] / 2**30:.1f}/"
-                         f"{d['memory_total_bytes'] / 2**30:.1f} GiB  {d['name']}")
+            lines.append(
+                f"gpu{d['index']}     {d['utilization_percent']}%  {d['memory_used_bytes'] / 2**30:.1f}/"
+                f"{d['memory_total_bytes'] / 2**30:.1f} GiB  {d['name']}"
+            )
         if len(g) > 8:
             lines.append(f"         ... and {len(g) - 8} more GPUs")
     elif g is not None:
@@ -323,5 +386,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("\n".join(format_status(st)))
     return 0
-
-

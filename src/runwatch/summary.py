@@ -225,10 +225,15 @@ def _read_line(validator: SessionValidator, lineno: int, raw: bytes, rec: Any, f
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The summary's options, shared by `runwatch summarize` and the standalone script."""
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (run.json + metrics.jsonl)")
-    parser.add_argument("--after-step", default="0", metavar="N",
-                        help="steady throughput counts windows starting at or after step N (default 0)")
-    parser.add_argument("--expect-step", default=None, metavar="N",
-                        help="fail unless the session completed normally at exactly step N")
+    parser.add_argument(
+        "--after-step",
+        default="0",
+        metavar="N",
+        help="steady throughput counts windows starting at or after step N (default 0)",
+    )
+    parser.add_argument(
+        "--expect-step", default=None, metavar="N", help="fail unless the session completed normally at exactly step N"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -44,8 +44,17 @@ from .rules import fmt_step
 from .verdict import read_verdict
 from .watchdog import Options, Verdict, Watcher, load_options, write_verdict
 
-__all__ = ["SuperviseOptions", "Supervisor", "supervise_status", "add_arguments", "run", "JOURNAL", "LOCK",
-           "MAX_BACKOFF_SECONDS", "EVENTS"]
+__all__ = [
+    "SuperviseOptions",
+    "Supervisor",
+    "supervise_status",
+    "add_arguments",
+    "run",
+    "JOURNAL",
+    "LOCK",
+    "MAX_BACKOFF_SECONDS",
+    "EVENTS",
+]
 
 JOURNAL = "supervise.jsonl"
 LOCK = "supervise.lock"
@@ -70,14 +79,30 @@ class SuperviseOptions:
     sets them in its `[supervise]` table."""
 
     restarts: int = option(5, INT_0, "transient relaunches in all before giving up", metavar="N", commands=_SUP)
-    rollbacks: int = option(2, INT_0, "divergence relaunches (rollbacks) in all before giving up", metavar="N",
-                            commands=_SUP)
-    backoff: float = option(10.0, NON_NEGATIVE, "seconds to wait before a transient relaunch, doubling each "
-                            "consecutive time up to 600", metavar="S", commands=_SUP)
-    exit_grace: float = option(300.0, NON_NEGATIVE, "seconds a completed run's process may take to exit before it "
-                               "is stopped", metavar="S", commands=_SUP)
-    notify: tuple[str, ...] = option((), TEXTS, "an Apprise URL to notify of each verdict, relaunch, rollback and "
-                                     "the end (runwatch[notify])", metavar="URL", commands=_SUP)
+    rollbacks: int = option(
+        2, INT_0, "divergence relaunches (rollbacks) in all before giving up", metavar="N", commands=_SUP
+    )
+    backoff: float = option(
+        10.0,
+        NON_NEGATIVE,
+        "seconds to wait before a transient relaunch, doubling each consecutive time up to 600",
+        metavar="S",
+        commands=_SUP,
+    )
+    exit_grace: float = option(
+        300.0,
+        NON_NEGATIVE,
+        "seconds a completed run's process may take to exit before it is stopped",
+        metavar="S",
+        commands=_SUP,
+    )
+    notify: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "an Apprise URL to notify of each verdict, relaunch, rollback and the end (runwatch[notify])",
+        metavar="URL",
+        commands=_SUP,
+    )
 
     def __post_init__(self) -> None:
         validate(self, "supervise")
@@ -116,9 +141,16 @@ def supervise_status(run_dir: str) -> dict | None:
     budgets = last.get("budgets") if isinstance(last.get("budgets"), dict) else {}
     sup = last.get("supervisor")
     running = last.get("event") not in ("done", "gave_up") and type(sup) is int and _proc.alive(sup)
-    return {"attempt": last.get("attempt"), "restarts": last.get("restarts"), "rollbacks": last.get("rollbacks"),
-            "max_restarts": budgets.get("restarts"), "max_rollbacks": budgets.get("rollbacks"),
-            "event": last.get("event"), "supervisor_pid": sup, "supervisor_running": running}
+    return {
+        "attempt": last.get("attempt"),
+        "restarts": last.get("restarts"),
+        "rollbacks": last.get("rollbacks"),
+        "max_restarts": budgets.get("restarts"),
+        "max_rollbacks": budgets.get("rollbacks"),
+        "event": last.get("event"),
+        "supervisor_pid": sup,
+        "supervisor_running": running,
+    }
 
 
 # --- the supervisor -------------------------------------------------------------------------------
@@ -127,9 +159,17 @@ def supervise_status(run_dir: str) -> dict | None:
 class Supervisor:
     """One supervision of RUN_DIR; `run()` returns the exit status (0 done, 7 gave up or fatal)."""
 
-    def __init__(self, run_dir: str, cmd: list[str], watch: Options | None = None,
-                 opts: SuperviseOptions | None = None, *, stop_grace: float = _proc.STOP_GRACE_SECONDS,
-                 out: Callable[[str], None] | None = None, log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: str,
+        cmd: list[str],
+        watch: Options | None = None,
+        opts: SuperviseOptions | None = None,
+        *,
+        stop_grace: float = _proc.STOP_GRACE_SECONDS,
+        out: Callable[[str], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         if not cmd:
             raise UsageError("supervise: no command given (runwatch supervise RUN_DIR -- CMD ...)")
         self.run_dir = os.path.abspath(os.fspath(run_dir))
@@ -187,24 +227,39 @@ class Supervisor:
         free = st.f_bavail * st.f_frsize
         if free < MIN_FREE_BYTES:
             os.close(fd)
-            raise UsageError(f"supervise: {d}: only {free} bytes free on its file system "
-                             f"(at least {MIN_FREE_BYTES} needed for logs and checkpoints)")
+            raise UsageError(
+                f"supervise: {d}: only {free} bytes free on its file system "
+                f"(at least {MIN_FREE_BYTES} needed for logs and checkpoints)"
+            )
         self._lock_fd = fd
 
     def _record(self, event: str, verdict: Verdict | None = None, **fields: Any) -> dict:
         """Append one action to supervise.jsonl (one write of one whole line)."""
-        rec: dict[str, Any] = {"time": round(time.time(), 3), "event": event, "attempt": self.attempt, "pid": self.pid,
-                               "kind": None, "class": None, "step": None, "checkpoint": None}
+        rec: dict[str, Any] = {
+            "time": round(time.time(), 3),
+            "event": event,
+            "attempt": self.attempt,
+            "pid": self.pid,
+            "kind": None,
+            "class": None,
+            "step": None,
+            "checkpoint": None,
+        }
         if verdict is not None:
             rec.update(kind=verdict.kind, step=verdict.step, message=verdict.message)
             rec["class"] = verdict.cls
             if verdict.verdict == "anomaly":
                 rec["onset"] = verdict.step if verdict.onset is None else verdict.onset
         rec.update(fields)
-        rec.update(restarts=self.restarts, rollbacks=self.rollbacks,
-                   budgets={"restarts": self.opts.restarts, "rollbacks": self.opts.rollbacks},
-                   streak=self.streak, env=self.env, checkpoints_at_launch=self.checkpoints_at_launch,
-                   supervisor=os.getpid())
+        rec.update(
+            restarts=self.restarts,
+            rollbacks=self.rollbacks,
+            budgets={"restarts": self.opts.restarts, "rollbacks": self.opts.rollbacks},
+            streak=self.streak,
+            env=self.env,
+            checkpoints_at_launch=self.checkpoints_at_launch,
+            supervisor=os.getpid(),
+        )
         line = json.dumps(rec, allow_nan=False) + "\n"
         fd = os.open(os.path.join(self.run_dir, JOURNAL), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -218,8 +273,13 @@ class Supervisor:
 
     def _notify(self, event: str, rec: dict, verdict: Verdict | None) -> None:
         line = rec.get("line") or (verdict.line() if verdict is not None else f"{event} attempt {self.attempt}")
-        body = [line, f"event: {event} (attempt {self.attempt}, restarts {self.restarts}/{self.opts.restarts}, "
-                      f"rollbacks {self.rollbacks}/{self.opts.rollbacks})", f"run: {self.run_dir}", f"host: {self.host}"]
+        body = [
+            line,
+            f"event: {event} (attempt {self.attempt}, restarts {self.restarts}/{self.opts.restarts}, "
+            f"rollbacks {self.rollbacks}/{self.opts.rollbacks})",
+            f"run: {self.run_dir}",
+            f"host: {self.host}",
+        ]
         if rec.get("checkpoint"):
             body.append(f"checkpoint: {rec['checkpoint']}")
         if verdict is not None and verdict.verdict == "anomaly":
@@ -254,8 +314,11 @@ class Supervisor:
 
     def _sessions(self) -> list:
         try:
-            return load_sessions(self.run_dir, maps=self.watch.maps) if os.path.exists(
-                resolve_target(self.run_dir).log_path) else []
+            return (
+                load_sessions(self.run_dir, maps=self.watch.maps)
+                if os.path.exists(resolve_target(self.run_dir).log_path)
+                else []
+            )
         except InvalidRunError:
             return []
 
@@ -276,9 +339,14 @@ class Supervisor:
         info = launch(self.run_dir, self.cmd, env=full)
         self.pid = info["pid"]
         fields.setdefault("checkpoint", env.get("RUNWATCH_RESUME_FROM") or self._latest_checkpoint())
-        self.log(f"runwatch supervise: {event}: attempt {self.attempt}, pid {self.pid}"
-                 + (f", resuming from {env['RUNWATCH_RESUME_FROM']}, skipping steps {env['RUNWATCH_SKIP_STEPS']}"
-                    if env else ""))
+        self.log(
+            f"runwatch supervise: {event}: attempt {self.attempt}, pid {self.pid}"
+            + (
+                f", resuming from {env['RUNWATCH_RESUME_FROM']}, skipping steps {env['RUNWATCH_SKIP_STEPS']}"
+                if env
+                else ""
+            )
+        )
         self._record(event, command=self.cmd if event == "launch" else None, **fields)
 
     def _stop(self, why: str) -> None:
@@ -321,9 +389,11 @@ class Supervisor:
         self._record(event, verdict, line=line, goodput=figures, checkpoint=self._latest_checkpoint(), **fields)
         ratio = "n/a" if figures["ratio"] is None else f"{figures['ratio']:.3f}"
         lost = "n/a" if figures["seconds_lost"] is None else f"{figures['seconds_lost']:.1f} s"
-        self.log(f"runwatch supervise: goodput {ratio}: {fmt_step(figures['steps_kept'])} steps kept of "
-                 f"{fmt_step(figures['steps_run'])} run; {self.restarts} restarts, {self.rollbacks} rollbacks, "
-                 f"{lost} lost")
+        self.log(
+            f"runwatch supervise: goodput {ratio}: {fmt_step(figures['steps_kept'])} steps kept of "
+            f"{fmt_step(figures['steps_run'])} run; {self.restarts} restarts, {self.rollbacks} rollbacks, "
+            f"{lost} lost"
+        )
         self.out(line)
 
     def _give_up(self, verdict: Verdict, why: str | None) -> int:
@@ -347,21 +417,29 @@ class Supervisor:
             return self._done(v)
         cls = v.cls
         self._stop(f"{v.kind}, {cls}")
-        if cls == "transient" and self.attempt == 1 and self.fresh == 0 and v.kind == "process_exit" \
-                and self.restarts == 0 and self.rollbacks == 0:
+        if (
+            cls == "transient"
+            and self.attempt == 1
+            and self.fresh == 0
+            and v.kind == "process_exit"
+            and self.restarts == 0
+            and self.rollbacks == 0
+        ):
             # A command that dies before its first record on its first launch (a typo, an import
             # error) does the same on every relaunch: say so instead of looping.
             last = _last_output_line(self.run_dir)
             self._finish("gave_up", v, v.line() + " (not relaunched: it ended before its first record)")
-            raise UsageError(f"supervise: {' '.join(self.cmd)}: ended before writing its first record "
-                             f"({v.message}); not relaunched" + (f". Last output: {last}" if last else ""))
+            raise UsageError(
+                f"supervise: {' '.join(self.cmd)}: ended before writing its first record "
+                f"({v.message}); not relaunched" + (f". Last output: {last}" if last else "")
+            )
         if cls == "transient":
             if self.restarts >= self.opts.restarts:
                 return self._give_up(v, f"gave up after {self.restarts} restarts")
             progressed = self._drained(self.watcher).checkpoints > self.checkpoints_at_launch
             if progressed:
                 self.streak = 0
-            wait = min(MAX_BACKOFF_SECONDS, self.opts.backoff * 2 ** self.streak) if self.opts.backoff else 0.0
+            wait = min(MAX_BACKOFF_SECONDS, self.opts.backoff * 2**self.streak) if self.opts.backoff else 0.0
             self.streak += 1
             env = self.env if self.env and not progressed else {}  # a rollback not yet checkpointed past
             self.log(f"runwatch supervise: {v.kind} ({cls}); relaunching in {wait:g} s")
@@ -380,12 +458,22 @@ class Supervisor:
                 onset = v.step if v.onset is None else v.onset
                 return self._give_up(v, f"no checkpoint before step {fmt_step(onset)} to roll back to")
             self.rollbacks += 1
-            env = {"RUNWATCH_RESUME_FROM": rb.checkpoint.path, "RUNWATCH_ROLLBACK": str(self.rollbacks),
-                   "RUNWATCH_SKIP_STEPS": rb.skip_text}
-            self.log(f"runwatch supervise: {v.kind} ({cls}) from step {fmt_step(rb.first_bad_step)}; rolling back to "
-                     f"{rb.checkpoint.path} (step {fmt_step(rb.checkpoint.step)})")
-            self._launch("rollback", env, checkpoint=rb.checkpoint.path, checkpoint_step=rb.checkpoint.step,
-                         skip_steps=rb.skip_text)
+            env = {
+                "RUNWATCH_RESUME_FROM": rb.checkpoint.path,
+                "RUNWATCH_ROLLBACK": str(self.rollbacks),
+                "RUNWATCH_SKIP_STEPS": rb.skip_text,
+            }
+            self.log(
+                f"runwatch supervise: {v.kind} ({cls}) from step {fmt_step(rb.first_bad_step)}; rolling back to "
+                f"{rb.checkpoint.path} (step {fmt_step(rb.checkpoint.step)})"
+            )
+            self._launch(
+                "rollback",
+                env,
+                checkpoint=rb.checkpoint.path,
+                checkpoint_step=rb.checkpoint.step,
+                skip_steps=rb.skip_text,
+            )
             return None
         return self._give_up(v, None)
 
@@ -408,15 +496,23 @@ class Supervisor:
             command = info.get("command") if isinstance(info, dict) else None
             if command != self.cmd:
                 shown = " ".join(command) if isinstance(command, list) else "unknown"
-                raise UsageError(f"supervise: {self.run_dir}: process {pid} launched there runs another command "
-                                 f"({shown}); stop it or use another run directory")
+                raise UsageError(
+                    f"supervise: {self.run_dir}: process {pid} launched there runs another command "
+                    f"({shown}); stop it or use another run directory"
+                )
             if _proc.launched_group(pid, self.run_dir) is None:
-                raise UsageError(f"supervise: {self.run_dir}: process {pid} in RUN_DIR/pid is not the one "
-                                 f"launch.json describes; remove RUN_DIR/pid if the training is gone")
+                raise UsageError(
+                    f"supervise: {self.run_dir}: process {pid} in RUN_DIR/pid is not the one "
+                    f"launch.json describes; remove RUN_DIR/pid if the training is gone"
+                )
             self.pid = pid
             self.attempt = self.attempt or 1
             watching, _problem = read_verdict(self.run_dir, watching=True)
-            if watching is not None and watching.get("verdict") == "watching" and isinstance(watching.get("state"), dict):
+            if (
+                watching is not None
+                and watching.get("verdict") == "watching"
+                and isinstance(watching.get("state"), dict)
+            ):
                 self.state = watching["state"]  # where the killed supervisor's watch had read to
             self.log(f"runwatch supervise: adopting the running process {pid} (attempt {self.attempt})")
             self._record("launch", adopted=True, checkpoint=self._latest_checkpoint())
@@ -425,8 +521,14 @@ class Supervisor:
             # The supervisor was stopped between a verdict and its action: take the action up.
             self.pid = last.get("pid")
             self.log(f"runwatch supervise: taking up the action on the recorded verdict {last['kind']}")
-            return Verdict("anomaly", last["kind"], last.get("step") or 0, last.get("message") or "",
-                           time.time(), last.get("onset"))
+            return Verdict(
+                "anomaly",
+                last["kind"],
+                last.get("step") or 0,
+                last.get("message") or "",
+                time.time(),
+                last.get("onset"),
+            )
         if ongoing and pid is not None:
             self.pid = pid  # gone meanwhile: the watch judges how it ended (done, or process_exit)
             self.log(f"runwatch supervise: process {pid} of attempt {self.attempt} has ended; judging its log")
@@ -484,8 +586,9 @@ class Supervisor:
         self._stop(f"the supervisor received {name}")
         sessions = [s for s in self._sessions() if s.records]
         step = sessions[-1].records[-1].step if sessions else 0
-        v = Verdict("anomaly", "interrupted", step, f"the supervisor received {name}; the training was stopped",
-                    time.time())
+        v = Verdict(
+            "anomaly", "interrupted", step, f"the supervisor received {name}; the training was stopped", time.time()
+        )
         self._finish("gave_up", v, v.line())
         return v.exit_code_with(self.watch.exit_transient)
 
@@ -528,8 +631,12 @@ def _declare(p: argparse.ArgumentParser) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     # As for `launch`: everything from RUN_DIR on is split at the first `--` by `run`.
     _declare(p)
-    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="RUN_DIR [options] -- CMD ...",
-                   help="the run directory (created if missing), watch and supervise options, then the training command")
+    p.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        metavar="RUN_DIR [options] -- CMD ...",
+        help="the run directory (created if missing), watch and supervise options, then the training command",
+    )
 
 
 def _split(args: argparse.Namespace) -> list[str]:
@@ -537,7 +644,7 @@ def _split(args: argparse.Namespace) -> list[str]:
     if "--" not in rest:
         raise UsageError("supervise: expected RUN_DIR [options] -- CMD ...")
     i = rest.index("--")
-    head, cmd = rest[:i], rest[i + 1:]
+    head, cmd = rest[:i], rest[i + 1 :]
     sub = Parser(prog="runwatch supervise", add_help=False)
     _declare(sub)
     sub.add_argument("run_dir", metavar="RUN_DIR")

@@ -124,7 +124,9 @@ def export(target: str, logdir: str | None = None, *, maps: dict[str, str] | Non
         from tensorboard.compat.proto import event_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
     except ImportError:
-        raise RunwatchError("tensorboard export needs the tensorboard package: pip install 'runwatch[tensorboard]'") from None
+        raise RunwatchError(
+            "tensorboard export needs the tensorboard package: pip install 'runwatch[tensorboard]'"
+        ) from None
     t = resolve_target(target)
     if not os.path.exists(t.log_path):
         raise UsageError(f"tensorboard: {target}: no metrics.jsonl or trainer_state.json")
@@ -198,8 +200,9 @@ def export(target: str, logdir: str | None = None, *, maps: dict[str, str] | Non
         raise
     return {
         "logdir": logdir,
-        "runs": [{"name": r.name, "session": r.session, "scalars": r.scalars, "tags": sorted(r.tags)}
-                 for r in runs.values()],
+        "runs": [
+            {"name": r.name, "session": r.session, "scalars": r.scalars, "tags": sorted(r.tags)} for r in runs.values()
+        ],
         "invalid_records": invalid,
     }
 
@@ -262,16 +265,23 @@ def _swap(tmp: str, logdir: str) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("target", metavar="RUN_DIR|FILE", help="a run directory, a JSONL log or a trainer_state.json")
     p.add_argument("--logdir", default=None, metavar="DIR", help="where to write (default RUN_DIR/tensorboard)")
-    p.add_argument("--map", action="append", default=None, metavar="CANONICAL=SOURCE",
-                   help="read a minimal telemetry key from another key of the log (repeatable)")
+    p.add_argument(
+        "--map",
+        action="append",
+        default=None,
+        metavar="CANONICAL=SOURCE",
+        help="read a minimal telemetry key from another key of the log (repeatable)",
+    )
     p.add_argument("--json", action="store_true", help="print the export's runs and tags as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     info = export(args.target, args.logdir, maps=parse_maps(args.map))
     if info["invalid_records"]:
-        print(f"runwatch tensorboard: left out {info['invalid_records']} invalid records "
-              "(runwatch check names them)", file=sys.stderr)
+        print(
+            f"runwatch tensorboard: left out {info['invalid_records']} invalid records (runwatch check names them)",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(info, indent=2, allow_nan=False))
         return 0

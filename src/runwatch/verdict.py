@@ -56,9 +56,15 @@ class Verdict:
         return self.exit_code_with(None)
 
     def to_json(self) -> dict[str, Any]:
-        out = {"verdict": self.verdict, "kind": self.kind, "class": self.cls, "step": self.step,
-               "onset": None if self.verdict == "done" else (self.step if self.onset is None else self.onset),
-               "message": self.message, "time": self.time}
+        out = {
+            "verdict": self.verdict,
+            "kind": self.kind,
+            "class": self.cls,
+            "step": self.step,
+            "onset": None if self.verdict == "done" else (self.step if self.onset is None else self.onset),
+            "message": self.message,
+            "time": self.time,
+        }
         if self.last_error is not None:
             out["last_error"] = self.last_error
         return out

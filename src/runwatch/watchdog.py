@@ -51,26 +51,45 @@ class Options(RuleOptions):
 
     poll: float = option(5.0, POSITIVE, "seconds between polls", metavar="S")
     stall: float = option(360.0, POSITIVE, "stall: no new record for S seconds (outside a phase)", metavar="S")
-    startup_grace: float = option(600.0, POSITIVE, "stall before the first record: none S seconds after the watch "
-                                  "(or the session) began", metavar="S")
+    startup_grace: float = option(
+        600.0,
+        POSITIVE,
+        "stall before the first record: none S seconds after the watch (or the session) began",
+        metavar="S",
+    )
     timeout: float | None = option(None, POSITIVE, "timeout: the watch has run S seconds", none=True, metavar="S")
-    pid: int | None = option(None, INT_1, "the training process (default: RUN_DIR/pid when present)", none=True,
-                             metavar="PID")
-    done: str | None = option(None, TEXT, "a completion sentinel file, relative to RUN_DIR", none=True,
-                              metavar="FILE")
-    stop_on_anomaly: bool = option(False, FLAG, "on an anomaly, stop the training: SIGTERM to its process group, "
-                                   "SIGKILL after 30 s")
-    rank_stall: float = option(300.0, POSITIVE, "rank_stall: a rank's heartbeat S seconds behind the others' "
-                               "(multi-rank runs)", metavar="S")
-    straggler_factor: float = option(1.5, GREATER_1, "straggler: a rank's window time above F x the median over "
-                                     "ranks", metavar="F")
+    pid: int | None = option(
+        None, INT_1, "the training process (default: RUN_DIR/pid when present)", none=True, metavar="PID"
+    )
+    done: str | None = option(None, TEXT, "a completion sentinel file, relative to RUN_DIR", none=True, metavar="FILE")
+    stop_on_anomaly: bool = option(
+        False, FLAG, "on an anomaly, stop the training: SIGTERM to its process group, SIGKILL after 30 s"
+    )
+    rank_stall: float = option(
+        300.0, POSITIVE, "rank_stall: a rank's heartbeat S seconds behind the others' (multi-rank runs)", metavar="S"
+    )
+    straggler_factor: float = option(
+        1.5, GREATER_1, "straggler: a rank's window time above F x the median over ranks", metavar="F"
+    )
     straggler_patience: int = option(5, INT_1, "straggler needs K consecutive such windows", metavar="K")
-    stall_phase: tuple[str, ...] = option((), TEXTS, "stall inside phase P: no progress for S seconds from the "
-                                          "phase's start (eval and checkpoint 3600, setup the startup grace, "
-                                          "another phase --stall)", metavar="P=S", expect="a list of P=S strings")
-    exit_transient: int | None = option(None, EXIT_CODE, "exit N instead of 7 when the verdict is transient "
-                                        "(75, EX_TEMPFAIL, for a requeue); check: for its first finding",
-                                        none=True, metavar="N", commands=("watch", "check"))
+    stall_phase: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "stall inside phase P: no progress for S seconds from the "
+        "phase's start (eval and checkpoint 3600, setup the startup grace, "
+        "another phase --stall)",
+        metavar="P=S",
+        expect="a list of P=S strings",
+    )
+    exit_transient: int | None = option(
+        None,
+        EXIT_CODE,
+        "exit N instead of 7 when the verdict is transient "
+        "(75, EX_TEMPFAIL, for a requeue); check: for its first finding",
+        none=True,
+        metavar="N",
+        commands=("watch", "check"),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -114,10 +133,17 @@ def _empty(path: str) -> bool:
 class Watcher:
     """Follows one run and judges its latest session; `run()` blocks until a Verdict."""
 
-    def __init__(self, target: str, opts: Options | None = None, *, stop_grace: float = _proc.STOP_GRACE_SECONDS,
-                 poll_checks: list[Callable[[Watcher], Finding | None]] | None = None,
-                 clock: Callable[[], float] = time.time, log: Callable[[str], None] | None = None,
-                 read: ReadOptions | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        opts: Options | None = None,
+        *,
+        stop_grace: float = _proc.STOP_GRACE_SECONDS,
+        poll_checks: list[Callable[[Watcher], Finding | None]] | None = None,
+        clock: Callable[[], float] = time.time,
+        log: Callable[[str], None] | None = None,
+        read: ReadOptions | None = None,
+    ) -> None:
         self.opts = opts or Options()
         self.target_arg = os.fspath(target)
         self.read = read  # --format, --pattern, --run (readers.ReadOptions)
@@ -161,8 +187,12 @@ class Watcher:
         if not os.path.exists(self.target.log_path):
             return False
         t = self.target
-        if (t.format == "jsonl" and os.path.basename(t.log_path) == "metrics.jsonl"
-                and not os.path.exists(t.manifest_path) and _empty(t.log_path)):
+        if (
+            t.format == "jsonl"
+            and os.path.basename(t.log_path) == "metrics.jsonl"
+            and not os.path.exists(t.manifest_path)
+            and _empty(t.log_path)
+        ):
             # The logger creates metrics.jsonl before run.json and writes run.json before any record:
             # decide between schema v1 and minimal telemetry only once the log has bytes.
             return False
@@ -177,7 +207,11 @@ class Watcher:
             self.parser = RecordParser("v1", manifest=self.manifest.manifest, maps=maps, refresh=self._refresh_manifest)
             self._switch(self.parser.latest_session())
         else:
-            self.parser = parser_for(t, maps) if t.format == "jsonl" else RecordParser("minimal", maps=maps, name=os.path.basename(t.log_path))
+            self.parser = (
+                parser_for(t, maps)
+                if t.format == "jsonl"
+                else RecordParser("minimal", maps=maps, name=os.path.basename(t.log_path))
+            )
         if t.format == "jsonl":
             self.follower = LogFollower(t.log_path)
         return True
@@ -189,7 +223,12 @@ class Watcher:
         return self.manifest.manifest
 
     def _switch(self, session: str | None) -> None:
-        if self.current is not None and session != self.current and self.parser is not None and self.parser.mode == "v1":
+        if (
+            self.current is not None
+            and session != self.current
+            and self.parser is not None
+            and self.parser.mode == "v1"
+        ):
             self.log(f"runwatch watch: new session {session} in run.json; rules restart")
         self.current = session
         self.rules.reset(self.parser.start_step(session) if self.parser and session else None)
@@ -301,7 +340,9 @@ class Watcher:
             else:
                 return self._found(finding)
         if rec.kind == "end" and rec.reason == "normal":
-            return self._verdict("done", None, rec.step, f"session {rec.session} ended normally at step {fmt_step(rec.step)}")
+            return self._verdict(
+                "done", None, rec.step, f"session {rec.session} ended normally at step {fmt_step(rec.step)}"
+            )
         return None
 
     def _verdict(self, verdict: str, kind: str | None, step: Any, message: str) -> Verdict:
@@ -371,13 +412,23 @@ class Watcher:
                 return self._found(f)
         now = self.clock()
         if opts.timeout is not None and now - self.started >= opts.timeout:
-            return self._anomaly("timeout", self.last_step, f"the watch ran {now - self.started:.0f} s (--timeout {opts.timeout:g})")
+            return self._anomaly(
+                "timeout", self.last_step, f"the watch ran {now - self.started:.0f} s (--timeout {opts.timeout:g})"
+            )
         beat = liveness.watched_heartbeat(self.run_dir, self.current if self._v1() else None)
         in_phase = beat is not None and beat.phase is not None
         if not self.have_record and not in_phase:
             if now - self.grace_anchor >= opts.startup_grace:
-                what = "after the watch began" if self.current is None or self.grace_anchor == self.started else f"after session {self.current} began"
-                return self._anomaly("stall", self.last_step, f"no record {now - self.grace_anchor:.0f} s {what} (--startup-grace {opts.startup_grace:g})")
+                what = (
+                    "after the watch began"
+                    if self.current is None or self.grace_anchor == self.started
+                    else f"after session {self.current} began"
+                )
+                return self._anomaly(
+                    "stall",
+                    self.last_step,
+                    f"no record {now - self.grace_anchor:.0f} s {what} (--startup-grace {opts.startup_grace:g})",
+                )
             return None
         last = max(self.last_growth, self._mtime()) if self.have_record else None
         message = liveness.stall_finding(now, last, beat, opts.phase_limits, opts.stall)
@@ -403,8 +454,10 @@ class Watcher:
             host = liveness.process_host(self.run_dir)
             self.remote_host = None if liveness.is_local_host(host) else host
             if self.remote_host is not None:
-                self.log(f"runwatch watch: the process runs on host {self.remote_host}: not checked from here; "
-                         f"liveness from records and heartbeats")
+                self.log(
+                    f"runwatch watch: the process runs on host {self.remote_host}: not checked from here; "
+                    f"liveness from records and heartbeats"
+                )
         return self._pid
 
     def _check_process(self) -> Verdict | None:
@@ -425,13 +478,17 @@ class Watcher:
         if rank is not None:
             return self._dead("process_exit", self.last_step, rank)
         how = f" ({status})" if status else ""
-        return self._dead("process_exit", self.last_step, f"process {pid} is gone{how} and the log has no normal session_end")
+        return self._dead(
+            "process_exit", self.last_step, f"process {pid} is gone{how} and the log has no normal session_end"
+        )
 
     def run(self) -> Verdict:
         """Poll until a verdict; write watchdog.json; stop the process on an anomaly if asked."""
         opts = self.opts
-        self.log(f"runwatch watch: {self.target.log_path} (poll {opts.poll:g} s, stall {opts.stall:g} s, "
-                 f"startup grace {opts.startup_grace:g} s)")
+        self.log(
+            f"runwatch watch: {self.target.log_path} (poll {opts.poll:g} s, stall {opts.stall:g} s, "
+            f"startup grace {opts.startup_grace:g} s)"
+        )
         while True:
             v = self.poll_once()
             if v is not None:
@@ -449,7 +506,6 @@ class Watcher:
             else:
                 self.log(_proc.stop(pid, self.run_dir, self.stop_grace))
         return v
-
 
     def heartbeat(self) -> None:
         """Rewrite the `watching` record when a poll applied records, or 30 s after the last one."""
@@ -488,8 +544,9 @@ class Watcher:
 
     def _write_watching(self, now: float) -> None:
         """The watchdog's own heartbeat in watchdog.json, with the state a restarted watch resumes from."""
-        record = liveness.watching_record(os.getpid(), self.started, now, self.last_step, self.opts.poll,
-                                          self.state_dict())
+        record = liveness.watching_record(
+            os.getpid(), self.started, now, self.last_step, self.opts.poll, self.state_dict()
+        )
         try:
             atomic_write_text(os.path.join(self.run_dir, "watchdog.json"), json.dumps(record, allow_nan=False) + "\n")
         except (OSError, ValueError) as exc:
@@ -538,6 +595,7 @@ def watch(target: str, options: Options | None = None, **kwargs: Any) -> Verdict
 
 # --- the command line -----------------------------------------------------------------------------
 
+
 def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     """The options of `runwatch watch` (all), `check` (the record rules' and --map), or `launch`."""
     if command != "launch":
@@ -575,12 +633,21 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"runwatch check: left out the torn last line {result.torn_line} (no newline yet)", file=sys.stderr)
     if getattr(args, "json", False):
         first = result.findings[0] if result.findings else None
-        print(json.dumps({"findings": [f.to_json() for f in result.findings], "last_step": result.last_step,
-                          "torn_line": result.torn_line, "verdict": result.lines()[-1],
-                          "class": first.cls if first else None,
-                          "onset": first.to_json()["onset"] if first else None}, indent=2, allow_nan=False))
+        print(
+            json.dumps(
+                {
+                    "findings": [f.to_json() for f in result.findings],
+                    "last_step": result.last_step,
+                    "torn_line": result.torn_line,
+                    "verdict": result.lines()[-1],
+                    "class": first.cls if first else None,
+                    "onset": first.to_json()["onset"] if first else None,
+                },
+                indent=2,
+                allow_nan=False,
+            )
+        )
     else:
         for line in result.lines():
             print(line)
     return result.exit_code_with(opts.exit_transient)
-

@@ -20,8 +20,22 @@ __all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "window_field
 
 # The row each rank contributes to a window's gather (float64): counts, sums and maxima, so that
 # the window over all ranks comes from one collective of 14 numbers a rank.
-(ATTEMPTED, UPDATES, LOSS_SUM, FINITE, GRAD_SUM, GRAD_MAX, CLIPPED, SECONDS, BAD, BAD_VALUE,
- QK_ROWS, QK_OBSERVED, QK_CLIPPED, QK_MAX) = range(14)
+(
+    ATTEMPTED,
+    UPDATES,
+    LOSS_SUM,
+    FINITE,
+    GRAD_SUM,
+    GRAD_MAX,
+    CLIPPED,
+    SECONDS,
+    BAD,
+    BAD_VALUE,
+    QK_ROWS,
+    QK_OBSERVED,
+    QK_CLIPPED,
+    QK_MAX,
+) = range(14)
 ROW_SIZE = 14
 
 
@@ -45,8 +59,8 @@ class OpenWindow:
         for _, o, c, m in self.qk:
             values += (0 if o is None else o, 0 if c is None else c, math.nan if m is None else m)
         flat = as_float_list(values)
-        qk_flat = flat[n4 + 1:]
-        qk = [(entry[0], *qk_flat[3 * j:3 * j + 3]) for j, entry in enumerate(self.qk)]
+        qk_flat = flat[n4 + 1 :]
+        qk = [(entry[0], *qk_flat[3 * j : 3 * j + 3]) for j, entry in enumerate(self.qk)]
         return WindowValues(flat[0:n4:4], flat[1:n4:4], flat[2:n4:4], flat[3:n4:4], flat[n4], qk)
 
 
@@ -55,8 +69,15 @@ class WindowValues:
 
     __slots__ = ("losses", "grads", "clipped", "skips", "lr", "qk")
 
-    def __init__(self, losses: list[float], grads: list[float], clipped: list[float], skips: list[float],
-                 lr: float, qk: list[tuple[int, float, float, float]]) -> None:
+    def __init__(
+        self,
+        losses: list[float],
+        grads: list[float],
+        clipped: list[float],
+        skips: list[float],
+        lr: float,
+        qk: list[tuple[int, float, float, float]],
+    ) -> None:
         self.losses, self.grads, self.clipped, self.skips, self.lr, self.qk = losses, grads, clipped, skips, lr, qk
 
     def first_nonfinite_loss(self) -> int:
@@ -77,17 +98,26 @@ def window_row(v: WindowValues, n: int, train_seconds: float, bad: int) -> list[
     qk = [q for q in v.qk if q[0] < n] if v.qk else []
     logits = [q[3] for q in qk if math.isfinite(q[3])]
     return [
-        float(n), float(len(ok_losses)), math.fsum(ok_losses) if bad >= n else 0.0,
-        float(len(finite)), math.fsum(finite), max(finite, default=0.0),
-        float(len(ok_clipped) - ok_clipped.count(0.0)), float(train_seconds),
-        float(bad), v.losses[bad] if bad < n else 0.0,
-        float(len(qk)), math.fsum(q[1] for q in qk), math.fsum(q[2] for q in qk),
+        float(n),
+        float(len(ok_losses)),
+        math.fsum(ok_losses) if bad >= n else 0.0,
+        float(len(finite)),
+        math.fsum(finite),
+        max(finite, default=0.0),
+        float(len(ok_clipped) - ok_clipped.count(0.0)),
+        float(train_seconds),
+        float(bad),
+        v.losses[bad] if bad < n else 0.0,
+        float(len(qk)),
+        math.fsum(q[1] for q in qk),
+        math.fsum(q[2] for q in qk),
         max(logits, default=math.nan),
     ]
 
 
-def window_fields(rows: list[list[float]], attempted: int, tokens_per_attempt: int, lr: float,
-                  qk_threshold: float | None) -> dict[str, Any] | None:
+def window_fields(
+    rows: list[list[float]], attempted: int, tokens_per_attempt: int, lr: float, qk_threshold: float | None
+) -> dict[str, Any] | None:
     """The train record's fields from the gathered rows, or None when the window holds no
     successful update (skipped attempts wait for one). Over ranks: loss the mean, skips and
     non-finite norms the max, train_seconds the slowest rank's; a world of one is the same sums."""

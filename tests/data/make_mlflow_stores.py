@@ -26,8 +26,14 @@ import tempfile
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "readers")
 
 # The names each format's producer would use for the canonical keys.
-MLFLOW_NAMES = {"loss": "train_loss", "lr": "learning_rate", "grad_norm": "grad_norm", "sps": "samples_per_second",
-                "eval_loss": "val_loss", "eval_auroc": "val_auroc"}
+MLFLOW_NAMES = {
+    "loss": "train_loss",
+    "lr": "learning_rate",
+    "grad_norm": "grad_norm",
+    "sps": "samples_per_second",
+    "eval_loss": "val_loss",
+    "eval_auroc": "val_auroc",
+}
 
 
 def trajectory() -> list[dict]:
@@ -35,19 +41,21 @@ def trajectory() -> list[dict]:
     out = []
     for i in range(1, 41):
         step = 20 * i
-        loss = 2.0 * 0.99 ** i
+        loss = 2.0 * 0.99**i
         if i in (15, 16):
             loss *= 5  # loss_spike
         if i == 40:
             loss = math.nan  # nonfinite_loss
         grad = 80.0 if i in (25, 26, 27) else 1.0  # grad_explosion
         sps = 40.0 if i in (31, 32, 33) else 100.0  # throughput_drop
-        out.append({"step": step, "t": 1_700_000_000.0 + 10 * i, "loss": loss, "lr": 0.001, "grad_norm": grad,
-                    "sps": sps})
+        out.append(
+            {"step": step, "t": 1_700_000_000.0 + 10 * i, "loss": loss, "lr": 0.001, "grad_norm": grad, "sps": sps}
+        )
         if i % 5 == 0:
             auroc = 0.9 if step < 500 else 0.625  # stuck_metric from step 500
-            out.append({"step": step, "t": 1_700_000_000.0 + 10 * i + 5, "eval_loss": 1.5 - 0.01 * i,
-                        "eval_auroc": auroc})
+            out.append(
+                {"step": step, "t": 1_700_000_000.0 + 10 * i + 5, "eval_loss": 1.5 - 0.01 * i, "eval_auroc": auroc}
+            )
     return out
 
 
@@ -98,7 +106,9 @@ def main() -> int:
         run_dir = next(os.path.join(r, d) for r, ds, _ in os.walk(store) for d in ds if d == run_id)
         dest = os.path.join(HERE, "mlruns-run")
         shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(run_dir, dest, ignore=shutil.ignore_patterns("tags", "artifacts", "params", "inputs", "outputs"))
+        shutil.copytree(
+            run_dir, dest, ignore=shutil.ignore_patterns("tags", "artifacts", "params", "inputs", "outputs")
+        )
         meta = os.path.join(dest, "meta.yaml")
         with open(meta) as f:
             lines = [ln for ln in f if not ln.startswith(("artifact_uri:", "user_id:"))]

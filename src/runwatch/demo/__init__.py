@@ -60,21 +60,32 @@ def _supervise(run_dir: str, cmd: list[str], checkins: int) -> tuple[int, str]:
     finally:
         if env_backup is None:
             os.environ.pop("OMP_NUM_THREADS", None)
-    _say(f"      $ runwatch launch {run_dir} -- {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}")
+    _say(
+        f"      $ runwatch launch {run_dir} -- {' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd))}"
+    )
     _say(f"      launched pid {info['pid']}; output in {os.path.join(run_dir, 'stdout.log')}")
     _say(f"      $ runwatch watch {run_dir} {' '.join(WATCH_OPTIONS)}")
-    watcher = subprocess.Popen([sys.executable, "-m", "runwatch", "watch", run_dir, *WATCH_OPTIONS],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "runwatch", "watch", run_dir, *WATCH_OPTIONS],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     done_checkins = 0
     next_at = time.monotonic() + 6.0
     while watcher.poll() is None:
         time.sleep(0.2)
-        if done_checkins < checkins and time.monotonic() >= next_at and os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+        if (
+            done_checkins < checkins
+            and time.monotonic() >= next_at
+            and os.path.exists(os.path.join(run_dir, "metrics.jsonl"))
+        ):
             done_checkins += 1
             next_at = time.monotonic() + 8.0
             _say(f"      $ runwatch status {run_dir}      (check-in {done_checkins})")
-            out = subprocess.run([sys.executable, "-m", "runwatch", "status", run_dir],
-                                 capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [sys.executable, "-m", "runwatch", "status", run_dir], capture_output=True, text=True
+            ).stdout
             for line in out.splitlines():
                 _say(f"        {line}")
     lines = (watcher.stdout.read() if watcher.stdout else "").strip().splitlines()
@@ -89,11 +100,15 @@ def _inject(args: argparse.Namespace, run_dir: str) -> int:
     kind = EXPECTED_KIND[args.inject]
     at = 150 if args.framework == "hf" else 250
     _say(f"[1/2] training with an injected fault: {args.inject} from step {at}; the watchdog should say {kind}")
-    code, verdict = _supervise(run_dir, _train_cmd(args.framework, run_dir, args.steps, "--inject", args.inject,
-                                                   "--inject-at", str(at)), checkins=1)
+    code, verdict = _supervise(
+        run_dir,
+        _train_cmd(args.framework, run_dir, args.steps, "--inject", args.inject, "--inject-at", str(at)),
+        checkins=1,
+    )
     caught = code == 7 and verdict.startswith(f"ANOMALY {kind} ")
-    _say(f"[2/2] {'caught' if caught else 'NOT caught'}: watchdog.json = "
-         f"{_read(os.path.join(run_dir, 'watchdog.json'))}")
+    _say(
+        f"[2/2] {'caught' if caught else 'NOT caught'}: watchdog.json = {_read(os.path.join(run_dir, 'watchdog.json'))}"
+    )
     return 0 if caught else 1
 
 
@@ -121,12 +136,21 @@ def _full(args: argparse.Namespace, run_dir: str) -> int:
     _say(f"      $ runwatch supervise {run_dir} {' '.join(SUPERVISE_OPTIONS)} -- {shown}")
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    proc = subprocess.Popen([sys.executable, "-m", "runwatch", "supervise", run_dir, *SUPERVISE_OPTIONS, "--", *cmd],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runwatch", "supervise", run_dir, *SUPERVISE_OPTIONS, "--", *cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     last = ""
     for line in proc.stdout or ():
         line = line.rstrip("\n")
-        if line.startswith("runwatch watch: new session") or line.endswith(last.removeprefix("runwatch supervise: ")) and last:
+        if (
+            line.startswith("runwatch watch: new session")
+            or line.endswith(last.removeprefix("runwatch supervise: "))
+            and last
+        ):
             continue  # the watch's own note, or the verdict line said twice (stderr, then stdout)
         _say(f"      {line.removeprefix('runwatch supervise: ')}")
         last = line
@@ -146,16 +170,31 @@ def _full(args: argparse.Namespace, run_dir: str) -> int:
             _say(f"        {line}")
     _say(f"[3/3] the acceptance summary of the final session: runwatch summarize {run_dir} --expect-step {steps}")
     result = summarize(run_dir, expect_step=steps)
-    _say(f"      completed {result['completed']}, {result['sessions']} sessions, last step {result['last_step']}, "
-         f"loss {result['loss']['first']:.3f} -> {result['loss']['last']:.3f}")
+    _say(
+        f"      completed {result['completed']}, {result['sessions']} sessions, last step {result['last_step']}, "
+        f"loss {result['loss']['first']:.3f} -> {result['loss']['last']:.3f}"
+    )
     g = records[-1].get("goodput") or {}
     events = [r["event"] for r in records]
-    ok = (proc.returncode == 0 and last == f"OK done step={steps}" and result["completed"]
-          and events.count("relaunch") == 2 and events.count("rollback") == 1)
-    _say(f"goodput {g.get('ratio')}: {g.get('steps_kept')} steps kept of {g.get('steps_run')} run, "
-         f"{g.get('restarts')} restarts, {g.get('rollbacks')} rollback, {g.get('seconds_lost')} s lost")
-    _say("demo: " + ("a crash, a NaN and a hang were caught and recovered from with no one at the keyboard" if ok
-                     else "something did not go as shown above"))
+    ok = (
+        proc.returncode == 0
+        and last == f"OK done step={steps}"
+        and result["completed"]
+        and events.count("relaunch") == 2
+        and events.count("rollback") == 1
+    )
+    _say(
+        f"goodput {g.get('ratio')}: {g.get('steps_kept')} steps kept of {g.get('steps_run')} run, "
+        f"{g.get('restarts')} restarts, {g.get('rollbacks')} rollback, {g.get('seconds_lost')} s lost"
+    )
+    _say(
+        "demo: "
+        + (
+            "a crash, a NaN and a hang were caught and recovered from with no one at the keyboard"
+            if ok
+            else "something did not go as shown above"
+        )
+    )
     return 0 if ok else 1
 
 

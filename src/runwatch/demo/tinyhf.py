@@ -34,8 +34,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--inject-at", type=int, default=150)
     p.add_argument("--crash-at", type=int, default=None, help="SIGKILL this process at this step (once)")
     p.add_argument("--ckpt-every", type=int, default=None, help="save every N steps (default: --eval-every)")
-    p.add_argument("--fault", type=parse_fault, action="append", default=[], metavar="KIND@STEP",
-                   help="a fault that fires once across relaunches (crash, kill, hang, nan, sigterm); repeatable")
+    p.add_argument(
+        "--fault",
+        type=parse_fault,
+        action="append",
+        default=[],
+        metavar="KIND@STEP",
+        help="a fault that fires once across relaunches (crash, kill, hang, nan, sigterm); repeatable",
+    )
     return p
 
 
@@ -84,8 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def forward(self, input_ids=None, labels=None, **kwargs):
             out = super().forward(input_ids=input_ids, labels=labels, **kwargs)
-            if self.training and (args.inject == "nan" and self.global_step >= args.inject_at
-                                  or _fires(args, "nan", self.global_step + 1)):
+            if self.training and (
+                args.inject == "nan" and self.global_step >= args.inject_at or _fires(args, "nan", self.global_step + 1)
+            ):
                 out.loss = out.loss * float("nan")
             return out
 
@@ -123,24 +130,48 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.manual_seed(0)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
-    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=SEQ_LEN, num_labels=2)
+    config = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=SEQ_LEN,
+        num_labels=2,
+    )
     model = Faulty(config)
     model.global_step = 0
     out_dir = os.path.join(args.run_dir, "hf")
     targs = TrainingArguments(
-        output_dir=out_dir, max_steps=args.steps, per_device_train_batch_size=BATCH, logging_steps=10,
-        eval_strategy="steps", eval_steps=args.eval_every, save_steps=args.ckpt_every or args.eval_every, learning_rate=3e-3,
-        use_cpu=True, disable_tqdm=True, report_to="none", seed=0, dataloader_num_workers=0,
+        output_dir=out_dir,
+        max_steps=args.steps,
+        per_device_train_batch_size=BATCH,
+        logging_steps=10,
+        eval_strategy="steps",
+        eval_steps=args.eval_every,
+        save_steps=args.ckpt_every or args.eval_every,
+        learning_rate=3e-3,
+        use_cpu=True,
+        disable_tqdm=True,
+        report_to="none",
+        seed=0,
+        dataloader_num_workers=0,
     )
-    trainer = Trainer(model=model, args=targs, train_dataset=Sequences(8000, 0, shift), eval_dataset=Sequences(256, 1),
-                      compute_metrics=auroc_metrics,
-                      callbacks=[RunwatchCallback(args.run_dir, seq_len=SEQ_LEN), Pace()])
+    trainer = Trainer(
+        model=model,
+        args=targs,
+        train_dataset=Sequences(8000, 0, shift),
+        eval_dataset=Sequences(256, 1),
+        compute_metrics=auroc_metrics,
+        callbacks=[RunwatchCallback(args.run_dir, seq_len=SEQ_LEN), Pace()],
+    )
     # RUNWATCH_RESUME_FROM after a rollback, else the run's latest verified checkpoint; else the
     # Trainer's own latest in output_dir, if any
     latest = os.path.isdir(out_dir) and any(n.startswith("checkpoint-") for n in os.listdir(out_dir))
     if resume.path:
-        print(f"resuming from {resume.path}" + (f" (rollback {resume.rollback})" if resume.rollback else ""), flush=True)
+        print(
+            f"resuming from {resume.path}" + (f" (rollback {resume.rollback})" if resume.rollback else ""), flush=True
+        )
     try:
         trainer.train(resume_from_checkpoint=resume.path or (True if latest else None))
     except NonFiniteLossError as exc:

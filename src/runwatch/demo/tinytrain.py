@@ -64,8 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--inject", choices=INJECTIONS, default=None)
     p.add_argument("--inject-at", type=int, default=300)
     p.add_argument("--crash-at", type=int, default=None, help="SIGKILL this process at this step (once)")
-    p.add_argument("--fault", type=parse_fault, action="append", default=[], metavar="KIND@STEP",
-                   help=f"a fault that fires once across relaunches ({', '.join(FAULTS)}); repeatable")
+    p.add_argument(
+        "--fault",
+        type=parse_fault,
+        action="append",
+        default=[],
+        metavar="KIND@STEP",
+        help=f"a fault that fires once across relaunches ({', '.join(FAULTS)}); repeatable",
+    )
     p.add_argument("--seed", type=int, default=0)
     return p
 
@@ -154,12 +160,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     val_labels = "random" if args.labels == "random" else "normal"
     x_val, y_val = make_batch(torch, -1, 512, args.seq_len, val_labels, seed=args.seed + 7)
     loss_fn = torch.nn.BCEWithLogitsLoss()
-    log = RunLogger(args.run_dir, recipe=recipe, optimizers=[{"name": "all", "algorithm": "adamw", "lr": args.lr}],
-                    window=args.window, resume_from=resume_from)
+    log = RunLogger(
+        args.run_dir,
+        recipe=recipe,
+        optimizers=[{"name": "all", "algorithm": "adamw", "lr": args.lr}],
+        window=args.window,
+        resume_from=resume_from,
+    )
     try:
         with log:
-            _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, latest, crash_marker,
-                   resume.skip, data_offset)
+            _train(
+                args,
+                torch,
+                log,
+                model,
+                opt,
+                loss_fn,
+                x_val,
+                y_val,
+                step,
+                ckpt_dir,
+                latest,
+                crash_marker,
+                resume.skip,
+                data_offset,
+            )
     except NonFiniteLossError as exc:
         print(str(exc), file=sys.stderr, flush=True)
         return 1
@@ -184,8 +209,9 @@ def _fires(args, kind: str, step: int) -> bool:
     return True
 
 
-def _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, latest, crash_marker,
-           skip=None, data_offset=0) -> None:
+def _train(
+    args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, latest, crash_marker, skip=None, data_offset=0
+) -> None:
     """The loop: one optimizer update a step, eval and checkpoints on schedule, faults on request."""
     spike_until = -1
     while step < args.steps:
@@ -208,8 +234,12 @@ def _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, 
         opt.step()
         step += 1
         # grad_norm is the pre-clip norm; `explode` scales the loss so it is 1e4x too large
-        log.step(loss=loss if shown is None else shown, lr=opt.param_groups[0]["lr"], grad_norm=grad_norm,
-                 clipped=grad_norm > scale)
+        log.step(
+            loss=loss if shown is None else shown,
+            lr=opt.param_groups[0]["lr"],
+            grad_norm=grad_norm,
+            clipped=grad_norm > scale,
+        )
         if _fires(args, "hang", step):
             print(f"step {step}: hanging (injected)", flush=True)
             time.sleep(3600)
@@ -225,7 +255,9 @@ def _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, 
         if fault == "stall":
             print(f"step {step}: stalling (injected)", flush=True)
             time.sleep(3600)
-        if fault == "crash" or (args.crash_at is not None and step == args.crash_at and not os.path.exists(crash_marker)):
+        if fault == "crash" or (
+            args.crash_at is not None and step == args.crash_at and not os.path.exists(crash_marker)
+        ):
             open(crash_marker, "w").close()
             print(f"step {step}: crashing (SIGKILL)", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -246,8 +278,16 @@ def _train(args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, 
         if step % args.ckpt_every == 0 or step == args.steps:
             t0 = time.perf_counter()
             path = os.path.join(ckpt_dir, f"step-{step}.pt")
-            size = _save_checkpoint(torch, path, {"model": model.state_dict(), "opt": opt.state_dict(),
-                                                  "runwatch": log.state_dict(), "data_offset": data_offset})
+            size = _save_checkpoint(
+                torch,
+                path,
+                {
+                    "model": model.state_dict(),
+                    "opt": opt.state_dict(),
+                    "runwatch": log.state_dict(),
+                    "data_offset": data_offset,
+                },
+            )
             reloaded = torch.load(path, weights_only=True)
             build_model(torch).load_state_dict(reloaded["model"])  # read back and loaded: verified
             _link_latest(path, latest)

@@ -38,7 +38,9 @@ try:
     from transformers import TrainerCallback
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(f"runwatch.integrations.hf needs transformers and torch: pip install 'runwatch[hf]' ({exc})") from None
+    raise ImportError(
+        f"runwatch.integrations.hf needs transformers and torch: pip install 'runwatch[hf]' ({exc})"
+    ) from None
 
 from ..auroc import auroc
 from ..errors import NonFiniteLossError
@@ -55,7 +57,13 @@ _log = logging.getLogger("runwatch")
 _NEVER = 1 << 62
 MAX_WINDOW_SECONDS = DEFAULT_MAX_WINDOW_SECONDS
 # Keys of the Trainer's evaluation metrics that describe the evaluation, not the model.
-_EVAL_BOOKKEEPING = ("runtime", "samples_per_second", "steps_per_second", "model_preparation_time", "jit_compilation_time")
+_EVAL_BOOKKEEPING = (
+    "runtime",
+    "samples_per_second",
+    "steps_per_second",
+    "model_preparation_time",
+    "jit_compilation_time",
+)
 
 
 def _number(value: Any) -> float | None:
@@ -77,8 +85,8 @@ class _Session:
         self.accumulation = int(args.gradient_accumulation_steps)
         self.counts_tokens = getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False, None)
         self.nonfinite: NonFiniteLossError | None = None
-        self.pending: list = []          # (loss tensor or None, skipped) per update since the last window
-        self.micro: list = []            # losses of the current update's micro-batches
+        self.pending: list = []  # (loss tensor or None, skipped) per update since the last window
+        self.micro: list = []  # losses of the current update's micro-batches
         self.micro_scale: float | None = None
         self.last_grad = 0.0
         self.last_lr = 0.0
@@ -95,7 +103,11 @@ class _Session:
         self.tokens_source = (self.resume or {}).get("tokens_source") or ("seq_len" if self.seq_len else "samples")
         self.tokens_seen_mark = int(getattr(state, "num_input_tokens_seen", 0) or 0)
         self.log: RunLogger | None = None
-        self.optimizer_name = type(getattr(optimizer, "optimizer", optimizer)).__name__.lower() if optimizer is not None else str(args.optim)
+        self.optimizer_name = (
+            type(getattr(optimizer, "optimizer", optimizer)).__name__.lower()
+            if optimizer is not None
+            else str(args.optim)
+        )
         self.max_steps = int(state.max_steps)
         if self.seq_len is not None or not self.counts_tokens:
             self._open(self.seq_len or 1)
@@ -133,14 +145,30 @@ class _Session:
         if resume is None and self.resume_note is not None:
             step = self.start_step
             tokens = self.tokens_seen_mark if self.counts_tokens else step * per_update
-            warnings.warn(f"runwatch: no runwatch state in {self.resume_note}; the new session starts at step {step} "
-                          f"with {tokens} tokens and 0 skipped updates (estimated)", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"runwatch: no runwatch state in {self.resume_note}; the new session starts at step {step} "
+                f"with {tokens} tokens and 0 skipped updates (estimated)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             resume = {"step": step, "tokens": tokens, "skipped": 0}
         self.per_update_tokens = per_update
-        self.log = RunLogger(self.run_dir, recipe=recipe,
-                             optimizers=[{"name": "all", "algorithm": self.optimizer_name, "optim": str(getattr(self.args.optim, "value", self.args.optim))}],
-                             hardware=None, window=_NEVER, resume_from=resume, fsync=self.options.fsync,
-                             max_window_seconds=None)
+        self.log = RunLogger(
+            self.run_dir,
+            recipe=recipe,
+            optimizers=[
+                {
+                    "name": "all",
+                    "algorithm": self.optimizer_name,
+                    "optim": str(getattr(self.args.optim, "value", self.args.optim)),
+                }
+            ],
+            hardware=None,
+            window=_NEVER,
+            resume_from=resume,
+            fsync=self.options.fsync,
+            max_window_seconds=None,
+        )
         self.mark = time.perf_counter()
 
     def _capture_loss(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
@@ -156,7 +184,9 @@ class _Session:
         # The Trainer treats a loss computed with `num_items_in_batch` as already averaged over the
         # whole accumulated batch (it sums the micro-batches) and otherwise averages the micro-batches.
         if kwargs.get("num_items_in_batch") is not None:
-            self.micro_scale = float(self.world_size) if getattr(self.args, "average_tokens_across_devices", False) else 1.0
+            self.micro_scale = (
+                float(self.world_size) if getattr(self.args, "average_tokens_across_devices", False) else 1.0
+            )
         else:
             self.micro_scale = None
         self.micro.append(loss)
@@ -177,7 +207,14 @@ class _Session:
             self._open(self._seq_len_from_tokens(state))
         # Each window ends at a Trainer log (it carries the pre-clip gradient norm), so ask for one
         # wherever the Trainer is about to evaluate, save or stop: a NaN is then seen before either.
-        if control.should_save or control.should_evaluate or control.should_training_stop or self.options.window is not None and len(self.pending) >= self.options.window or time.monotonic() - self.window_opened >= MAX_WINDOW_SECONDS:
+        if (
+            control.should_save
+            or control.should_evaluate
+            or control.should_training_stop
+            or self.options.window is not None
+            and len(self.pending) >= self.options.window
+            or time.monotonic() - self.window_opened >= MAX_WINDOW_SECONDS
+        ):
             control.should_log = True
         self.mark = time.perf_counter()
 
@@ -185,9 +222,13 @@ class _Session:
         seen = int(state.num_input_tokens_seen) - self.tokens_seen_mark
         per_sequence, rest = divmod(seen, self.batch_size * self.accumulation)
         if rest or per_sequence < 1:
-            warnings.warn(f"runwatch: the Trainer counted {seen} tokens in the first update, not a multiple of "
-                          f"batch size {self.batch_size} x accumulation {self.accumulation}; tokens count samples "
-                          "(pass seq_len=... to RunwatchCallback)", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"runwatch: the Trainer counted {seen} tokens in the first update, not a multiple of "
+                f"batch size {self.batch_size} x accumulation {self.accumulation}; tokens count samples "
+                "(pass seq_len=... to RunwatchCallback)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             self.tokens_source = "samples"
             return 1
         self.seq_len = per_sequence
@@ -265,9 +306,13 @@ class _Session:
         expected = self.per_update_tokens * attempted
         if counted != expected and not self.tokens_warned:
             self.tokens_warned = True
-            warnings.warn(f"runwatch: the Trainer counted {counted} tokens in the {attempted} updates before step "
-                          f"{state.global_step}, the recipe gives {expected}; schema v1 needs a fixed count per "
-                          "update, so the log follows the recipe", RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"runwatch: the Trainer counted {counted} tokens in the {attempted} updates before step "
+                f"{state.global_step}, the recipe gives {expected}; schema v1 needs a fixed count per "
+                "update, so the log follows the recipe",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def _stop(self, control: Any, exc: NonFiniteLossError) -> None:
         self.nonfinite = exc
@@ -294,7 +339,9 @@ class _Session:
         if loss_key is None:
             if not self.eval_warned:
                 self.eval_warned = True
-                warnings.warn("runwatch: an evaluation without a loss (eval_loss) is not logged", RuntimeWarning, stacklevel=4)
+                warnings.warn(
+                    "runwatch: an evaluation without a loss (eval_loss) is not logged", RuntimeWarning, stacklevel=4
+                )
             return
         prefix = loss_key[: -len("loss")]
         values = {}
@@ -302,7 +349,7 @@ class _Session:
             number = _number(value)
             if key == loss_key or not key.startswith(prefix) or number is None:
                 continue
-            name = key[len(prefix):]
+            name = key[len(prefix) :]
             if name not in _EVAL_BOOKKEEPING:
                 values[name] = number
         loss = _number(metrics[loss_key])
@@ -388,10 +435,18 @@ class RunwatchCallback(TrainerCallback):
             `trainer.train(resume_from_checkpoint=callback.resume_from)`; None leaves it None.
     """
 
-    def __init__(self, run_dir: str | os.PathLike | None = None, window: int | None = None,
-                 seq_len: int | None = None, *, fsync: bool = False, resume: str | None = None) -> None:
-        self.options = CallbackOptions(run_dir=None if run_dir is None else os.fspath(run_dir),
-                                       window=window, seq_len=seq_len, fsync=fsync)
+    def __init__(
+        self,
+        run_dir: str | os.PathLike | None = None,
+        window: int | None = None,
+        seq_len: int | None = None,
+        *,
+        fsync: bool = False,
+        resume: str | None = None,
+    ) -> None:
+        self.options = CallbackOptions(
+            run_dir=None if run_dir is None else os.fspath(run_dir), window=window, seq_len=seq_len, fsync=fsync
+        )
         self.resume_from = _resume_from(resume, self.options.run_dir)
         self._session: Any = _NO_SESSION
         self.run_dir: str | None = None  # the run directory, once a training has begun

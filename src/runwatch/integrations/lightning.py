@@ -37,7 +37,9 @@ try:
     from lightning.fabric.plugins import CheckpointIO
     from lightning.pytorch.callbacks import Callback
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(f"runwatch.integrations.lightning needs lightning and torch: pip install 'runwatch[lightning]' ({exc})") from None
+    raise ImportError(
+        f"runwatch.integrations.lightning needs lightning and torch: pip install 'runwatch[lightning]' ({exc})"
+    ) from None
 
 from ..errors import NonFiniteLossError
 from ..metrics import RunLogger
@@ -72,8 +74,9 @@ class _TimedCheckpointIO(CheckpointIO):
 class _Session:
     """One `fit` on global rank 0: the logger, the current update's losses, the grad-norm tensor."""
 
-    def __init__(self, options: CallbackOptions, val_prefix: str, batch_size: int | None, trainer: Any,
-                 stored: dict | None) -> None:
+    def __init__(
+        self, options: CallbackOptions, val_prefix: str, batch_size: int | None, trainer: Any, stored: dict | None
+    ) -> None:
         self.val_prefix = val_prefix
         self.trainer = trainer
         step = int(trainer.global_step)
@@ -92,18 +95,31 @@ class _Session:
         }
         if resume is None and step > 0:
             tokens = step * recipe["batch_size"] * self.seq_len * recipe["gradient_accumulation_steps"]
-            warnings.warn(f"runwatch: the checkpoint holds no runwatch state; the new session starts at step {step} "
-                          f"with {tokens} tokens and 0 skipped updates (estimated)", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"runwatch: the checkpoint holds no runwatch state; the new session starts at step {step} "
+                f"with {tokens} tokens and 0 skipped updates (estimated)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             resume = {"step": step, "tokens": tokens, "skipped": 0}
-        optimizers = [{"name": f"optimizer{i}", "algorithm": type(opt).__name__.lower()} for i, opt in enumerate(trainer.optimizers)]
-        self.log = RunLogger(options.resolve_run_dir(trainer.default_root_dir), recipe=recipe, optimizers=optimizers,
-                             window=options.window, resume_from=resume, fsync=options.fsync)
+        optimizers = [
+            {"name": f"optimizer{i}", "algorithm": type(opt).__name__.lower()}
+            for i, opt in enumerate(trainer.optimizers)
+        ]
+        self.log = RunLogger(
+            options.resolve_run_dir(trainer.default_root_dir),
+            recipe=recipe,
+            optimizers=optimizers,
+            window=options.window,
+            resume_from=resume,
+            fsync=options.fsync,
+        )
         self.run_dir = self.log.run_dir
-        self.attempted = 0               # optimizer steps since the last train batch end
-        self.params: dict = {}           # per optimizer: its parameters, and whether on one device
+        self.attempted = 0  # optimizer steps since the last train batch end
+        self.params: dict = {}  # per optimizer: its parameters, and whether on one device
         self.lr: Any = 0.0
-        self.loss: Any = None            # the current update's loss: a device tensor, summed over batches
-        self.grad_norm: Any = None       # the last pre-clip gradient norm: a device tensor
+        self.loss: Any = None  # the current update's loss: a device tensor, summed over batches
+        self.grad_norm: Any = None  # the last pre-clip gradient norm: a device tensor
         self.skipped: Any = False
         self.clipped: Any = False
         scaler = getattr(trainer.precision_plugin, "scaler", None)
@@ -123,8 +139,12 @@ class _Session:
         size = getattr(loader, "batch_size", None)
         if type(size) is int and size > 0:
             return size
-        warnings.warn("runwatch: the training DataLoader has no batch_size; pass batch_size=... to RunwatchCallback "
-                      "(the recipe counts 1 sequence a batch)", RuntimeWarning, stacklevel=4)
+        warnings.warn(
+            "runwatch: the training DataLoader has no batch_size; pass batch_size=... to RunwatchCallback "
+            "(the recipe counts 1 sequence a batch)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
         return 1
 
     def on_before_optimizer_step(self, optimizer: Any) -> None:
@@ -181,8 +201,11 @@ class _Session:
         if loss_key is None:
             if not self.val_warned:
                 self.val_warned = True
-                warnings.warn(f"runwatch: no {prefix}_loss (or {prefix}/loss) logged in validation; no val event",
-                              RuntimeWarning, stacklevel=4)
+                warnings.warn(
+                    f"runwatch: no {prefix}_loss (or {prefix}/loss) logged in validation; no val event",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
             return
         values = {}
         for key, value in metrics.items():
@@ -190,7 +213,7 @@ class _Session:
                 continue
             for sep in ("_", "/"):
                 if key.startswith(prefix + sep):
-                    values[key[len(prefix) + 1:]] = value
+                    values[key[len(prefix) + 1 :]] = value
         self.log.val(loss=metrics[loss_key], metrics=values)  # note: one sync per validation
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -245,11 +268,20 @@ class RunwatchCallback(Callback):
             `trainer.fit(model, ckpt_path=callback.resume_from)`; None leaves it None.
     """
 
-    def __init__(self, run_dir: str | os.PathLike | None = None, window: int | None = None, seq_len: int | None = None,
-                 *, batch_size: int | None = None, val_prefix: str = "val", fsync: bool = False,
-                 resume: str | None = None) -> None:
-        self.options = CallbackOptions(run_dir=None if run_dir is None else os.fspath(run_dir), window=window,
-                                       seq_len=seq_len, fsync=fsync)
+    def __init__(
+        self,
+        run_dir: str | os.PathLike | None = None,
+        window: int | None = None,
+        seq_len: int | None = None,
+        *,
+        batch_size: int | None = None,
+        val_prefix: str = "val",
+        fsync: bool = False,
+        resume: str | None = None,
+    ) -> None:
+        self.options = CallbackOptions(
+            run_dir=None if run_dir is None else os.fspath(run_dir), window=window, seq_len=seq_len, fsync=fsync
+        )
         self.resume_from = _resume_from(resume, self.options.run_dir)
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):
             raise ValueError(f"RunwatchCallback.batch_size must be an int >= 1 or None, got {batch_size!r}")

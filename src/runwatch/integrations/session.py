@@ -19,8 +19,17 @@ from ..journal import atomic_write_text
 from ..metrics import RunLogger, default_window
 from ..schema import dumps, loads
 
-__all__ = ["CallbackOptions", "STATE_FILE", "NO_SESSION", "PhaseHolder", "write_state", "read_state", "resume_state", "feed",
-           "folder_bytes"]
+__all__ = [
+    "CallbackOptions",
+    "STATE_FILE",
+    "NO_SESSION",
+    "PhaseHolder",
+    "write_state",
+    "read_state",
+    "resume_state",
+    "feed",
+    "folder_bytes",
+]
 
 # The file a callback writes into each checkpoint folder it sees saved (HF Trainer); Lightning keeps
 # the same dict under this key of the checkpoint.
@@ -105,7 +114,9 @@ def resume_state(state: dict | None, step: int, where: str) -> dict | None:
     if state is None:
         return None
     if state["step"] != step:
-        raise InvalidRunError(f"{where}: runwatch state is at step {state['step']}, but the training resumes at step {step}")
+        raise InvalidRunError(
+            f"{where}: runwatch state is at step {state['step']}, but the training resumes at step {step}"
+        )
     return state
 
 
@@ -117,8 +128,13 @@ def feed(log: RunLogger, updates: list, lr: Any, grad_norm: Any, clipped: Any = 
     when a loss is not finite.
     """
     for loss, skipped in updates:
-        log.step(loss=loss, lr=lr, grad_norm=math.inf if skipped is True else grad_norm,
-                 clipped=False if skipped is True else clipped, skipped=skipped)
+        log.step(
+            loss=loss,
+            lr=lr,
+            grad_norm=math.inf if skipped is True else grad_norm,
+            clipped=False if skipped is True else clipped,
+            skipped=skipped,
+        )
     updates.clear()
     log.state_dict()  # closes the open window: one record per framework log interval
 

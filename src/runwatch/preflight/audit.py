@@ -118,9 +118,11 @@ def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], N
     `enter_stage(1)` is called before normalizing, so a hang is reported in the right stage.
     """
     if check == "python":
+
         def run_check(text: str) -> Any:
             return ast.parse(text)
     elif check == "json":
+
         def run_check(text: str) -> Any:
             strict_json(text)
     else:
@@ -130,6 +132,7 @@ def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], N
             result = custom(text)
             if result is not None:
                 raise _Rejected(str(result))
+
     if normalize == "black":
         try:
             import black
@@ -208,7 +211,9 @@ class _Pool:
     """N worker processes, one task at a time each, killed and replaced when a row hangs."""
 
     def __init__(self, n: int, check: str, normalize: str, row_timeout: float) -> None:
-        self._ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+        self._ctx = multiprocessing.get_context(
+            "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        )
         self._slots = self._ctx.RawArray("d", 3 * n)
         self._check, self._normalize, self.row_timeout = check, normalize, row_timeout
         self._procs: list[Any] = [None] * n
@@ -220,8 +225,12 @@ class _Pool:
 
     def _start(self, i: int) -> None:
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_worker, args=(child, self._slots, i, self._check, self._normalize),
-                                 name=f"runwatch-audit-{i}", daemon=True)
+        proc = self._ctx.Process(
+            target=_worker,
+            args=(child, self._slots, i, self._check, self._normalize),
+            name=f"runwatch-audit-{i}",
+            daemon=True,
+        )
         proc.start()
         child.close()
         self._procs[i], self._conns[i] = proc, parent
@@ -255,8 +264,11 @@ class _Pool:
 
     def overdue(self) -> list[int]:
         now = time.monotonic()
-        return [i for i, b in enumerate(self.busy)
-                if b is not None and self._slots[3 * i + 1] and now - self._slots[3 * i + 1] > self.row_timeout]
+        return [
+            i
+            for i, b in enumerate(self.busy)
+            if b is not None and self._slots[3 * i + 1] and now - self._slots[3 * i + 1] > self.row_timeout
+        ]
 
     def replace(self, i: int) -> tuple[int, int, int]:
         """Kill worker i and start another; return (row position in its task, stage, exit code)."""
@@ -327,8 +339,12 @@ def audit(input_path: str, options: AuditOptions) -> dict:
     out = _out_dir(input_path, options)
     process = make_checker(options.check, options.normalize)  # fails here, once, on a bad --check
     os.makedirs(out, exist_ok=True)
-    names = {"raw": f"kept.raw.{corpus.ext}", "normalized": f"kept.normalized.{corpus.ext}",
-             "rejected": "rejected.jsonl", "audit": "audit.json"}
+    names = {
+        "raw": f"kept.raw.{corpus.ext}",
+        "normalized": f"kept.normalized.{corpus.ext}",
+        "rejected": "rejected.jsonl",
+        "audit": "audit.json",
+    }
     tmp = {k: os.path.join(out, f".{v}.tmp-{os.getpid()}") for k, v in names.items() if k != "audit"}
     progress = _Progress(sys.stderr.isatty() if options.progress is None else options.progress)
     counts: dict[str, dict[str, int]] = {}
@@ -354,8 +370,13 @@ def audit(input_path: str, options: AuditOptions) -> dict:
                     stage, reason, message = result
                     by_stage = counts.setdefault(stage, {})
                     by_stage[reason] = by_stage.get(reason, 0) + 1
-                    rej_w.write(json.dumps({"id": row.id, "stage": stage, "reason": reason, "message": message,
-                                            "where": row.where}, ensure_ascii=False, default=str))
+                    rej_w.write(
+                        json.dumps(
+                            {"id": row.id, "stage": stage, "reason": reason, "message": message, "where": row.where},
+                            ensure_ascii=False,
+                            default=str,
+                        )
+                    )
                     continue
                 stats["kept"] += 1
                 raw = corpus.raw_item(row)
@@ -487,10 +508,18 @@ def _run_pool(pool: _Pool, chunks: Any, options: AuditOptions, emit: Callable[[_
                 pos, stage, code = pool.replace(i)
                 pool.deaths += 1
                 if pool.deaths >= MAX_CONSECUTIVE_DEATHS:
-                    raise DataError(f"{MAX_CONSECUTIVE_DEATHS} audit workers died in a row (last exit code {code});"
-                                    f" the check {options.check!r} cannot run in a worker")
-                _cut(held[chunk_no], positions, pos, ready, chunk_no,
-                     (_STAGE_NAMES[stage], "worker_died", f"the worker process died on this row (exit code {code})"))
+                    raise DataError(
+                        f"{MAX_CONSECUTIVE_DEATHS} audit workers died in a row (last exit code {code});"
+                        f" the check {options.check!r} cannot run in a worker"
+                    )
+                _cut(
+                    held[chunk_no],
+                    positions,
+                    pos,
+                    ready,
+                    chunk_no,
+                    (_STAGE_NAMES[stage], "worker_died", f"the worker process died on this row (exit code {code})"),
+                )
                 continue
             pool.deaths = 0
             pool.busy[i] = None
@@ -501,9 +530,18 @@ def _run_pool(pool: _Pool, chunks: Any, options: AuditOptions, emit: Callable[[_
         for i in pool.overdue():
             _, chunk_no, positions = pool.busy[i]
             pos, stage, _ = pool.replace(i)
-            _cut(held[chunk_no], positions, pos, ready, chunk_no,
-                 (_STAGE_NAMES[stage], "timeout",
-                  f"no result within --row-timeout {options.row_timeout:g}s; the worker was killed and replaced"))
+            _cut(
+                held[chunk_no],
+                positions,
+                pos,
+                ready,
+                chunk_no,
+                (
+                    _STAGE_NAMES[stage],
+                    "timeout",
+                    f"no result within --row-timeout {options.row_timeout:g}s; the worker was killed and replaced",
+                ),
+            )
 
 
 def _cut(chunk: _Chunk, positions: list[int], pos: int, ready: deque, chunk_no: int, result: tuple) -> None:
@@ -511,7 +549,7 @@ def _cut(chunk: _Chunk, positions: list[int], pos: int, ready: deque, chunk_no: 
     k = positions[pos]
     chunk.results[k] = result
     chunk.pending -= 1
-    rest = positions[:pos] + positions[pos + 1:]
+    rest = positions[:pos] + positions[pos + 1 :]
     if rest:
         ready.appendleft((chunk_no, rest))
 
@@ -523,16 +561,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `runwatch audit-data`."""
     parser.add_argument("input", metavar="INPUT", help="a .jsonl, .csv or .parquet file, or a directory of them")
     parser.add_argument("--field", required=True, metavar="NAME", help="the text column to check")
-    parser.add_argument("--check", default="python", metavar="python|json|MODULE:FUNCTION",
-                        help="python (ast.parse), json, or a function that returns None or raises (default python)")
+    parser.add_argument(
+        "--check",
+        default="python",
+        metavar="python|json|MODULE:FUNCTION",
+        help="python (ast.parse), json, or a function that returns None or raises (default python)",
+    )
     parser.add_argument("--normalize", default="none", choices=NORMALIZERS, help="none, ast (parse+unparse), black")
     parser.add_argument("--out", default=None, metavar="DIR", help="output directory (default INPUT.audit)")
-    parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="worker processes (default: all usable cores; 0: in this process, no --row-timeout)")
-    parser.add_argument("--row-timeout", type=float, default=DEFAULT_ROW_TIMEOUT, metavar="S",
-                        help=f"seconds before a row is cut off (default {DEFAULT_ROW_TIMEOUT:g})")
-    parser.add_argument("--id-field", default=None, metavar="NAME",
-                        help="the id column (default: 'id' where present, else the row number)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker processes (default: all usable cores; 0: in this process, no --row-timeout)",
+    )
+    parser.add_argument(
+        "--row-timeout",
+        type=float,
+        default=DEFAULT_ROW_TIMEOUT,
+        metavar="S",
+        help=f"seconds before a row is cut off (default {DEFAULT_ROW_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--id-field",
+        default=None,
+        metavar="NAME",
+        help="the id column (default: 'id' where present, else the row number)",
+    )
     parser.add_argument("--json", action="store_true", help="print audit.json's content")
 
 
@@ -542,7 +598,8 @@ def render(report: dict) -> str:
     lines = [
         f"audit of {report['input']} ({report['format']}, {report['files']} file(s)), field {report['field']!r},"
         f" check {report['check']}, normalize {report['normalize']}",
-        f"  rows      {report['rows']:,}" + (f" (+{report['blank_lines']} blank lines)" if report["blank_lines"] else ""),
+        f"  rows      {report['rows']:,}"
+        + (f" (+{report['blank_lines']} blank lines)" if report["blank_lines"] else ""),
         f"  kept      {report['kept']:,}" + (f" ({100.0 * frac:.2f}%)" if frac is not None else ""),
         f"  rejected  {report['rejected']:,}",
     ]
@@ -550,8 +607,11 @@ def render(report: dict) -> str:
         for reason, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
             lines.append(f"    {stage}: {reason}  {n:,}")
     rate = report["rows_per_second"]
-    lines.append(f"  time      {report['seconds']:.2f}s" + (f" ({rate:,.0f} rows/s," if rate else " (")
-                 + f" {report['workers']} workers)")
+    lines.append(
+        f"  time      {report['seconds']:.2f}s"
+        + (f" ({rate:,.0f} rows/s," if rate else " (")
+        + f" {report['workers']} workers)"
+    )
     lines.append(f"  outputs   {report['out']}/{{{', '.join(report['outputs'].values())}}}")
     return "\n".join(lines)
 
@@ -559,8 +619,15 @@ def render(report: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     """`runwatch audit-data`: exit 0 when the audit ran (whatever it rejected), 1 when it could not."""
     kwargs = {} if args.workers is None else {"workers": args.workers}
-    options = AuditOptions(field=args.field, check=args.check, normalize=args.normalize, out=args.out,
-                           row_timeout=args.row_timeout, id_field=args.id_field, **kwargs)
+    options = AuditOptions(
+        field=args.field,
+        check=args.check,
+        normalize=args.normalize,
+        out=args.out,
+        row_timeout=args.row_timeout,
+        id_field=args.id_field,
+        **kwargs,
+    )
     report = audit(args.input, options)
     print(json.dumps(report, indent=2, allow_nan=False) if args.json else render(report))
     return 0

@@ -46,8 +46,9 @@ EXIT_WAIT_SECONDS = 10.0
 ERROR_TAIL_BYTES = 64 * 1024
 # What an error line looks like: `ValueError: ...`, `torch.OutOfMemoryError: ...`, `RuntimeError`,
 # `error: ...`, `Killed`, `Segmentation fault`.
-_ERROR_LINE = re.compile(r"(^|\s)[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b|^(error|fatal|killed|segmentation fault)\b",
-                         re.IGNORECASE)
+_ERROR_LINE = re.compile(
+    r"(^|\s)[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b|^(error|fatal|killed|segmentation fault)\b", re.IGNORECASE
+)
 _LAUNCH_BANNER = "--- runwatch launch "
 
 
@@ -93,8 +94,11 @@ def steady_rates(train: list[dict], seq_len: int, warmup: int) -> dict:
         "steady_updates": sum(r["updates"] for r in steady),
         "samples_per_second": tokens / seq_len / seconds,
         "tokens_per_second": tokens / seconds,
-        "seconds_per_step": {"median": quantile(per_step, 0.5), "p10": quantile(per_step, 0.1),
-                             "p90": quantile(per_step, 0.9)},
+        "seconds_per_step": {
+            "median": quantile(per_step, 0.5),
+            "p10": quantile(per_step, 0.1),
+            "p90": quantile(per_step, 0.9),
+        },
     }
 
 
@@ -158,12 +162,16 @@ class _LogTail:
         while True:
             if self._parser() is None:
                 if os.path.exists(self.path) and os.path.getsize(self.path) > self.follower.offset:
-                    raise InvalidRunError(f"{self.path}: written without run.json (bench reads logs of RunLogger"
-                                          " or the runwatch callbacks)")
+                    raise InvalidRunError(
+                        f"{self.path}: written without run.json (bench reads logs of RunLogger"
+                        " or the runwatch callbacks)"
+                    )
                 return
             batch = self.follower.poll()
             if batch.too_long is not None:
-                raise InvalidRunError(f"metrics.jsonl:{batch.too_long}: line longer than {self.follower.max_line_bytes} bytes")
+                raise InvalidRunError(
+                    f"metrics.jsonl:{batch.too_long}: line longer than {self.follower.max_line_bytes} bytes"
+                )
             for lineno, raw in batch.lines:
                 rec = self.parser.parse_line(lineno, raw)
                 if rec is None:
@@ -187,8 +195,12 @@ class _LogTail:
         return sum(r["updates"] for r in self.train)
 
 
-def bench(run_dir: str, cmd: list[str], options: BenchOptions = BenchOptions(),
-          progress: Callable[[int, int], None] | None = None) -> dict:
+def bench(
+    run_dir: str,
+    cmd: list[str],
+    options: BenchOptions = BenchOptions(),
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
     """Launch `cmd` for `run_dir`, time `options.steps` updates, stop it; return (and write) bench.json.
 
     Raises UsageError when `cmd` cannot start, InsufficientRunError when it ends before `steps`
@@ -225,7 +237,8 @@ def bench(run_dir: str, cmd: list[str], options: BenchOptions = BenchOptions(),
                 line = last_error_line(os.path.join(run_dir, "stdout.log"))
                 raise InsufficientRunError(
                     f"the command ended ({how}) after {done} of {options.steps} updates;"
-                    f" last error in {os.path.join(run_dir, 'stdout.log')}: {line or '(no output)'}")
+                    f" last error in {os.path.join(run_dir, 'stdout.log')}: {line or '(no output)'}"
+                )
             time.sleep(POLL_SECONDS)
     finally:
         if alive(pid):
@@ -297,18 +310,32 @@ def _declare(p: argparse.ArgumentParser, suppress: bool) -> None:
     def default(value: Any) -> Any:
         return argparse.SUPPRESS if suppress else value
 
-    p.add_argument("--steps", type=int, default=default(DEFAULT_STEPS), metavar="N",
-                   help=f"updates to log before the job is stopped (default {DEFAULT_STEPS})")
-    p.add_argument("--warmup", type=int, default=default(DEFAULT_WARMUP), metavar="N",
-                   help=f"first updates left out of the rates (default {DEFAULT_WARMUP})")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=default(DEFAULT_STEPS),
+        metavar="N",
+        help=f"updates to log before the job is stopped (default {DEFAULT_STEPS})",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=default(DEFAULT_WARMUP),
+        metavar="N",
+        help=f"first updates left out of the rates (default {DEFAULT_WARMUP})",
+    )
     p.add_argument("--json", action="store_true", default=default(False), help="print bench.json")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `runwatch bench` (split at `--` by `run`, as `runwatch launch` does)."""
     _declare(p, suppress=True)
-    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="RUN_DIR [options] -- CMD ...",
-                   help="the run directory (created if missing), options, then the training command")
+    p.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        metavar="RUN_DIR [options] -- CMD ...",
+        help="the run directory (created if missing), options, then the training command",
+    )
 
 
 def _parse(args: argparse.Namespace) -> tuple[str, list[str]]:
@@ -322,7 +349,7 @@ def _parse(args: argparse.Namespace) -> tuple[str, list[str]]:
     _declare(sub, suppress=False)
     sub.add_argument("run_dir", metavar="RUN_DIR")
     sub.parse_args(rest[:i], namespace=args)
-    return args.run_dir, rest[i + 1:]
+    return args.run_dir, rest[i + 1 :]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -331,9 +358,11 @@ def run(args: argparse.Namespace) -> int:
     options = BenchOptions(steps=args.steps, warmup=args.warmup)
     progress = None
     if sys.stderr.isatty():
+
         def progress(done: int, total: int) -> None:
             sys.stderr.write(f"\rbench: {min(done, total)}/{total} updates logged")
             sys.stderr.flush()
+
     try:
         result = bench(run_dir, cmd, options, progress)
     finally:

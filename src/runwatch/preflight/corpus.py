@@ -47,6 +47,7 @@ def _loads(line: str) -> Any:
                 return value
     return json.loads(line)
 
+
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 # Rows of one Parquet record batch read or written at once: ~1-10 MB for code snippets.
 PARQUET_BATCH_ROWS = 4096
@@ -66,8 +67,11 @@ class Row(NamedTuple):
 
 def _list_files(path: str) -> tuple[str, list[str]]:
     if os.path.isdir(path):
-        names = sorted(n for n in os.listdir(path)
-                       if os.path.splitext(n)[1].lower() in FORMATS and os.path.isfile(os.path.join(path, n)))
+        names = sorted(
+            n
+            for n in os.listdir(path)
+            if os.path.splitext(n)[1].lower() in FORMATS and os.path.isfile(os.path.join(path, n))
+        )
         if not names:
             raise DataError(f"{path}: a directory without .jsonl, .csv or .parquet files")
         kinds = {FORMATS[os.path.splitext(n)[1].lower()] for n in names}
@@ -179,7 +183,13 @@ class Corpus:
                     number += 1
                     continue
                 if type(obj) is not dict:
-                    yield Row(number, where, None, ("not_object", f"a row must be a JSON object, got {type(obj).__name__}"), None)
+                    yield Row(
+                        number,
+                        where,
+                        None,
+                        ("not_object", f"a row must be a JSON object, got {type(obj).__name__}"),
+                        None,
+                    )
                     number += 1
                     continue
                 if id_key in obj:
@@ -230,7 +240,9 @@ class Corpus:
                     number += 1
                     continue
                 if len(fields) != len(header):
-                    yield Row(number, where, None, ("field_count", f"{len(fields)} fields, header has {len(header)}"), None)
+                    yield Row(
+                        number, where, None, ("field_count", f"{len(fields)} fields, header has {len(header)}"), None
+                    )
                     number += 1
                     continue
                 text = fields[col] if col is not None else None

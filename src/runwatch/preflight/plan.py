@@ -57,8 +57,9 @@ def parse_duration(text: str, option: str, *, allow_zero: bool = False) -> float
     else:
         match = _DURATION.fullmatch(value)
         if match and value:
-            seconds = sum(float(part) * _UNIT_SECONDS[unit]
-                          for part, unit in zip(match.groups(), "dhms") if part is not None)
+            seconds = sum(
+                float(part) * _UNIT_SECONDS[unit] for part, unit in zip(match.groups(), "dhms") if part is not None
+            )
     if seconds is None or not math.isfinite(seconds):
         raise UsageError(f"{option}: expected a duration like 8h, 90m, 1h30m, 45s or seconds, got {text!r}")
     if seconds == 0 and not allow_zero:
@@ -121,11 +122,18 @@ class PlanOptions:
             raise UsageError(f"plan.batch_size must be an int >= 1, got {self.batch_size!r}")
 
 
-def project(samples_per_second: float, samples: int, epochs: float, eval_fraction: float,
-            setup_seconds: float, window_seconds: float) -> dict:
+def project(
+    samples_per_second: float,
+    samples: int,
+    epochs: float,
+    eval_fraction: float,
+    setup_seconds: float,
+    window_seconds: float,
+) -> dict:
     """The projection arithmetic alone: times, margin, whether it fits, the largest run that fits."""
     if not samples_per_second > 0:
         raise InvalidRunError(f"steady throughput must be > 0 samples/s, got {samples_per_second!r}")
+
     def total(n: int) -> float:
         train = n * epochs / samples_per_second
         return train + eval_fraction * train + setup_seconds
@@ -187,8 +195,16 @@ def plan(run: str, options: PlanOptions) -> dict:
         "eval_overhead_source": eval_source,
         "val_events": source.get("val_events", 0),
     }
-    result.update(project(source["samples_per_second"], options.samples, options.epochs, eval_fraction,
-                          float(options.setup_seconds), float(options.window_seconds)))
+    result.update(
+        project(
+            source["samples_per_second"],
+            options.samples,
+            options.epochs,
+            eval_fraction,
+            float(options.setup_seconds),
+            float(options.window_seconds),
+        )
+    )
     result["next_command"] = None
     if not result["fits"] and result["max_samples"] > 0:
         result["next_command"] = subsample_command(result["max_samples"], options.data, options.stratify)
@@ -213,8 +229,10 @@ def verdict_line(result: dict) -> str:
     used, window = format_duration(result["projected_seconds"]), format_duration(result["window_seconds"])
     if result["fits"]:
         return f"FITS: {used} of {window}, margin {format_duration(result['margin_seconds'])}"
-    return (f"DOES NOT FIT: {used} of {window}, over by {format_duration(-result['margin_seconds'])};"
-            f" the largest that fits is {result['max_samples']:,} samples (fraction {result['max_fraction']:.3f})")
+    return (
+        f"DOES NOT FIT: {used} of {window}, over by {format_duration(-result['margin_seconds'])};"
+        f" the largest that fits is {result['max_samples']:,} samples (fraction {result['max_fraction']:.3f})"
+    )
 
 
 def _rate(value: float) -> str:
@@ -229,11 +247,14 @@ def render(result: dict) -> str:
         "measured": f"measured over {result['val_events']} val events",
         "included": "already in the throughput, which counts the whole train() call",
         "none": ("no val events after the warm-up" if result["source"] == "run" else "not measured")
-                + "; pass --eval-overhead to project eval",
+        + "; pass --eval-overhead to project eval",
     }[result["eval_overhead_source"]]
     margin_pct = 100.0 * result["margin_seconds"] / result["window_seconds"]
-    where = result["run"] if result["session_id"] is None else (
-        f"{result['run']} (session {result['session_id']}, step {result['last_step']})")
+    where = (
+        result["run"]
+        if result["session_id"] is None
+        else (f"{result['run']} (session {result['session_id']}, step {result['last_step']})")
+    )
     lines = [
         f"plan for {where}",
         f"  throughput  {_rate(result['steady_samples_per_second'])} samples/s steady ({result['throughput_detail']})",
@@ -249,16 +270,19 @@ def render(result: dict) -> str:
     if result["next_command"] is not None:
         lines.append(f"next: {result['next_command']}")
     elif not result["fits"]:
-        lines.append(f"next: nothing fits: the setup alone takes {format_duration(result['setup_seconds'])}"
-                     f" of {format_duration(result['window_seconds'])}")
+        lines.append(
+            f"next: nothing fits: the setup alone takes {format_duration(result['setup_seconds'])}"
+            f" of {format_duration(result['window_seconds'])}"
+        )
     return "\n".join(lines)
 
 
 def options_from_args(args: argparse.Namespace) -> PlanOptions:
     """PlanOptions from the command line's strings (durations parsed here, naming the option)."""
     if args.warmup_windows is not None:
-        raise UsageError("--warmup-windows was replaced by --warmup N (updates, default 3, rounded up to whole"
-                         " train records)")
+        raise UsageError(
+            "--warmup-windows was replaced by --warmup N (updates, default 3, rounded up to whole train records)"
+        )
     return PlanOptions(
         samples=args.samples,
         window_seconds=parse_duration(args.window, "--window"),
@@ -274,20 +298,38 @@ def options_from_args(args: argparse.Namespace) -> PlanOptions:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `runwatch plan`."""
-    parser.add_argument("run_dir", metavar="RUN",
-                        help="a runwatch bench directory, a run directory with 8+ updates after the warm-up,"
-                             " a trainer_state.json, or a log with timing (sps or t)")
+    parser.add_argument(
+        "run_dir",
+        metavar="RUN",
+        help="a runwatch bench directory, a run directory with 8+ updates after the warm-up,"
+        " a trainer_state.json, or a log with timing (sps or t)",
+    )
     parser.add_argument("--samples", type=int, required=True, metavar="N", help="samples per epoch of the long run")
     parser.add_argument("--epochs", type=float, default=1.0, metavar="E", help="epochs (default 1)")
     parser.add_argument("--window", required=True, metavar="DURATION", help="the time window: 8h, 90m, 1h30m, seconds")
-    parser.add_argument("--eval-overhead", type=float, default=None, metavar="F",
-                        help="eval time as a fraction of training time (default: measured from the run's val events)")
+    parser.add_argument(
+        "--eval-overhead",
+        type=float,
+        default=None,
+        metavar="F",
+        help="eval time as a fraction of training time (default: measured from the run's val events)",
+    )
     parser.add_argument("--setup", default="0", metavar="DURATION", help="setup time of the long run (default 0)")
-    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, metavar="N",
-                        help=f"first updates left out, rounded up to whole train records (default {DEFAULT_WARMUP})")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=DEFAULT_WARMUP,
+        metavar="N",
+        help=f"first updates left out, rounded up to whole train records (default {DEFAULT_WARMUP})",
+    )
     parser.add_argument("--warmup-windows", default=None, help=argparse.SUPPRESS)  # replaced by --warmup
-    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
-                        help="samples per update, for a log that carries wall time but not samples/s")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="samples per update, for a log that carries wall time but not samples/s",
+    )
     parser.add_argument("--data", default=None, metavar="PATH", help="the training set, named in the subsample step")
     parser.add_argument("--stratify", default=None, metavar="FIELD", help="its label field, for the subsample step")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

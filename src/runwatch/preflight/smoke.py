@@ -71,12 +71,20 @@ def _loss_check(options: SmokeOptions, summary: dict) -> dict:
     chance, source = _chance(options, summary["recipe"])
     first, last = summary["loss"]["first"], summary["loss"]["last"]
     if chance is None:
-        return _check("loss", False, f"no chance level: pass --chance-loss or name num_classes in the recipe"
-                                     f" (train loss {first:.4g} -> {last:.4g})")
+        return _check(
+            "loss",
+            False,
+            f"no chance level: pass --chance-loss or name num_classes in the recipe"
+            f" (train loss {first:.4g} -> {last:.4g})",
+        )
     bar = chance - CHANCE_TOLERANCE
     relation = "<" if last < bar else ">="
-    return _check("loss", last < bar, f"train loss {first:.4g} -> {last:.4g} {relation} {bar:.4g}"
-                                      f" (chance {chance:.4g} from {source}, less {CHANCE_TOLERANCE})")
+    return _check(
+        "loss",
+        last < bar,
+        f"train loss {first:.4g} -> {last:.4g} {relation} {bar:.4g}"
+        f" (chance {chance:.4g} from {source}, less {CHANCE_TOLERANCE})",
+    )
 
 
 def _metric_check(options: SmokeOptions, vals: list[tuple[int, float]], other_names: set[str]) -> dict:
@@ -89,8 +97,9 @@ def _metric_check(options: SmokeOptions, vals: list[tuple[int, float]], other_na
     if v1 > 0.5 + METRIC_MARGIN:
         return _check("metric", True, f"{moved} > 0.5 + {METRIC_MARGIN}")
     if v1 < 0.5 - METRIC_MARGIN:
-        return _check("metric", False, f"{moved} < 0.5 - {METRIC_MARGIN}: inverted labels?"
-                                       f" (flipped it would be {1.0 - v1:.4f})")
+        return _check(
+            "metric", False, f"{moved} < 0.5 - {METRIC_MARGIN}: inverted labels? (flipped it would be {1.0 - v1:.4f})"
+        )
     return _check("metric", False, f"{moved}, within 0.5 +- {METRIC_MARGIN}: at chance")
 
 
@@ -100,17 +109,26 @@ def _checkpoint_check(run_dir: str, ckpts: list[dict]) -> dict:
     verified = [c for c in ckpts if c.get("verified") is True]
     if verified:
         latest = verified[-1]
-        return _check("checkpoint", True, f"{len(ckpts)} written, {len(verified)} verified"
-                                          f" (latest {latest['path']} at step {latest['step']})")
+        return _check(
+            "checkpoint",
+            True,
+            f"{len(ckpts)} written, {len(verified)} verified (latest {latest['path']} at step {latest['step']})",
+        )
     for c in reversed(ckpts):
         path = c["path"] if os.path.isabs(c["path"]) else os.path.join(run_dir, c["path"])
         if os.path.exists(path):
             try:
                 report = verify_checkpoint(path)
             except CheckpointError as exc:
-                return _check("checkpoint", False, f"{len(ckpts)} written, none verified; reading back the newest: {exc}")
-            return _check("checkpoint", True, f"{len(ckpts)} written, none verified in the log; read back now:"
-                                              f" {c['path']} ({report['tensors']} tensors, {report['tensor_bytes']} bytes)")
+                return _check(
+                    "checkpoint", False, f"{len(ckpts)} written, none verified; reading back the newest: {exc}"
+                )
+            return _check(
+                "checkpoint",
+                True,
+                f"{len(ckpts)} written, none verified in the log; read back now:"
+                f" {c['path']} ({report['tensors']} tensors, {report['tensor_bytes']} bytes)",
+            )
     return _check("checkpoint", False, f"{len(ckpts)} written, none verified, and none of the files is still on disk")
 
 
@@ -134,10 +152,22 @@ def smoke(run_dir: str, options: SmokeOptions = SmokeOptions()) -> dict:
         checks.append(_check("log", False, f"invalid: {exc}"))
         checks += [_check(n, False, "not judged: the log did not pass the summary") for n in names[1:]]
         return _verdict(run_dir, checks)
-    state = "completed normally" if summary["completed"] else (
-        f"ended {summary['end_reason']!r}" if summary["end_reason"] else "has no session_end (still running or killed)")
-    checks.append(_check("log", summary["completed"], f"valid; {state} at step {summary['last_step']}"
-                                                      f" ({summary['train_windows']} train windows)"))
+    state = (
+        "completed normally"
+        if summary["completed"]
+        else (
+            f"ended {summary['end_reason']!r}"
+            if summary["end_reason"]
+            else "has no session_end (still running or killed)"
+        )
+    )
+    checks.append(
+        _check(
+            "log",
+            summary["completed"],
+            f"valid; {state} at step {summary['last_step']} ({summary['train_windows']} train windows)",
+        )
+    )
     checks.append(_loss_check(options, summary))
 
     vals: list[tuple[int, float]] = []
@@ -178,10 +208,19 @@ def render(result: dict) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `runwatch smoke`."""
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the smoke run's directory")
-    parser.add_argument("--chance-loss", type=float, default=None, metavar="X",
-                        help="the loss at chance (default: ln(recipe.num_classes) when the recipe names it)")
-    parser.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME",
-                        help=f"eval metric whose chance level is 0.5 (default {DEFAULT_METRIC})")
+    parser.add_argument(
+        "--chance-loss",
+        type=float,
+        default=None,
+        metavar="X",
+        help="the loss at chance (default: ln(recipe.num_classes) when the recipe names it)",
+    )
+    parser.add_argument(
+        "--metric",
+        default=DEFAULT_METRIC,
+        metavar="NAME",
+        help=f"eval metric whose chance level is 0.5 (default {DEFAULT_METRIC})",
+    )
     parser.add_argument("--samples", type=int, default=None, metavar="N", help="with --window: project the long run")
     parser.add_argument("--epochs", type=float, default=1.0, metavar="E", help="epochs of the long run (default 1)")
     parser.add_argument("--window", default=None, metavar="DURATION", help="with --samples: the long run's time window")
@@ -196,9 +235,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("runwatch smoke: --samples and --window go together (the projection needs both)")
     plan_options = None
     if args.samples is not None:
-        plan_options = PlanOptions(samples=args.samples, window_seconds=parse_duration(args.window, "--window"),
-                                   epochs=args.epochs, eval_overhead=args.eval_overhead,
-                                   setup_seconds=parse_duration(args.setup, "--setup", allow_zero=True))
+        plan_options = PlanOptions(
+            samples=args.samples,
+            window_seconds=parse_duration(args.window, "--window"),
+            epochs=args.epochs,
+            eval_overhead=args.eval_overhead,
+            setup_seconds=parse_duration(args.setup, "--setup", allow_zero=True),
+        )
     result = smoke(args.run_dir, SmokeOptions(chance_loss=args.chance_loss, metric=args.metric, plan=plan_options))
     print(json.dumps(result, indent=2, allow_nan=False) if args.json else render(result))
     return 0 if result["passed"] else 1

@@ -194,6 +194,7 @@ def _progress(label: str) -> Callable[[int], None] | None:
             last[0] = now
             sys.stderr.write(f"\rsubsample: {label}: {rows:,} rows, {rows / (now - start):,.0f} rows/s   ")
             sys.stderr.flush()
+
     return show
 
 
@@ -204,8 +205,10 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
     corpus = Corpus(data, None, make_ids=False)
     out_ext = os.path.splitext(options.out)[1].lower()
     if FORMATS[out_ext] != corpus.format:
-        raise UsageError(f"subsample: --out {options.out} is {FORMATS[out_ext]}, the input is {corpus.format};"
-                         f" write a .{corpus.format} file")
+        raise UsageError(
+            f"subsample: --out {options.out} is {FORMATS[out_ext]}, the input is {corpus.format};"
+            f" write a .{corpus.format} file"
+        )
     if os.path.exists(options.out) and any(os.path.samefile(options.out, f) for f in corpus.files):
         raise UsageError(f"subsample: --out {options.out} is the input")
     parent = os.path.dirname(os.path.abspath(options.out))
@@ -213,7 +216,9 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
         raise UsageError(f"subsample: --out {options.out}: no directory {parent}")
     field = options.stratify
     if field is not None:
-        columns = corpus.header if corpus.format == "csv" else corpus.schema.names if corpus.format == "parquet" else None
+        columns = (
+            corpus.header if corpus.format == "csv" else corpus.schema.names if corpus.format == "parquet" else None
+        )
         if columns is not None and field not in columns:
             raise DataError(f"{corpus.files[0]}: no column {field!r} (columns: {', '.join(columns)})")
 
@@ -281,14 +286,29 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
         written = len(heaps.get(key, ()))
         share = (equal if options.balanced else options.n * counts[key] / total) if field is not None else options.n
         short = counts[key] < share
-        rows_out.append({"value": reader.display.get(key) if field is not None else None,
-                         "rows": counts[key], "written": written, "short": short})
+        rows_out.append(
+            {
+                "value": reader.display.get(key) if field is not None else None,
+                "rows": counts[key],
+                "written": written,
+                "short": short,
+            }
+        )
     rows_out.sort(key=lambda r: (-r["rows"], json.dumps(r["value"], default=str)))
     seconds = time.monotonic() - t0
     report = {
-        "input": data, "out": options.out, "format": corpus.format, "n": options.n, "seed": options.seed,
-        "stratify": field, "balanced": options.balanced, "rows": total, "written": len(kept),
-        "counts": rows_out, "unreadable": dict(sorted(reader.unreadable.items())), "missing_field": reader.missing,
+        "input": data,
+        "out": options.out,
+        "format": corpus.format,
+        "n": options.n,
+        "seed": options.seed,
+        "stratify": field,
+        "balanced": options.balanced,
+        "rows": total,
+        "written": len(kept),
+        "counts": rows_out,
+        "unreadable": dict(sorted(reader.unreadable.items())),
+        "missing_field": reader.missing,
         "seconds": seconds,
     }
     atomic_write_text(options.out + ".json", json.dumps(report, indent=2, allow_nan=False, ensure_ascii=False) + "\n")
@@ -298,11 +318,15 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
     elif options.balanced:
         for r in rows_out:
             if r["short"]:
-                warn(f"{field}={_show(r['value'])} has {r['rows']:,} rows, fewer than its equal share {equal:,}:"
-                     " all of them written; the others make up the difference")
+                warn(
+                    f"{field}={_show(r['value'])} has {r['rows']:,} rows, fewer than its equal share {equal:,}:"
+                    " all of them written; the others make up the difference"
+                )
     if reader.unreadable:
         what = ", ".join(f"{k} {v:,}" for k, v in sorted(reader.unreadable.items()))
-        warn(f"{sum(reader.unreadable.values()):,} unreadable rows never drawn ({what}); first at {reader.first_unreadable}")
+        warn(
+            f"{sum(reader.unreadable.values()):,} unreadable rows never drawn ({what}); first at {reader.first_unreadable}"
+        )
     if reader.missing:
         warn(f"{reader.missing:,} rows without {field!r} never drawn; first at {reader.first_missing}")
     return report
@@ -317,8 +341,10 @@ def render(report: dict) -> str:
     how = "of all rows"
     if report["stratify"] is not None:
         how = f"per {report['stratify']}, " + ("balanced" if report["balanced"] else "in proportion")
-    lines = [f"subsample {report['input']} -> {report['out']}: {report['written']:,} of {report['rows']:,} rows"
-             f" {how} (seed {report['seed']})"]
+    lines = [
+        f"subsample {report['input']} -> {report['out']}: {report['written']:,} of {report['rows']:,} rows"
+        f" {how} (seed {report['seed']})"
+    ]
     if report["stratify"] is not None:
         names = [_show(r["value"]) for r in report["counts"]]
         width = max([len(report["stratify"]), 5] + [len(n) for n in names])
@@ -337,7 +363,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, required=True, metavar="N", help="rows to write")
     parser.add_argument("--stratify", default=None, metavar="FIELD", help="draw per value of FIELD, in proportion")
     parser.add_argument("--balanced", action="store_true", help="with --stratify: equal counts per value")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="the same seed draws the same rows (default 0)")
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="the same seed draws the same rows (default 0)"
+    )
     parser.add_argument("--out", required=True, metavar="PATH", help="the output file, in the input's format")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
 

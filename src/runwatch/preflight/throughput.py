@@ -72,8 +72,9 @@ def session_records(run_dir: str) -> tuple[dict, dict, Iterator[dict]]:
     return manifest, session, latest()
 
 
-def _too_few(path: str, total: int, steady: int, warm: int, warm_records: int, per_record: int,
-             warmup: int, min_steady: int) -> InsufficientRunError:
+def _too_few(
+    path: str, total: int, steady: int, warm: int, warm_records: int, per_record: int, warmup: int, min_steady: int
+) -> InsufficientRunError:
     if warm < warmup:  # the warm-up itself is not over: assume records of the size seen so far
         warm = math.ceil(warmup / per_record) * per_record
         warm_records = warm // per_record
@@ -82,7 +83,8 @@ def _too_few(path: str, total: int, steady: int, warm: int, warm_records: int, p
     return InsufficientRunError(
         f"{path}: {total} updates logged, {steady} after the warm-up (the first {warm} updates,"
         f" {warm_records} train {records}); need {min_steady} after it to project: log {needed}+ updates"
-        f" ({needed - total} more), or use runwatch bench")
+        f" ({needed - total} more), or use runwatch bench"
+    )
 
 
 def _from_bench(path: str, min_steady: int) -> dict:
@@ -104,7 +106,8 @@ def _from_bench(path: str, min_steady: int) -> dict:
     if steady < min_steady:
         raise InsufficientRunError(
             f"{name}: {steady} updates after the warm-up; need {min_steady} to project: rerun runwatch bench"
-            f" with --steps {bench['warmup'] + min_steady} or more")
+            f" with --steps {bench['warmup'] + min_steady} or more"
+        )
     sps = bench.get("seconds_per_step") or {}
     per_step = ""
     if all(isinstance(sps.get(k), (int, float)) for k in ("median", "p10", "p90")):
@@ -142,7 +145,10 @@ def _from_run(path: str, warmup: int, min_steady: int) -> dict:
                 warm_records += 1
                 if warm >= warmup:
                     after_step = rec["step"]
-                    begin = {"elapsed": rec["session"]["elapsed_seconds"], "profiling": rec["session"]["profiling_seconds"]}
+                    begin = {
+                        "elapsed": rec["session"]["elapsed_seconds"],
+                        "profiling": rec["session"]["profiling_seconds"],
+                    }
             else:
                 steady += rec["updates"]
                 steady_records += 1
@@ -157,8 +163,13 @@ def _from_run(path: str, warmup: int, min_steady: int) -> dict:
     seq_len = summary["recipe"]["seq_len"]
     tokens_per_second = summary["steady_train_tokens_per_second"]
     steady_seconds = summary["steady_train_seconds"]
-    other = (end["elapsed"] - begin["elapsed"] - steady_seconds - checkpoint_seconds
-             - (end["profiling"] - begin["profiling"]))
+    other = (
+        end["elapsed"]
+        - begin["elapsed"]
+        - steady_seconds
+        - checkpoint_seconds
+        - (end["profiling"] - begin["profiling"])
+    )
     return {
         "source": "run",
         "samples_per_second": tokens_per_second / seq_len,
@@ -170,8 +181,10 @@ def _from_run(path: str, warmup: int, min_steady: int) -> dict:
         "after_step": after_step,
         "session_id": summary["session_id"],
         "last_step": summary["last_step"],
-        "detail": (f"{tokens_per_second:,.6g} tokens/s / seq_len {seq_len}; {steady} updates in {steady_records}"
-                   f" train records after step {after_step}, the first {warm} updates left out as warm-up"),
+        "detail": (
+            f"{tokens_per_second:,.6g} tokens/s / seq_len {seq_len}; {steady} updates in {steady_records}"
+            f" train records after step {after_step}, the first {warm} updates left out as warm-up"
+        ),
         "eval_source": "measured" if val_events else None,
         "eval_fraction": max(0.0, other) / steady_seconds if val_events else None,
         "val_events": val_events,
@@ -218,15 +231,25 @@ def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | Non
         elif n > 0:
             steady.append((n, rec))
     updates = sum(n for n, _ in steady)
-    base = {"steady_updates": updates, "warmup_updates": warm, "tokens_per_second": None, "seq_len": None,
-            "after_step": warm_end.step if warm_end is not None else None, "eval_source": None}
+    base = {
+        "steady_updates": updates,
+        "warmup_updates": warm,
+        "tokens_per_second": None,
+        "seq_len": None,
+        "after_step": warm_end.step if warm_end is not None else None,
+        "eval_source": None,
+    }
     problem = None
     if steady and all(r.throughput and r.throughput > 0 for _, r in steady):
         if updates >= min_steady:
             rate = updates / sum(n / r.throughput for n, r in steady)  # Σ steps / Σ time, time ∝ steps / sps
-            return dict(base, source="telemetry", samples_per_second=rate,
-                        detail=f"`sps` of {len(steady)} records of {name} after step {warm_end.step}, {updates} updates"
-                               f" (the first {warm} left out as warm-up)")
+            return dict(
+                base,
+                source="telemetry",
+                samples_per_second=rate,
+                detail=f"`sps` of {len(steady)} records of {name} after step {warm_end.step}, {updates} updates"
+                f" (the first {warm} left out as warm-up)",
+            )
         problem = "few"
     elif steady and warm_end.time is not None and all(r.time is not None for _, r in steady):
         if updates < min_steady:
@@ -236,24 +259,36 @@ def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | Non
         else:
             seconds = steady[-1][1].time - warm_end.time
             if seconds > 0:
-                return dict(base, source="telemetry", samples_per_second=batch_size * updates / seconds,
-                            detail=f"{batch_size} samples x {updates} updates in {seconds:.4g}s of wall time `t` of {name}"
-                                   f" after step {warm_end.step} (eval and checkpoints included)")
+                return dict(
+                    base,
+                    source="telemetry",
+                    samples_per_second=batch_size * updates / seconds,
+                    detail=f"{batch_size} samples x {updates} updates in {seconds:.4g}s of wall time `t` of {name}"
+                    f" after step {warm_end.step} (eval and checkpoints included)",
+                )
     elif steady and updates < min_steady:
         problem = "few"
     if tsps is not None:
-        return dict(base, source="trainer_state", samples_per_second=tsps, eval_source="included",
-                    detail=f"{_TSPS} of {name}: the whole train() call, warm-up, evaluation and checkpoints included")
+        return dict(
+            base,
+            source="trainer_state",
+            samples_per_second=tsps,
+            eval_source="included",
+            detail=f"{_TSPS} of {name}: the whole train() call, warm-up, evaluation and checkpoints included",
+        )
     if problem == "few" or (not steady and train and any(r.throughput or r.time is not None for r in train)):
         raise _too_few(path, warm + updates, updates, warm, warm_records, per_record, warmup, min_steady)
     if problem == "batch":
-        raise InsufficientRunError(f"{path}: {name} carries wall time `t` but not samples/s: pass --batch-size"
-                                   " (samples per update), or use runwatch bench")
+        raise InsufficientRunError(
+            f"{path}: {name} carries wall time `t` but not samples/s: pass --batch-size"
+            " (samples per update), or use runwatch bench"
+        )
     raise InsufficientRunError(f"{path}: no timing in {name} (no `sps`, `t` or {_TSPS}): use runwatch bench")
 
 
-def measure(path: str, warmup: int = DEFAULT_WARMUP, min_steady: int = MIN_STEADY_UPDATES,
-            batch_size: int | None = None) -> dict:
+def measure(
+    path: str, warmup: int = DEFAULT_WARMUP, min_steady: int = MIN_STEADY_UPDATES, batch_size: int | None = None
+) -> dict:
     """The steady samples/s of `path` (a bench or run directory, or a log file) and how it was measured."""
     from .. import records
 

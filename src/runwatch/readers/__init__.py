@@ -31,8 +31,20 @@ from typing import Any, Protocol
 from ..errors import ConfigError, UsageError
 from ..options import TEXT, TEXTS, Check, add_flags, given_options, option, validate
 
-__all__ = ["FORMATS", "READER_FORMATS", "PRESETS", "Chunk", "Item", "Reader", "ReadOptions", "add_arguments",
-           "read_options", "open_reader", "to_records", "detect"]
+__all__ = [
+    "FORMATS",
+    "READER_FORMATS",
+    "PRESETS",
+    "Chunk",
+    "Item",
+    "Reader",
+    "ReadOptions",
+    "add_arguments",
+    "read_options",
+    "open_reader",
+    "to_records",
+    "detect",
+]
 
 # What `--format` accepts; `nanogpt` and `megatron` are text logs with preset patterns.
 FORMATS = ("jsonl", "tensorboard", "mlflow", "csv", "text", "nanogpt", "megatron")
@@ -97,12 +109,29 @@ class ReadOptions:
     Declared once (`options.option`) like every other option; they say how to read the target named
     on the command line, so they come from the command line only (not from runwatch.toml)."""
 
-    format: str | None = option(None, FORMAT_CHECK, "how to read the log (default: detected by name and content)",
-                                none=True, metavar="NAME", commands=READ_COMMANDS)
-    pattern: tuple[str, ...] = option((), TEXTS, "a text log's record lines: named groups are keys, one must be "
-                                      "(?P<step>...)", metavar="REGEX", commands=READ_COMMANDS)
-    run: str | None = option(None, TEXT, "the MLflow run to read (default: the latest started)", none=True,
-                             metavar="ID", commands=READ_COMMANDS)
+    format: str | None = option(
+        None,
+        FORMAT_CHECK,
+        "how to read the log (default: detected by name and content)",
+        none=True,
+        metavar="NAME",
+        commands=READ_COMMANDS,
+    )
+    pattern: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "a text log's record lines: named groups are keys, one must be (?P<step>...)",
+        metavar="REGEX",
+        commands=READ_COMMANDS,
+    )
+    run: str | None = option(
+        None,
+        TEXT,
+        "the MLflow run to read (default: the latest started)",
+        none=True,
+        metavar="ID",
+        commands=READ_COMMANDS,
+    )
 
     def __post_init__(self) -> None:
         validate(self, "read")
@@ -180,7 +209,9 @@ def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
             name = os.path.basename(path)
             if is_event_file(name):
                 fmt = "tensorboard"
-            elif name.endswith((".db", ".sqlite", ".sqlite3")) or (os.path.isfile(path) and _head(path, 16) == _SQLITE_MAGIC):
+            elif name.endswith((".db", ".sqlite", ".sqlite3")) or (
+                os.path.isfile(path) and _head(path, 16) == _SQLITE_MAGIC
+            ):
                 fmt = "mlflow"
             elif name.endswith(".csv"):
                 fmt = "csv"

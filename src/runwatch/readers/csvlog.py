@@ -113,8 +113,13 @@ class CsvReader:
         return self.follower.mtime
 
     def state_dict(self) -> dict:
-        return {"follower": self.follower.state_dict(), "header": self.header, "header_raw": self.header_raw.decode("latin-1"),
-                "rows": self.rows, "skip": self.skip}
+        return {
+            "follower": self.follower.state_dict(),
+            "header": self.header,
+            "header_raw": self.header_raw.decode("latin-1"),
+            "rows": self.rows,
+            "skip": self.skip,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.follower = LogFollower.from_state(state["follower"])

@@ -28,8 +28,16 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "loss": ("loss", "train/loss", "train_loss", "train_loss_step", "train/loss_step"),
     "lr": ("lr", "learning_rate", "train/learning_rate", "train/lr"),  # then any `lr-*` (Lightning)
     "grad_norm": ("grad_norm", "train/grad_norm"),
-    "sps": ("sps", "samples_per_second", "train_samples_per_second", "train/samples_per_second",
-            "samples_per_sec", "train/samples_per_sec", "throughput", "train/throughput"),
+    "sps": (
+        "sps",
+        "samples_per_second",
+        "train_samples_per_second",
+        "train/samples_per_second",
+        "samples_per_sec",
+        "train/samples_per_sec",
+        "throughput",
+        "train/throughput",
+    ),
     "FATAL": ("FATAL",),
 }
 # `eval/X`, `val/X`, `val_X`, `validation/X` → `eval_X` (an `eval_X` key itself wins)
@@ -55,7 +63,7 @@ class KeyMap:
         else:
             for prefix in EVAL_PREFIXES:
                 if key.startswith(prefix) and len(key) > len(prefix):
-                    name = "eval_" + key[len(prefix):].replace("/", "_")
+                    name = "eval_" + key[len(prefix) :].replace("/", "_")
                     break
         if len(self._eval_cache) < 4096:  # tags are few; a log of unbounded names must not grow it
             self._eval_cache[key] = name
@@ -220,8 +228,15 @@ class StepGrouper:
 
     def state_dict(self) -> dict:
         """The held step as plain JSON (non-finite values as strings)."""
-        return {"step": self.step, "values": {k: _enc(v) for k, v in self.values.items()}, "where": self.where,
-                "wall": self.wall, "eval_wall": self.eval_wall, "eval_where": self.eval_where, "shape": sorted(self.shape) if self.shape is not None else None}
+        return {
+            "step": self.step,
+            "values": {k: _enc(v) for k, v in self.values.items()},
+            "where": self.where,
+            "wall": self.wall,
+            "eval_wall": self.eval_wall,
+            "eval_where": self.eval_where,
+            "shape": sorted(self.shape) if self.shape is not None else None,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.step = state["step"]

@@ -92,8 +92,10 @@ class SqliteReader:
             if row is None:
                 raise InvalidRunError(f"{self.name}: no run {self.fixed_run!r} in the store")
             return row[0], row[1] or 0
-        row = db.execute("SELECT run_uuid, start_time FROM runs WHERE lifecycle_stage = 'active' "
-                         "ORDER BY start_time DESC, rowid DESC LIMIT 1").fetchone()
+        row = db.execute(
+            "SELECT run_uuid, start_time FROM runs WHERE lifecycle_stage = 'active' "
+            "ORDER BY start_time DESC, rowid DESC LIMIT 1"
+        ).fetchone()
         return (row[0], row[1] or 0) if row else None
 
     def poll(self) -> Chunk:
@@ -140,17 +142,24 @@ class SqliteReader:
             chunk.items.append((f"{self.name}:run {latest[0]}", None))
             self.run, self.run_start, self.rowid = latest[0], latest[1], 0
         # The (run_uuid, rowid) entries of index_metrics_run_uuid make this a range seek: O(new rows).
-        rows = db.execute("SELECT rowid, key, value, timestamp, step, is_nan FROM metrics "
-                          "WHERE run_uuid = ? AND rowid > ? ORDER BY rowid LIMIT ?",
-                          (self.run, self.rowid, self.fetch_rows)).fetchall()
+        rows = db.execute(
+            "SELECT rowid, key, value, timestamp, step, is_nan FROM metrics "
+            "WHERE run_uuid = ? AND rowid > ? ORDER BY rowid LIMIT ?",
+            (self.run, self.rowid, self.fetch_rows),
+        ).fetchall()
         if not rows:
             return
         add = self.grouper.add
         out = chunk.items
         name = self.name
         for rowid, key, value, ts, step, is_nan in rows:
-            emitted = add(_step(step), ts / 1000.0 if ts is not None else None, key, _value(value, is_nan),
-                          f"{name}:metrics row {rowid}")
+            emitted = add(
+                _step(step),
+                ts / 1000.0 if ts is not None else None,
+                key,
+                _value(value, is_nan),
+                f"{name}:metrics row {rowid}",
+            )
             if emitted:
                 out.extend(emitted)
         self.rowid = rows[-1][0]
@@ -272,8 +281,10 @@ def wait_unlocked(reader: Any, chunk: Chunk) -> Chunk:
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     while getattr(reader, "locked", None):
         if time.monotonic() >= deadline:
-            raise StoreLockedError(f"{reader.name}: the store is locked by a writer ({reader.locked}; "
-                                   f"waited {LOCK_WAIT_SECONDS:g} s); try again")
+            raise StoreLockedError(
+                f"{reader.name}: the store is locked by a writer ({reader.locked}; "
+                f"waited {LOCK_WAIT_SECONDS:g} s); try again"
+            )
         time.sleep(0.2)
         chunk = reader.poll()
     return chunk

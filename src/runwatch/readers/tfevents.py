@@ -66,8 +66,13 @@ class EventFile:
         self.scalar_tags: set[str] = set()
 
     def state_dict(self) -> dict:
-        return {"path": self.path, "offset": self.offset, "inode": list(self.inode) if self.inode else None,
-                "broken": self.broken, "scalar_tags": sorted(self.scalar_tags)}
+        return {
+            "path": self.path,
+            "offset": self.offset,
+            "inode": list(self.inode) if self.inode else None,
+            "broken": self.broken,
+            "scalar_tags": sorted(self.scalar_tags),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.offset = int(state["offset"])
@@ -130,7 +135,7 @@ class EventFile:
             length = _U64.unpack_from(buf, pos)[0]
             want = header_crcs.get(length)
             if want is None:
-                want = crc(mv[pos:pos + 8])
+                want = crc(mv[pos : pos + 8])
                 if length < _HEADER_CACHE_LENGTHS:
                     header_crcs[length] = want
             if want != _U32.unpack_from(buf, pos + 8)[0]:
@@ -150,7 +155,7 @@ class EventFile:
                 else:
                     break  # cut short: wait for (or read on to) its remaining bytes
             data_end = pos + _HEADER + length
-            if crc(mv[pos + _HEADER:data_end]) != _U32.unpack_from(buf, data_end)[0]:
+            if crc(mv[pos + _HEADER : data_end]) != _U32.unpack_from(buf, data_end)[0]:
                 return self._break(base + pos, "bad CRC of a record's data")
             try:
                 wall, step, scalars = decode(buf, pos + _HEADER, data_end, tags)
@@ -291,8 +296,13 @@ class TensorBoardReader:
         return max((ef.mtime for ef in self.files), default=0.0)
 
     def state_dict(self) -> dict:
-        return {"files": [ef.state_dict() for ef in self.files], "grouper": self.grouper.state_dict(),
-                "source": self._source, "reported": sorted(self._reported), "started": sorted(self._started)}
+        return {
+            "files": [ef.state_dict() for ef in self.files],
+            "grouper": self.grouper.state_dict(),
+            "source": self._source,
+            "reported": sorted(self._reported),
+            "started": sorted(self._started),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.files = []

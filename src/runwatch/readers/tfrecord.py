@@ -36,8 +36,10 @@ def _wide_tables() -> list[list[int]]:
         t = [_T8]
         for _ in range(3):
             t.append([(c >> 8) ^ _T8[c & 0xFF] for c in t[-1]])
-        _W = [[t[3][i & 0xFF] ^ t[2][i >> 8] for i in range(65536)],
-              [t[1][i & 0xFF] ^ t[0][i >> 8] for i in range(65536)]]
+        _W = [
+            [t[3][i & 0xFF] ^ t[2][i >> 8] for i in range(65536)],
+            [t[1][i & 0xFF] ^ t[0][i >> 8] for i in range(65536)],
+        ]
     return _W
 
 
@@ -142,7 +144,7 @@ def _tensor_scalar(buf: Any, start: int, end: int) -> float | None:
         elif f == 2 and wt == 2:
             dims = any(ff == 2 for ff, _, _ in _fields(buf, v[0], v[1]))
         elif f == 4 and wt == 2:
-            content = bytes(buf[v[0]:v[1]])
+            content = bytes(buf[v[0] : v[1]])
         elif f == 5:  # float_val: packed or not
             value = _FLOAT.unpack_from(buf, v if wt == 5 else v[0])[0] if (wt == 5 or v[1] - v[0] >= 4) else value
         elif f == 6:
@@ -173,7 +175,7 @@ def _is_scalar_metadata(buf: Any, start: int, end: int) -> bool:
     for f, wt, v in _fields(buf, start, end):
         if f == 1 and wt == 2:  # plugin_data
             for ff, wwt, vv in _fields(buf, v[0], v[1]):
-                if ff == 1 and wwt == 2 and bytes(buf[vv[0]:vv[1]]) == b"scalars":
+                if ff == 1 and wwt == 2 and bytes(buf[vv[0] : vv[1]]) == b"scalars":
                     return True
         elif f == 4 and wt == 0 and v == 1:  # data_class: DATA_CLASS_SCALAR
             return True
@@ -183,8 +185,9 @@ def _is_scalar_metadata(buf: Any, start: int, end: int) -> bool:
 _NUMERIC_CONTENT = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q", _DT_HALF: "<e"}
 
 
-def _decode_event_pb2(event_cls: Any, buf: Any, start: int, end: int,
-                      scalar_tags: set[str]) -> tuple[float, int, list[tuple[str, float]]]:
+def _decode_event_pb2(
+    event_cls: Any, buf: Any, start: int, end: int, scalar_tags: set[str]
+) -> tuple[float, int, list[tuple[str, float]]]:
     """`decode_event` through TensorBoard's compiled `Event` message."""
     try:
         e = event_cls.FromString(bytes(buf[start:end]))
@@ -257,7 +260,7 @@ def decode_event(buf: Any, start: int, end: int, scalar_tags: set[str]) -> tuple
                     scalar_meta = False
                     for vf, vwt, vv in _fields(buf, sv[0], sv[1]):
                         if vf == 1 and vwt == 2:
-                            tag = bytes(buf[vv[0]:vv[1]]).decode("utf-8", "replace")
+                            tag = bytes(buf[vv[0] : vv[1]]).decode("utf-8", "replace")
                         elif vf == 2 and vwt == 5:
                             simple = _FLOAT.unpack_from(buf, vv)[0]
                         elif vf == 8 and vwt == 2:

@@ -38,9 +38,11 @@ def host_warning(host: str) -> str | None:
 
     if is_loopback(host):
         return None
-    return (f"WARNING: runwatch serve listens on {host}: anyone who can reach this machine can read every run "
-            "under the folder (no password, no TLS). The default, 127.0.0.1 with an SSH tunnel "
-            "(ssh -L 8765:127.0.0.1:8765 HOST), keeps it private.")
+    return (
+        f"WARNING: runwatch serve listens on {host}: anyone who can reach this machine can read every run "
+        "under the folder (no password, no TLS). The default, 127.0.0.1 with an SSH tunnel "
+        "(ssh -L 8765:127.0.0.1:8765 HOST), keeps it private."
+    )
 
 
 def serve(root: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, verbose: bool = False) -> Server:
@@ -60,10 +62,17 @@ def serve(root: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, verb
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("root", metavar="DIR", help="the folder of runs (run directories, JSONL logs, trainer_state.json; 4 levels down)")
+    p.add_argument(
+        "root",
+        metavar="DIR",
+        help="the folder of runs (run directories, JSONL logs, trainer_state.json; 4 levels down)",
+    )
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
-    p.add_argument("--host", default=DEFAULT_HOST,
-                   help=f"address to listen on (default {DEFAULT_HOST}, this machine only; another one warns)")
+    p.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}, this machine only; another one warns)",
+    )
     p.add_argument("--verbose", action="store_true", help="log each request to stderr")
 
 

@@ -257,12 +257,14 @@ class RunView:
             if batch.too_long is not None:
                 where = f"{os.path.basename(t.log_path)}:{batch.too_long}"
                 with self.lock:
-                    self._apply(self.parser.invalid(where, f"{where}: line longer than {self.follower.max_line_bytes} bytes"))
+                    self._apply(
+                        self.parser.invalid(where, f"{where}: line longer than {self.follower.max_line_bytes} bytes")
+                    )
                     self.version += 1
             lines = batch.lines
             for i in range(0, len(lines), APPLY_LINES):
                 with self.lock:
-                    for lineno, raw in lines[i:i + APPLY_LINES]:
+                    for lineno, raw in lines[i : i + APPLY_LINES]:
                         rec = self.parser.parse_line(lineno, raw)
                         if rec is not None:
                             self._apply(rec)
@@ -278,8 +280,12 @@ class RunView:
             st = os.stat(t.log_path)
         except FileNotFoundError:
             return False
-        if (os.path.basename(t.log_path) == "metrics.jsonl" and not os.path.lexists(t.manifest_path)
-                and stat.S_ISREG(st.st_mode) and st.st_size == 0):
+        if (
+            os.path.basename(t.log_path) == "metrics.jsonl"
+            and not os.path.lexists(t.manifest_path)
+            and stat.S_ISREG(st.st_mode)
+            and st.st_size == 0
+        ):
             return False  # the logger writes run.json before its first record: wait for either
         if t.schema_v1():
             self.manifest = ManifestFollower(t.run_dir)
@@ -363,7 +369,7 @@ class RunView:
             items = chunk.items
             for i in range(0, len(items), APPLY_LINES):
                 with self.lock:
-                    for rec in to_records(self.parser, items[i:i + APPLY_LINES]):
+                    for rec in to_records(self.parser, items[i : i + APPLY_LINES]):
                         self._apply(rec)
                     self.version += 1
             if not chunk.more:
@@ -427,8 +433,14 @@ class RunView:
     def _status(self, now: float) -> dict:
         t = self.target
         recs = list(self.tail)
-        out: dict[str, Any] = {"run_dir": t.run_dir, "log": t.log_path, "run_id": None, "session_id": None,
-                               "sessions": None, "max_steps": self.max_steps}
+        out: dict[str, Any] = {
+            "run_dir": t.run_dir,
+            "log": t.log_path,
+            "run_id": None,
+            "session_id": None,
+            "sessions": None,
+            "max_steps": self.max_steps,
+        }
         if self.manifest is not None and self.manifest.manifest is not None:
             m = self.manifest.manifest
             latest = m["sessions"][-1]["session_id"]
@@ -445,11 +457,17 @@ class RunView:
         now = time.time() if now is None else now
         st = self._status(now)
         errors = [e for e in (self.error, self.invalid, self.options_error) if e]
-        st.update(path=self.rel, verdict=verdict_of(st["watchdog"], now), findings=self.findings_total,
-                  first_finding=self.findings[0] if self.findings else None, records=self.records,
-                  error=errors[0] if errors else None, errors=errors,
-                  catching_up=bool(self.follower is not None and self.follower.pending_bytes() > 1 << 20),
-                  version=self.version)
+        st.update(
+            path=self.rel,
+            verdict=verdict_of(st["watchdog"], now),
+            findings=self.findings_total,
+            first_finding=self.findings[0] if self.findings else None,
+            records=self.records,
+            error=errors[0] if errors else None,
+            errors=errors,
+            catching_up=bool(self.follower is not None and self.follower.pending_bytes() > 1 << 20),
+            version=self.version,
+        )
         return st
 
     def detail(self, now: float | None = None) -> dict:
@@ -460,16 +478,26 @@ class RunView:
         st["charts"] = [c for c in (self._chart(*spec) for spec in CHARTS) if c["series"]]
         metrics = sorted(k for k in self.series if k.startswith("metric:"))
         if metrics:
-            st["charts"].append({"name": "metrics", "title": "Eval metrics", "series": [
-                {"name": k[7:], "points": self.series[k].points(), "last": self.series[k].last} for k in metrics]})
+            st["charts"].append(
+                {
+                    "name": "metrics",
+                    "title": "Eval metrics",
+                    "series": [
+                        {"name": k[7:], "points": self.series[k].points(), "last": self.series[k].last} for k in metrics
+                    ],
+                }
+            )
         st["supervise"] = self.supervision.facts()
         return st
 
     def _chart(self, name: str, title: str, keys: tuple[tuple[str, str], ...]) -> dict:
         if name == "throughput" and (self.parser is None or self.parser.mode != "v1"):
             title, keys = "Throughput (samples/s)", (("throughput", "samples/s"),)  # minimal telemetry: sps
-        series = [{"name": label, "points": self.series[k].points(), "last": self.series[k].last}
-                  for k, label in keys if k in self.series]
+        series = [
+            {"name": label, "points": self.series[k].points(), "last": self.series[k].last}
+            for k, label in keys
+            if k in self.series
+        ]
         return {"name": name, "title": title, "series": series}
 
 

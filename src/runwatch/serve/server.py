@@ -35,12 +35,14 @@ __all__ = ["STATIC_FILES", "Catalog", "Server", "is_loopback"]
 RESCAN_SECONDS = 5.0
 IDLE_POLL_SECONDS = 0.5
 # The shipped files (package data), by URL.
-STATIC_FILES = {"/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
-                "/static/style.css": ("style.css", "text/css; charset=utf-8")}
+STATIC_FILES = {
+    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/style.css": ("style.css", "text/css; charset=utf-8"),
+}
 # Nothing from elsewhere: no CDN, no inline script, no framing by another site.
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                               "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
     "X-Frame-Options": "DENY",
@@ -62,7 +64,9 @@ def is_loopback(host: str) -> bool:
 class Catalog:
     """Every run under `root`, refreshed by one reader thread (`start()`)."""
 
-    def __init__(self, root: str, *, rescan_seconds: float = RESCAN_SECONDS, idle_seconds: float = IDLE_POLL_SECONDS) -> None:
+    def __init__(
+        self, root: str, *, rescan_seconds: float = RESCAN_SECONDS, idle_seconds: float = IDLE_POLL_SECONDS
+    ) -> None:
         self.root = os.path.realpath(root)
         self.rescan_seconds = rescan_seconds
         self.idle_seconds = idle_seconds
@@ -165,13 +169,13 @@ def page(kind: str, title: str, api: str, data: Any) -> bytes:
     # In a <script> data block only "</script" could end it early: escape every "<" (and > &).
     blob = blob.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return (
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        f"<title>{html.escape(title)}</title><link rel=\"stylesheet\" href=\"/static/style.css\"></head>\n"
-        f"<body class=\"page-{kind}\"><header id=\"top\"><a class=\"brand\" href=\"/\">runwatch</a>"
-        "<span id=\"live\" class=\"live\">loading</span></header>\n<main id=\"app\"></main>\n"
-        f"<script id=\"initial\" type=\"application/json\">{blob}</script>\n"
-        "<script src=\"/static/app.js\"></script>\n</body></html>\n"
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<title>{html.escape(title)}</title><link rel="stylesheet" href="/static/style.css"></head>\n'
+        f'<body class="page-{kind}"><header id="top"><a class="brand" href="/">runwatch</a>'
+        '<span id="live" class="live">loading</span></header>\n<main id="app"></main>\n'
+        f'<script id="initial" type="application/json">{blob}</script>\n'
+        '<script src="/static/app.js"></script>\n</body></html>\n'
     ).encode()
 
 
@@ -233,13 +237,17 @@ class Handler(BaseHTTPRequestHandler):
         catalog = self.server.catalog
         if path == "/":
             runs = catalog.summaries()
-            self._send(200, page("list", "runwatch", "/api/runs", {"root": catalog.root, "runs": runs}),
-                       "text/html; charset=utf-8", head)
+            self._send(
+                200,
+                page("list", "runwatch", "/api/runs", {"root": catalog.root, "runs": runs}),
+                "text/html; charset=utf-8",
+                head,
+            )
         elif path == "/api/runs":
             self._send(200, to_json({"root": catalog.root, "runs": catalog.summaries()}), "application/json", head)
         elif path.startswith("/run/") or path.startswith("/api/run/"):
             api = path.startswith("/api/")
-            view = self._view(path[len("/api/run/" if api else "/run/"):])
+            view = self._view(path[len("/api/run/" if api else "/run/") :])
             if view is None:
                 self._not_found(head, "no such run")
                 return
@@ -262,8 +270,15 @@ class Server(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, root: str, host: str = "127.0.0.1", port: int = 8765, *, verbose: bool = False,
-                 catalog: Catalog | None = None) -> None:
+    def __init__(
+        self,
+        root: str,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        *,
+        verbose: bool = False,
+        catalog: Catalog | None = None,
+    ) -> None:
         if ":" in host.strip("[]"):
             self.address_family = socket.AF_INET6
         self.catalog = catalog or Catalog(root)

@@ -90,8 +90,17 @@ class SupervisionView:
         if event in ("launch", "relaunch", "rollback") or not self.attempts or self.attempts[-1]["attempt"] != attempt:
             if self.attempts and self.attempts[-1]["end"] is None:  # ended by the next one's start
                 self.attempts[-1]["end"] = {"event": event, "step": rec.get("step"), "time": rec.get("time")}
-            self.attempts.append({"attempt": attempt, "pid": rec.get("pid"), "started": rec.get("time"),
-                                  "how": event, "checkpoint": rec.get("checkpoint"), "verdict": None, "end": None})
+            self.attempts.append(
+                {
+                    "attempt": attempt,
+                    "pid": rec.get("pid"),
+                    "started": rec.get("time"),
+                    "how": event,
+                    "checkpoint": rec.get("checkpoint"),
+                    "verdict": None,
+                    "end": None,
+                }
+            )
             del self.attempts[:-MAX_ATTEMPTS]
         a = self.attempts[-1]
         if rec.get("pid") is not None:
@@ -105,7 +114,14 @@ class SupervisionView:
         """The supervision as JSON (None when the run is not supervised)."""
         if not self.present:
             return None
-        return {"attempt": self.attempts[-1]["attempt"] if self.attempts else None, "restarts": self.restarts,
-                "rollbacks": self.rollbacks, "budgets": self.budgets, "goodput": self.goodput,
-                "finished": self.last is not None and self.last.get("event") in ("done", "gave_up"),
-                "last_event": self.last, "attempts": list(self.attempts), "error": self.error}
+        return {
+            "attempt": self.attempts[-1]["attempt"] if self.attempts else None,
+            "restarts": self.restarts,
+            "rollbacks": self.rollbacks,
+            "budgets": self.budgets,
+            "goodput": self.goodput,
+            "finished": self.last is not None and self.last.get("event") in ("done", "gave_up"),
+            "last_event": self.last,
+            "attempts": list(self.attempts),
+            "error": self.error,
+        }
