@@ -141,7 +141,7 @@ def test_bench_job_ends_too_soon(tmp_path, capsys, kind, err):
             "bench.warmup must be an int >= 0 and < steps (6), got 6",
         ),
         (["{d}", "true"], "bench: expected RUN_DIR [options] -- CMD ..."),
-        (["{d}", "--"], "bench: no command given (runwatch bench RUN_DIR [options] -- CMD ...)"),
+        (["{d}", "--"], "bench: no command given (runwatch bench RUN_DIR -- CMD ...)"),
         (["{d}", "--steps", "x", "--", "true"], "runwatch bench: argument --steps: invalid int value: 'x'"),
     ],
 )

@@ -19,7 +19,7 @@ from typing import Any
 
 from .errors import UsageError
 from .journal import atomic_write_text
-from .options import Parser
+from .options import add_command_arguments, split_command
 from .process import alive, read_pid_file
 
 __all__ = ["launch", "LAUNCH_ENV", "add_arguments", "run"]
@@ -102,32 +102,11 @@ def _declare(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    # argparse cannot put options between a positional and a `--` command, so everything from
-    # RUN_DIR on is taken as is and split at the first `--` by `run`.
-    _declare(p)
-    p.add_argument(
-        "rest",
-        nargs=argparse.REMAINDER,
-        metavar="RUN_DIR [options] -- CMD ...",
-        help="the run directory (created if missing), watch options, then the training command",
-    )
+    add_command_arguments(p, _declare, "watch options")
 
 
 def _split(args: argparse.Namespace) -> list[str]:
-    rest = list(args.rest)
-    if "--" not in rest:
-        raise UsageError("launch: expected RUN_DIR [options] -- CMD ...")
-    i = rest.index("--")
-    head, cmd = rest[:i], rest[i + 1 :]
-    sub = Parser(prog="runwatch launch", add_help=False)
-    _declare(sub)
-    sub.add_argument("run_dir", metavar="RUN_DIR")
-    given = {k: v for k, v in vars(args).items() if v is not None and k != "rest"}
-    sub.parse_args(head, namespace=args)
-    for k, v in given.items():  # options given before RUN_DIR
-        if getattr(args, k) in (None, False):
-            setattr(args, k, v)
-    return cmd
+    return split_command(args, "launch", _declare)
 
 
 def run(args: argparse.Namespace) -> int:

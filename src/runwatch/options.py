@@ -32,6 +32,8 @@ from .errors import ConfigError, UsageError
 
 __all__ = [
     "Parser",
+    "add_command_arguments",
+    "split_command",
     "Check",
     "option",
     "validate",
@@ -64,6 +66,44 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message}")
+
+
+def add_command_arguments(
+    p: argparse.ArgumentParser, declare: Callable[[argparse.ArgumentParser], None], what: str
+) -> None:
+    """`RUN_DIR [options] -- CMD ...` for launch, supervise and bench: argparse cannot put options
+    between a positional and a `--` command, so everything from RUN_DIR on is taken as is and split
+    at the first `--` by `split_command`. `declare` adds the command's options."""
+    declare(p)
+    p.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        metavar="RUN_DIR [options] -- CMD ...",
+        help=f"the run directory (created if missing), {what}, then the training command",
+    )
+
+
+def split_command(
+    args: argparse.Namespace, command: str, declare: Callable[[argparse.ArgumentParser], None]
+) -> list[str]:
+    """Parse `args.rest` (RUN_DIR and options up to `--`) into `args`; return the command after `--`.
+    Options given before RUN_DIR are kept; a missing `--` or command is a UsageError."""
+    rest = list(args.rest)
+    if "--" not in rest:
+        raise UsageError(f"{command}: expected RUN_DIR [options] -- CMD ...")
+    i = rest.index("--")
+    head, cmd = rest[:i], rest[i + 1 :]
+    sub = Parser(prog=f"runwatch {command}", add_help=False)
+    declare(sub)
+    sub.add_argument("run_dir", metavar="RUN_DIR")
+    given = {k: v for k, v in vars(args).items() if v is not None and k != "rest"}
+    sub.parse_args(head, namespace=args)
+    for k, v in given.items():  # options given before RUN_DIR
+        if getattr(args, k) in (None, False):
+            setattr(args, k, v)
+    if not cmd:
+        raise UsageError(f"{command}: no command given (runwatch {command} RUN_DIR -- CMD ...)")
+    return cmd
 
 
 def _num(v: Any) -> bool:

@@ -37,7 +37,18 @@ from .follow import tail_lines
 from .goodput import goodput, latest_checkpoint, rollback_target
 from .launch import launch
 from .notify import Notifier, mask_url
-from .options import INT_0, NON_NEGATIVE, TEXTS, Parser, add_flags, given_options, option, read_toml, validate
+from .options import (
+    INT_0,
+    NON_NEGATIVE,
+    TEXTS,
+    add_command_arguments,
+    add_flags,
+    given_options,
+    option,
+    read_toml,
+    split_command,
+    validate,
+)
 from .records import load_sessions, resolve_target
 from .resume import RESUME_ENV
 from .rules import fmt_step
@@ -629,33 +640,11 @@ def _declare(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    # As for `launch`: everything from RUN_DIR on is split at the first `--` by `run`.
-    _declare(p)
-    p.add_argument(
-        "rest",
-        nargs=argparse.REMAINDER,
-        metavar="RUN_DIR [options] -- CMD ...",
-        help="the run directory (created if missing), watch and supervise options, then the training command",
-    )
+    add_command_arguments(p, _declare, "watch and supervise options")
 
 
 def _split(args: argparse.Namespace) -> list[str]:
-    rest = list(args.rest)
-    if "--" not in rest:
-        raise UsageError("supervise: expected RUN_DIR [options] -- CMD ...")
-    i = rest.index("--")
-    head, cmd = rest[:i], rest[i + 1 :]
-    sub = Parser(prog="runwatch supervise", add_help=False)
-    _declare(sub)
-    sub.add_argument("run_dir", metavar="RUN_DIR")
-    given = {k: v for k, v in vars(args).items() if v is not None and k != "rest"}
-    sub.parse_args(head, namespace=args)
-    for k, v in given.items():  # options given before RUN_DIR
-        if getattr(args, k) in (None, False):
-            setattr(args, k, v)
-    if not cmd:
-        raise UsageError("supervise: no command given (runwatch supervise RUN_DIR -- CMD ...)")
-    return cmd
+    return split_command(args, "supervise", _declare)
 
 
 def run(args: argparse.Namespace) -> int:

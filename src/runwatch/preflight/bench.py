@@ -30,6 +30,7 @@ from typing import Any
 
 from ..errors import InsufficientRunError, InvalidRunError, UsageError
 from ..journal import atomic_write_text
+from ..options import add_command_arguments, split_command
 
 __all__ = ["BenchOptions", "bench", "steady_rates", "quantile", "last_error_line", "render", "add_arguments", "run"]
 
@@ -329,27 +330,12 @@ def _declare(p: argparse.ArgumentParser, suppress: bool) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `runwatch bench` (split at `--` by `run`, as `runwatch launch` does)."""
-    _declare(p, suppress=True)
-    p.add_argument(
-        "rest",
-        nargs=argparse.REMAINDER,
-        metavar="RUN_DIR [options] -- CMD ...",
-        help="the run directory (created if missing), options, then the training command",
-    )
+    add_command_arguments(p, lambda q: _declare(q, suppress=True), "options")
 
 
 def _parse(args: argparse.Namespace) -> tuple[str, list[str]]:
-    from ..options import Parser
-
-    rest = list(args.rest)
-    if "--" not in rest:
-        raise UsageError("bench: expected RUN_DIR [options] -- CMD ...")
-    i = rest.index("--")
-    sub = Parser(prog="runwatch bench", add_help=False)
-    _declare(sub, suppress=False)
-    sub.add_argument("run_dir", metavar="RUN_DIR")
-    sub.parse_args(rest[:i], namespace=args)
-    return args.run_dir, rest[i + 1 :]
+    cmd = split_command(args, "bench", lambda q: _declare(q, suppress=False))
+    return args.run_dir, cmd
 
 
 def run(args: argparse.Namespace) -> int:
