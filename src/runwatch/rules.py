@@ -204,7 +204,15 @@ def verdict_class(kind: str | None) -> str | None:
     return None if kind is None else CLASSES.get(kind, FATAL)
 
 
-SKIP: Any = object()  # `look` result: this rule does not look at this record
+class _Skip:
+    """The type of `SKIP`."""
+
+    def __repr__(self) -> str:
+        return "SKIP"
+
+
+SKIP = _Skip()  # `look` result: this rule does not look at this record
+Look = str | None | _Skip  # what `look` says: a message (the condition holds), None (it does not), SKIP
 
 
 def fmt_step(step: int | float) -> str:
@@ -237,7 +245,7 @@ class Finding:
         """The verdict class of the kind: `transient`, `divergence` or `fatal`."""
         return verdict_class(self.kind) or FATAL
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "class": self.cls,
@@ -261,21 +269,21 @@ class Rule:
     def __init__(self, opts: Any) -> None:
         self.opts = opts
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         raise NotImplementedError
 
     def onset(self, rec: Record) -> int | float:
         """The step where the condition that `look` just reported began (default: this record's)."""
         return rec.step
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         out = {}
         for f in self._fields:
             v = getattr(self, f)
             out[f] = list(v) if isinstance(v, deque) else v
         return out
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         for f in self._fields:
             cur = getattr(self, f)
             if f not in state:  # a state saved before the field existed
@@ -287,7 +295,7 @@ class Rule:
 class _Streak(Rule):
     """K consecutive looked-at records for which `hit` holds."""
 
-    _fields = ("streak", "first")
+    _fields: tuple[str, ...] = ("streak", "first")
     patience = 1
 
     def __init__(self, opts: Any) -> None:
@@ -310,7 +318,7 @@ class InvalidLog(Rule):
     kind = name = "invalid_log"
     looks_at = frozenset({"train", "eval", "checkpoint", "end", "fatal", "invalid", "other"})
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         return rec.error if rec.kind == "invalid" else None
 
 
@@ -318,7 +326,7 @@ class NonfiniteLoss(Rule):
     kind = name = "nonfinite_loss"
     looks_at = frozenset({"train", "fatal", "end"})
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         kind = rec.kind
         if kind == "train":
             loss = rec.loss
@@ -341,7 +349,7 @@ class NonfiniteLoss(Rule):
 class NonfiniteGrad(_Streak):
     kind = name = "nonfinite_grad"
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         if rec.kind != "train":
             return SKIP
         self.patience = self.opts.grad_patience
@@ -353,7 +361,7 @@ class NonfiniteGrad(_Streak):
 class GradExplosion(_Streak):
     kind = name = "grad_explosion"
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         g = rec.grad_mean
         if rec.kind != "train" or g is None:
             return SKIP
@@ -366,7 +374,7 @@ class GradExplosion(_Streak):
 class GradCollapse(_Streak):
     kind = name = "grad_collapse"
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         g = rec.grad_mean
         if rec.kind != "train" or g is None:
             return SKIP
@@ -382,18 +390,18 @@ SPIKE_MIN_HISTORY = 5
 
 class LossSpike(_Streak):
     kind = name = "loss_spike"
-    _fields = ("window", "seen", "streak", "first")
+    _fields: tuple[str, ...] = ("window", "seen", "streak", "first")
 
     def __init__(self, opts: Any) -> None:
         super().__init__(opts)
-        self.window: deque = deque(maxlen=opts.spike_window)
+        self.window: deque[float] = deque(maxlen=opts.spike_window)
         self.seen = 0
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         loss = rec.loss
         if rec.kind != "train" or loss is None or not math.isfinite(loss):
             return SKIP
-        result: str | None = SKIP
+        result: Look = SKIP
         if self.seen >= SPIKE_MIN_HISTORY:
             median = _median(self.window)
             if median > 0:
@@ -413,7 +421,7 @@ class LossSpike(_Streak):
 class LossCollapse(_Streak):
     kind = name = "loss_collapse"
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         if rec.kind != "train" or rec.loss is None:
             return SKIP
         self.patience = self.opts.collapse_patience
@@ -424,17 +432,17 @@ class LossCollapse(_Streak):
 
 class LossAtChance(Rule):
     kind = name = "loss_at_chance"
-    _fields = ("flags", "steps")
+    _fields: tuple[str, ...] = ("flags", "steps")
 
     def __init__(self, opts: Any) -> None:
         super().__init__(opts)
-        self.flags: deque = deque(maxlen=opts.chance_patience)
-        self.steps: deque = deque(maxlen=opts.chance_patience)
+        self.flags: deque[bool] = deque(maxlen=opts.chance_patience)
+        self.steps: deque[int | float] = deque(maxlen=opts.chance_patience)
 
     def onset(self, rec: Record) -> int | float:
         return self.steps[0] if self.steps else rec.step
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         x = self.opts.chance_loss
         if x is None or rec.kind != "train" or rec.loss is None:
             return SKIP
@@ -452,16 +460,16 @@ class LossAtChance(Rule):
 
 class ThroughputDrop(_Streak):
     kind = name = "throughput_drop"
-    _fields = ("start_step", "first_seen", "samples", "baseline", "streak", "first")
+    _fields: tuple[str, ...] = ("start_step", "first_seen", "samples", "baseline", "streak", "first")
 
-    def __init__(self, opts: Any, start_step: int | None = None) -> None:
+    def __init__(self, opts: Any, start_step: int | float | None = None) -> None:
         super().__init__(opts)
         self.start_step = start_step
         self.first_seen = False
-        self.samples: list = []
+        self.samples: list[float] = []
         self.baseline: float | None = None
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         tp = rec.throughput
         if rec.kind != "train":
             return SKIP
@@ -495,7 +503,7 @@ class SessionError(Rule):
     looks_at = frozenset({"end"})
     reason = "error"  # the session_end reason this rule reports
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         if rec.kind != "end":
             return SKIP
         if rec.reason == self.reason:
@@ -518,7 +526,7 @@ class EvalNonfiniteLoss(Rule):
     name = "eval_nonfinite_loss"
     looks_at = frozenset({"eval values"})
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         v = rec.eval_loss
         if v is None:
             return SKIP
@@ -528,13 +536,13 @@ class EvalNonfiniteLoss(Rule):
 class Overfitting(_Streak):
     kind = name = "overfitting"
     looks_at = frozenset({"eval values"})
-    _fields = ("best", "streak", "first")
+    _fields: tuple[str, ...] = ("best", "streak", "first")
 
     def __init__(self, opts: Any) -> None:
         super().__init__(opts)
         self.best: float | None = None
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         v = rec.eval_loss
         if v is None or not math.isfinite(v):
             return SKIP
@@ -557,22 +565,22 @@ class Overfitting(_Streak):
 class _Metric(Rule):
     looks_at = frozenset({"eval values"})
 
-    def value(self, rec: Record) -> Any:
+    def value(self, rec: Record) -> float | _Skip:
         m = rec.metrics
         if not m or rec.step < self.opts.metric_after_step:
             return SKIP
         v = m.get(self.opts.metric)
         if (type(v) is not float and type(v) is not int) or not math.isfinite(v):
             return SKIP
-        return v
+        return float(v)
 
 
 class InvertedMetric(_Metric):
     kind = name = "inverted_metric"
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         v = self.value(rec)
-        if v is SKIP:
+        if isinstance(v, _Skip):
             return SKIP
         low = 1 - self.opts.metric_min
         if v < low:
@@ -583,9 +591,9 @@ class InvertedMetric(_Metric):
 class StuckMetric(_Metric):
     kind = name = "stuck_metric"
 
-    def look(self, rec: Record) -> str | None:
+    def look(self, rec: Record) -> Look:
         v = self.value(rec)
-        if v is SKIP:
+        if isinstance(v, _Skip):
             return SKIP
         x = self.opts.metric_min
         if 1 - x <= v < x:
@@ -616,11 +624,11 @@ RULE_ORDER: tuple[type[Rule], ...] = (
 class Rules:
     """All record rules of one session, run in order; `observe` returns at most one Finding."""
 
-    def __init__(self, opts: Any, start_step: int | None = None) -> None:
+    def __init__(self, opts: Any, start_step: int | float | None = None) -> None:
         self.opts = opts
         self.reset(start_step)
 
-    def reset(self, start_step: int | None = None) -> None:
+    def reset(self, start_step: int | float | None = None) -> None:
         """A new session: every window, counter and best-so-far value starts over."""
         self.start_step = start_step
         self.rules: list[Rule] = [
@@ -642,7 +650,7 @@ class Rules:
             rules = rules + self._by_kind["eval values"]
         for i, rule in rules:
             msg = rule.look(rec)
-            if msg is SKIP:
+            if isinstance(msg, _Skip):
                 continue
             if msg is None:
                 active[i] = False
@@ -652,14 +660,14 @@ class Rules:
                     found = Finding(rule.kind, rec.step, msg, rec.session, rule.onset(rec))
         return found
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Every rule's memory as plain JSON."""
         return {
             "start_step": self.start_step,
             "rules": {r.name: {"active": a, **r.state_dict()} for r, a in zip(self.rules, self.active)},
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()` (same options)."""
         self.reset(state["start_step"])
         for i, rule in enumerate(self.rules):
@@ -709,7 +717,7 @@ def _median(values: Any) -> float:
     if n == 0:
         return 0.0
     mid = n // 2
-    return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2
+    return float(s[mid]) if n % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def _show_nonfinite(x: float) -> str:
