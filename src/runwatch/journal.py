@@ -204,7 +204,7 @@ class Journal:
         os.truncate(self._metrics_path, cut)
         _log.warning("runwatch: moved a torn final line (%d bytes) of %s to %s", size - cut, self._metrics_path, aside)
 
-    def load_or_create_manifest(self, resume_from: dict | None) -> dict:
+    def load_or_create_manifest(self, resume_from: dict[str, Any] | None) -> dict[str, Any]:
         """run.json as it is (checked against `resume_from`), or a new one without sessions."""
         if os.path.exists(self._manifest_path):
             manifest = read_manifest(self.run_dir)
@@ -219,7 +219,7 @@ class Journal:
             run_id = new_run_id()
         return {"schema_version": SCHEMA_VERSION, "run_id": run_id, "created_at": utc_now(), "sessions": []}
 
-    def write_manifest(self, manifest: dict) -> None:
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
         """Replace run.json atomically (temp file, fsync, rename, fsync of the directory)."""
         try:
             with atomic_write(self._manifest_path, sync_dir=True) as f:
@@ -227,7 +227,7 @@ class Journal:
         except OSError as exc:  # disk full, file-size limit: run.json is left as it was
             raise LogWriteError(exc.errno, f"{self._manifest_path}: cannot write: {exc.strerror or exc}") from None
 
-    def append(self, rec: dict, sync: bool = False) -> None:
+    def append(self, rec: dict[str, Any], sync: bool = False) -> None:
         """Append one record line; on failure cut the file back and raise LogWriteError."""
         if self._failed is not None:
             raise LogWriteError(self._failed)
@@ -254,10 +254,10 @@ class NullJournal:
 
     failed: str | None = None
 
-    def write_manifest(self, manifest: dict) -> None:
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
         """Rank 0 writes run.json."""
 
-    def append(self, rec: dict, sync: bool = False) -> None:
+    def append(self, rec: dict[str, Any], sync: bool = False) -> None:
         """Rank 0 writes metrics.jsonl."""
 
     def close(self) -> None:
@@ -265,8 +265,8 @@ class NullJournal:
 
 
 def open_session(
-    run_dir: str, group: Any, fsync: bool, resume_from: dict | None, window: int
-) -> tuple[Journal | NullJournal, dict | None, list[dict]]:
+    run_dir: str, group: Any, fsync: bool, resume_from: dict[str, Any] | None, window: int
+) -> tuple[Journal | NullJournal, dict[str, Any] | None, list[dict[str, Any]]]:
     """Open the run on rank 0 of `group` and agree on the run and session ids with every rank
     (one exchange, once a session; a single process exchanges with itself).
 
@@ -277,7 +277,7 @@ def open_session(
     """
     journal: Journal | NullJournal = NullJournal()
     failure: BaseException | None = None
-    manifest: dict | None = None
+    manifest: dict[str, Any] | None = None
     if group.rank == 0:
         try:
             journal = Journal(run_dir, fsync)

@@ -34,7 +34,7 @@ LAUNCH_ENV = {
 }
 
 
-def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) -> dict:
+def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Start `cmd` detached for `run_dir`; return what went to launch.json (with `pid`, `pgid`)."""
     if not cmd:
         raise UsageError("launch: no command given (runwatch launch RUN_DIR -- CMD ...)")
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         f"launched pid {info['pid']} (process group {info['pgid']}); output in {os.path.join(d, 'stdout.log')}",
         flush=True,
     )
-    if not args.watch:
+    if opts is None:
         print(f"  runwatch status {d}\n  runwatch watch {d}\n  tail -f {os.path.join(d, 'stdout.log')}", flush=True)
         return 0
     import dataclasses
@@ -132,4 +132,4 @@ def run(args: argparse.Namespace) -> int:
     opts = dataclasses.replace(opts, pid=info["pid"])
     verdict = Watcher(d, opts).run()
     print(verdict.line(), flush=True)
-    return verdict.exit_code
+    return verdict.exit_code_with(opts.exit_transient)
