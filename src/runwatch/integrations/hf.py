@@ -46,7 +46,16 @@ from ..auroc import auroc
 from ..errors import NonFiniteLossError
 from ..metrics import DEFAULT_MAX_WINDOW_SECONDS, RunLogger
 from .session import NO_SESSION as _NO_SESSION
-from .session import CallbackOptions, PhaseHolder, feed, folder_bytes, read_state, resume_state, write_state
+from .session import (
+    CallbackOptions,
+    PhaseHolder,
+    feed,
+    folder_bytes,
+    read_state,
+    resume_from,
+    resume_state,
+    write_state,
+)
 
 __all__ = ["RunwatchCallback", "auroc_metrics"]
 
@@ -408,18 +417,6 @@ class _Session:
             self.log.close("error", "Trainer.train() ended without on_train_end (an exception)")
 
 
-def _resume_from(resume: str | None, run_dir: str | None) -> str | None:
-    """The checkpoint a `resume="auto"` callback names (a framework loads it before any callback runs,
-    so the script passes it on)."""
-    if resume is None:
-        return None
-    if resume != "auto":
-        raise ValueError(f"RunwatchCallback.resume must be 'auto' or None, got {resume!r}")
-    from ..resume import resume_checkpoint
-
-    return resume_checkpoint(run_dir=run_dir).path
-
-
 class RunwatchCallback(TrainerCallback):
     """Writes a schema-v1 run directory from a `transformers.Trainer` (only on the main process).
 
@@ -447,7 +444,7 @@ class RunwatchCallback(TrainerCallback):
         self.options = CallbackOptions(
             run_dir=None if run_dir is None else os.fspath(run_dir), window=window, seq_len=seq_len, fsync=fsync
         )
-        self.resume_from = _resume_from(resume, self.options.run_dir)
+        self.resume_from = resume_from(resume, self.options.run_dir)
         self._session: Any = _NO_SESSION
         self.run_dir: str | None = None  # the run directory, once a training has begun
 

@@ -44,7 +44,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ..errors import NonFiniteLossError
 from ..metrics import RunLogger
 from .session import NO_SESSION as _NO_SESSION
-from .session import STATE_KEY, CallbackOptions, PhaseHolder, check_state, folder_bytes, resume_state
+from .session import STATE_KEY, CallbackOptions, PhaseHolder, check_state, folder_bytes, resume_from, resume_state
 
 __all__ = ["RunwatchCallback"]
 
@@ -241,18 +241,6 @@ class _Session:
                 self.strategy.checkpoint_io = self.inner_io
 
 
-def _resume_from(resume: str | None, run_dir: str | None) -> str | None:
-    """The checkpoint a `resume="auto"` callback names (a framework loads it before any callback runs,
-    so the script passes it on)."""
-    if resume is None:
-        return None
-    if resume != "auto":
-        raise ValueError(f"RunwatchCallback.resume must be 'auto' or None, got {resume!r}")
-    from ..resume import resume_checkpoint
-
-    return resume_checkpoint(run_dir=run_dir).path
-
-
 class RunwatchCallback(Callback):
     """Writes a schema-v1 run directory from a Lightning `Trainer.fit()` (only on global rank 0).
 
@@ -282,7 +270,7 @@ class RunwatchCallback(Callback):
         self.options = CallbackOptions(
             run_dir=None if run_dir is None else os.fspath(run_dir), window=window, seq_len=seq_len, fsync=fsync
         )
-        self.resume_from = _resume_from(resume, self.options.run_dir)
+        self.resume_from = resume_from(resume, self.options.run_dir)
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):
             raise ValueError(f"RunwatchCallback.batch_size must be an int >= 1 or None, got {batch_size!r}")
         if not isinstance(val_prefix, str) or not val_prefix:

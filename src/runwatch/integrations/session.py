@@ -14,7 +14,7 @@ import math
 import os
 from typing import Any
 
-from ..errors import InvalidRunError
+from ..errors import ConfigError, InvalidRunError
 from ..journal import atomic_write_text
 from ..metrics import RunLogger, default_window
 from ..schema import dumps, loads
@@ -196,3 +196,15 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 
 
 NO_SESSION: Any = _NoSession()
+
+
+def resume_from(resume: str | None, run_dir: str | None) -> str | None:
+    """The checkpoint a `resume="auto"` callback names (a framework loads it before any callback
+    runs, so the script passes it on); None without `resume`."""
+    if resume is None:
+        return None
+    if resume != "auto":
+        raise ConfigError(f"RunwatchCallback.resume must be 'auto' or None, got {resume!r}")
+    from ..resume import resume_checkpoint
+
+    return resume_checkpoint(run_dir=run_dir).path
