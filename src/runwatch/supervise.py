@@ -80,6 +80,7 @@ NOTIFY_TAIL_LINES = 20
 EVENTS = ("launch", "verdict", "stop", "relaunch", "rollback", "done", "gave_up", "notify_failed")
 _NOTIFIED = ("verdict", "rollback", "relaunch", "done", "gave_up")
 EXIT_USAGE = 2
+ENDED_GRACE_SECONDS = 30.0  # the longest a relaunch waits for a process whose session ended with an error
 
 _SUP = ("supervise",)
 
@@ -413,12 +414,15 @@ class Supervisor:
         self._finish("gave_up", verdict, line)
         return verdict.exit_code_with(self.watch.exit_transient)
 
-    def _done(self, verdict: Verdict) -> int:
-        end = time.monotonic() + self.opts.exit_grace
+    def _let_exit(self, grace: float, why: str) -> None:
+        """Give a process whose session has ended `grace` seconds to exit on its own, then stop it."""
+        end = time.monotonic() + grace
         while self.pid is not None and _proc.alive(self.pid) and time.monotonic() < end and self.interrupted is None:
             time.sleep(0.1)
-        if self.pid is not None and _proc.alive(self.pid):
-            self._stop(f"still running {self.opts.exit_grace:g} s after the run completed")
+        self._stop(f"still running {grace:g} s after {why}")
+
+    def _done(self, verdict: Verdict) -> int:
+        self._let_exit(self.opts.exit_grace, "the run completed")
         self._finish("done", verdict, verdict.line())
         return 0
 
@@ -427,6 +431,8 @@ class Supervisor:
         if v.verdict == "done":
             return self._done(v)
         cls = v.cls
+        if v.kind in ("session_error", "interrupted"):  # its session has ended: the process is on its way out
+            self._let_exit(min(self.opts.exit_grace, ENDED_GRACE_SECONDS), f"its session ended ({v.kind})")
         self._stop(f"{v.kind}, {cls}")
         if (
             cls == "transient"
