@@ -27,11 +27,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from .records import Record, Session
 
-__all__ = ["Checkpoint", "Rollback", "path", "checkpoints", "latest_checkpoint", "rollback_target", "goodput"]
+__all__ = [
+    "Checkpoint",
+    "Rollback",
+    "Goodput",
+    "path",
+    "checkpoints",
+    "latest_checkpoint",
+    "rollback_target",
+    "goodput",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,17 @@ class Rollback:
     @property
     def skip_text(self) -> str:
         return f"{_int(self.skip[0])}-{_int(self.skip[1])}"
+
+
+class Goodput(TypedDict):
+    """The goodput figures of a run (the module docstring says what each one counts)."""
+
+    steps_kept: int | float
+    steps_run: int | float
+    ratio: float | None  # steps_kept / steps_run; None when no step ran
+    restarts: int
+    rollbacks: int
+    seconds_lost: float | None  # None when the sessions' times cannot tell
 
 
 def _int(v: int | float) -> str:
@@ -184,7 +204,8 @@ def _start_time(s: Session) -> float | None:
     for r in s.records:
         sess = r.raw.get("session") if r.raw else None
         if r.time is not None and isinstance(sess, dict) and type(sess.get("elapsed_seconds")) in (int, float):
-            return r.time - sess["elapsed_seconds"]
+            elapsed: int | float = sess["elapsed_seconds"]
+            return r.time - elapsed
     return None
 
 
@@ -214,7 +235,7 @@ def _updates(sessions: list[Session]) -> int | float:
     return total
 
 
-def goodput(sessions: list[Session], *, restarts: int = 0, rollbacks: int = 0) -> dict[str, Any]:
+def goodput(sessions: list[Session], *, restarts: int = 0, rollbacks: int = 0) -> Goodput:
     """`{"steps_kept", "steps_run", "ratio", "restarts", "rollbacks", "seconds_lost"}` (see the
     module docstring); `ratio` and `seconds_lost` are None when they cannot be known."""
     run = _updates(sessions)
@@ -226,14 +247,14 @@ def goodput(sessions: list[Session], *, restarts: int = 0, rollbacks: int = 0) -
         first_start = _start_time(_live(sessions)[0])
         end = _time_at(stretches[-1][0], stretches[-1][1])
         kept_seconds = 0.0
-        known = first_start is not None and end is not None
+        known = True
         for s, upto in stretches:
             a, b = _start_time(s), _time_at(s, upto)
             if a is None or b is None:
                 known = False
                 break
             kept_seconds += b - a
-        if known:
+        if known and first_start is not None and end is not None:
             lost = round(max(0.0, end - first_start - kept_seconds), 3)
     return {
         "steps_kept": kept,
