@@ -12,12 +12,12 @@ and query values), for logs and `supervise.jsonl`. Standard library only, Appris
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
 from .errors import UsageError
 
-__all__ = ["Notifier", "mask_url", "INSTALL_HINT"]
+__all__ = ["Notifier", "Failure", "mask_url", "INSTALL_HINT"]
 
 INSTALL_HINT = "pip install 'runwatch[notify]'"
 # A path segment kept as written: a short lower-case word (`hooks`, `api`, `path`); anything else may
@@ -58,6 +58,13 @@ def mask_url(url: str) -> str:
     return out
 
 
+class Failure(TypedDict):
+    """A notification that was not sent: the URL (masked) and why."""
+
+    url: str
+    error: str
+
+
 class Notifier:
     """Sends one message to each URL; checks the URLs when made (UsageError naming a bad one)."""
 
@@ -75,14 +82,14 @@ class Notifier:
             if apprise.Apprise.instantiate(url) is None:
                 raise UsageError(f"supervise: --notify {mask_url(url)}: not a notification URL Apprise knows")
 
-    def send(self, title: str, body: str) -> list[dict]:
+    def send(self, title: str, body: str) -> list[Failure]:
         """Notify every URL; the failures as `[{"url": masked, "error": text}]` (empty: all sent)."""
         if not self.urls:
             return []
         import logging
 
         apprise = self._apprise
-        failures = []
+        failures: list[Failure] = []
         for url in self.urls:
             note = "the notification service did not accept it"
             try:

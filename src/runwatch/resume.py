@@ -57,7 +57,7 @@ def _rollback(text: str | None) -> int:
     return int(text)
 
 
-def resume_checkpoint(default: str | None = None, run_dir: str | os.PathLike | None = None) -> Resume:
+def resume_checkpoint(default: str | None = None, run_dir: str | os.PathLike[str] | None = None) -> Resume:
     """The checkpoint to resume from and the steps to skip (see the module docstring).
 
     `run_dir` defaults to `RUNWATCH_RUN_DIR` (set by `runwatch launch` and `supervise`).
