@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 from .errors import (
     EXIT_FAIL,
@@ -29,6 +30,10 @@ from .options import Parser
 
 __all__ = ["main", "build_parser", "run_guarded"]
 
+# What `build_parser` hands each `_add_<name>`: its sub-command parsers (a string: argparse's class is
+# generic for type checkers only).
+_Subcommands: TypeAlias = "argparse._SubParsersAction[Parser]"
+
 
 def _run_summarize(args: argparse.Namespace) -> int:
     from . import summary
@@ -36,7 +41,7 @@ def _run_summarize(args: argparse.Namespace) -> int:
     return summary.run(args)
 
 
-def _add_summarize(sub: argparse._SubParsersAction) -> None:
+def _add_summarize(sub: _Subcommands) -> None:
     from .summary import add_arguments
 
     p = sub.add_parser("summarize", help="validate a run's latest session; print the acceptance summary (JSON)")
@@ -44,7 +49,7 @@ def _add_summarize(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_summarize)
 
 
-def _add_watch(sub: argparse._SubParsersAction) -> None:
+def _add_watch(sub: _Subcommands) -> None:
     from . import watchdog
 
     p = sub.add_parser("watch", help="follow a run; exit 7 on the first anomaly, 0 on completion")
@@ -55,7 +60,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: watchdog.run_watch(args))
 
 
-def _add_check(sub: argparse._SubParsersAction) -> None:
+def _add_check(sub: _Subcommands) -> None:
     from . import watchdog
 
     p = sub.add_parser("check", help="replay the watchdog's record rules over a log as it stands")
@@ -64,7 +69,7 @@ def _add_check(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: watchdog.run_check(args))
 
 
-def _add_status(sub: argparse._SubParsersAction) -> None:
+def _add_status(sub: _Subcommands) -> None:
     from . import status
 
     p = sub.add_parser("status", help="one short check-in on a run: step, loss, rate, ETA, process, GPUs")
@@ -72,7 +77,7 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: status.run(args))
 
 
-def _add_launch(sub: argparse._SubParsersAction) -> None:
+def _add_launch(sub: _Subcommands) -> None:
     from . import launch
 
     p = sub.add_parser("launch", help="start a training command detached, logging to RUN_DIR; optionally watch it")
@@ -80,7 +85,7 @@ def _add_launch(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: launch.run(args))
 
 
-def _add_supervise(sub: argparse._SubParsersAction) -> None:
+def _add_supervise(sub: _Subcommands) -> None:
     from . import supervise
 
     p = sub.add_parser(
@@ -96,7 +101,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     return demo.run(args)
 
 
-def _add_demo(sub: argparse._SubParsersAction) -> None:
+def _add_demo(sub: _Subcommands) -> None:
     p = sub.add_parser("demo", help="a tiny real training on the CPU, supervised end to end")
     p.add_argument("--dir", default=None, metavar="DIR", help="where to put the run (default: a new temporary folder)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default 600; 300 with --framework hf)")
@@ -115,7 +120,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_demo)
 
 
-def _add_plot(sub: argparse._SubParsersAction) -> None:
+def _add_plot(sub: _Subcommands) -> None:
     from . import plot
 
     p = sub.add_parser("plot", help="draw a PNG snapshot of a run (needs runwatch[plot])")
@@ -123,7 +128,7 @@ def _add_plot(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: plot.run(args))
 
 
-def _add_tensorboard(sub: argparse._SubParsersAction) -> None:
+def _add_tensorboard(sub: _Subcommands) -> None:
     from . import tensorboard
 
     p = sub.add_parser("tensorboard", help="export a run as TensorBoard event files (needs runwatch[tensorboard])")
@@ -131,7 +136,7 @@ def _add_tensorboard(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: tensorboard.run(args))
 
 
-def _add_serve(sub: argparse._SubParsersAction) -> None:
+def _add_serve(sub: _Subcommands) -> None:
     from . import serve
 
     p = sub.add_parser("serve", help="a read-only web page of every run under a folder, updating live")
@@ -139,7 +144,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda args: serve.run(args))
 
 
-def _add_preflight(sub: argparse._SubParsersAction) -> None:
+def _add_preflight(sub: _Subcommands) -> None:
     from .preflight import audit, bench, plan, smoke, subsample
 
     for name, module, help_text in (
@@ -158,7 +163,7 @@ def _add_preflight(sub: argparse._SubParsersAction) -> None:
         p.set_defaults(func=module.run)
 
 
-_COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+_COMMANDS: list[Callable[[_Subcommands], None]] = [
     _add_summarize,
     _add_demo,
     _add_watch,
