@@ -26,10 +26,13 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigError, UsageError
 from ..options import TEXT, TEXTS, Check, add_flags, given_options, option, validate
+
+if TYPE_CHECKING:  # records imports this package
+    from ..records import Record, RecordParser
 
 __all__ = [
     "FORMATS",
@@ -74,7 +77,8 @@ PRESETS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-Item = tuple[str, Any]  # (where, record dict | invalid_log message | None: a new session starts)
+# (where, x): x a record dict, an invalid_log message, or None (a new session starts)
+Item = tuple[str, dict[str, Any] | str | None]
 
 
 @dataclass(slots=True)
@@ -97,8 +101,8 @@ class Reader(Protocol):
     def finish(self) -> list[Item]: ...
     def torn(self) -> str | None: ...
     def mtime(self) -> float: ...
-    def state_dict(self) -> dict: ...
-    def load_state_dict(self, state: dict) -> None: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -253,7 +257,7 @@ def open_reader(fmt: str, path: str, read: ReadOptions, maps: dict[str, str] | N
     raise UsageError(f"read.format: no reader for {fmt!r}")
 
 
-def to_records(parser: Any, items: list[Item]) -> Iterator[Any]:
+def to_records(parser: RecordParser, items: list[Item]) -> Iterator[Record]:
     """Records of a chunk's items through `parser` (a records.RecordParser in mode minimal)."""
     for where, x in items:
         if x is None:

@@ -21,7 +21,7 @@ from .keys import KeyMap
 __all__ = ["CsvReader", "number"]
 
 
-def number(text: str) -> Any:
+def number(text: str) -> int | float | str:
     """`"12"` → 12, `"1e-3"` → 0.001, `"nan"` → nan; other text unchanged."""
     try:
         return int(text)
@@ -112,7 +112,7 @@ class CsvReader:
     def mtime(self) -> float:
         return self.follower.mtime
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "follower": self.follower.state_dict(),
             "header": self.header,
@@ -121,7 +121,7 @@ class CsvReader:
             "skip": self.skip,
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.follower = LogFollower.from_state(state["follower"])
         self.header, self.rows, self.skip = state["header"], state["rows"], state["skip"]
         self.header_raw = state["header_raw"].encode("latin-1")

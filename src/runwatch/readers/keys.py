@@ -19,6 +19,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from . import Item
+
 __all__ = ["ALIASES", "EVAL_PREFIXES", "KeyMap", "StepGrouper", "split_train_eval"]
 
 # canonical key -> the names read for it when no --map names it, in order (first present wins)
@@ -113,10 +115,10 @@ class KeyMap:
         for key in obj:
             if key.startswith("eval_"):
                 continue
-            name = self.eval_name(key)
-            if name is not None and name not in obj and name not in maps and name not in out:
-                out[name] = 0
-                plan.append((name, key))
+            eval_key = self.eval_name(key)
+            if eval_key is not None and eval_key not in obj and eval_key not in maps and eval_key not in out:
+                out[eval_key] = 0
+                plan.append((eval_key, key))
         for canon, source in maps.items():  # a mapped key is read only from its SOURCE
             plan.append((canon, source if source in obj else None))
         return plan
@@ -160,8 +162,8 @@ class StepGrouper:
         self.eval_wall: float | None = None  # the latest wall time of the step's eval values
         self.eval_where = ""  # where the step's first eval value was
 
-    def add(self, step: int | float, wall: float | None, key: str, value: Any, where: str) -> list[tuple[str, dict]]:
-        out: list[tuple[str, dict]] = []
+    def add(self, step: int | float, wall: float | None, key: str, value: Any, where: str) -> list[Item]:
+        out: list[Item] = []
         if self.step is not None and (step != self.step or key in self.values):
             if step != self.step:
                 self._prev = self.values  # its shape is worked out only if `settled` asks
@@ -187,7 +189,7 @@ class StepGrouper:
     def pending(self) -> bool:
         return self.step is not None
 
-    def flush(self) -> list[tuple[str, dict]]:
+    def flush(self) -> list[Item]:
         """The held step's records (at the end of a replay)."""
         return self._emit() if self.step is not None else []
 
@@ -202,7 +204,7 @@ class StepGrouper:
             return None
         return frozenset(k for k in self._prev if self.keys.eval_name(k) is None)
 
-    def settled(self) -> list[tuple[str, dict]]:
+    def settled(self) -> list[Item]:
         """The held step's records if it already has the previous step's non-eval keys; else []."""
         shape = self.shape
         if self.step is None or shape is None:
@@ -211,14 +213,14 @@ class StepGrouper:
             return []
         return self._emit()
 
-    def _emit(self) -> list[tuple[str, dict]]:
+    def _emit(self) -> list[Item]:
         rec: dict[str, Any] = {"step": self.step}
         wall = self.wall if self.wall is not None else self.eval_wall
         if wall is not None:
             rec["t"] = wall
         rec.update(self.values)
         parts = split_train_eval(self.keys.canonical(rec), self._eval_key)
-        out = [(self.where, parts[0])]
+        out: list[Item] = [(self.where, parts[0])]
         if len(parts) == 2:
             if self.eval_wall is not None:
                 parts[1]["t"] = self.eval_wall  # each part keeps the time and place of its own values
@@ -226,7 +228,7 @@ class StepGrouper:
         self.step, self.values, self.wall, self.eval_wall, self.eval_where = None, {}, None, None, ""
         return out
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """The held step as plain JSON (non-finite values as strings)."""
         return {
             "step": self.step,
@@ -238,7 +240,7 @@ class StepGrouper:
             "shape": sorted(self.shape) if self.shape is not None else None,
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = state["step"]
         self.values = {k: _dec(v) for k, v in state["values"].items()}
         self.where = state["where"]

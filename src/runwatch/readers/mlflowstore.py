@@ -74,7 +74,7 @@ class SqliteReader:
         self.grouper = StepGrouper(keys)
         self.locked: str | None = None  # the last poll found the store locked
         self._db: sqlite3.Connection | None = None
-        self._sig: tuple | None = None
+        self._sig: tuple[int, int, int, int] | None = None  # the store's (inode, size, mtime, WAL size) when last read
         self._mtime = 0.0
 
     def _connect(self) -> sqlite3.Connection:
@@ -174,10 +174,10 @@ class SqliteReader:
     def mtime(self) -> float:
         return self._mtime
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"run": self.run, "run_start": self.run_start, "rowid": self.rowid, "grouper": self.grouper.state_dict()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.run, self.run_start, self.rowid = state["run"], state["run_start"], int(state["rowid"])
         self.grouper.load_state_dict(state["grouper"])
 
@@ -257,10 +257,10 @@ class FileStoreReader:
     def mtime(self) -> float:
         return max((f.mtime for f in self.files.values()), default=0.0)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"files": {k: f.state_dict() for k, f in self.files.items()}, "grouper": self.grouper.state_dict()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.files = {k: LogFollower.from_state(s) for k, s in state["files"].items()}
         self.grouper.load_state_dict(state["grouper"])
 

@@ -40,8 +40,8 @@ class TextReader:
                     rec = {k: number(v.decode("utf-8", "replace")) for k, v in m.groupdict().items() if v is not None}
                     ms = rec.pop("ms_per_iter", None)
                     batch = rec.pop("batch_size", None) if ms is not None else None
-                    if type(ms) in (int, float) and ms > 0:
-                        rec["sps"] = 1000.0 / ms * (batch if type(batch) in (int, float) and batch > 0 else 1)
+                    if isinstance(ms, (int, float)) and ms > 0:  # `number` gives exact ints and floats (no bools)
+                        rec["sps"] = 1000.0 / ms * (batch if isinstance(batch, (int, float)) and batch > 0 else 1)
                     return rec
         return None
 
@@ -65,10 +65,10 @@ class TextReader:
     def mtime(self) -> float:
         return self.follower.mtime
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"follower": self.follower.state_dict()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.follower = LogFollower.from_state(state["follower"])
 
     def close(self) -> None:

@@ -25,17 +25,20 @@ from __future__ import annotations
 import os
 import stat as _stat
 import struct
-from typing import Any
+from typing import Any, BinaryIO, TypeAlias
 
 from ..errors import InvalidRunError
 from . import Chunk, Item
 from .keys import KeyMap, StepGrouper
-from .tfrecord import decode_event, event_decoder, masked_crc32c
+from .tfrecord import Decoder, decode_event, event_decoder, masked_crc32c
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
 __all__ = ["EventFile", "TensorBoardReader", "event_files", "is_event_file"]
+
+# The events with scalars that one poll of a file framed: (byte offset, wall time, step, [(tag, value)]).
+Events: TypeAlias = list[tuple[int, float, int, list[tuple[str, float]]]]
 
 # Bytes read per file per poll: a few hundred thousand scalar events, a few MB in memory.
 READ_CHUNK_BYTES = 4 * 1024 * 1024
@@ -53,7 +56,7 @@ _HEADER_CACHE_LENGTHS = 1 << 14
 class EventFile:
     """Follows one event file by byte offset; state is plain JSON (`state_dict`)."""
 
-    def __init__(self, path: str, chunk_bytes: int = READ_CHUNK_BYTES, decoder: Any = None) -> None:
+    def __init__(self, path: str, chunk_bytes: int = READ_CHUNK_BYTES, decoder: Decoder | None = None) -> None:
         self.path = path
         self.decode = decoder or decode_event
         self.name = os.path.basename(path)
@@ -65,7 +68,7 @@ class EventFile:
         self.broken: str | None = None  # the invalid_log message once a record fails its CRC
         self.scalar_tags: set[str] = set()
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "offset": self.offset,
@@ -74,16 +77,16 @@ class EventFile:
             "scalar_tags": sorted(self.scalar_tags),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.offset = int(state["offset"])
-        self.inode = tuple(state["inode"]) if state["inode"] else None  # type: ignore[assignment]
+        self.inode = tuple(state["inode"]) if state["inode"] else None
         self.broken = state["broken"]
         self.scalar_tags = set(state["scalar_tags"])
 
     def pending_bytes(self) -> int:
         return max(0, self.size_seen - self.offset) if self.broken is None else 0
 
-    def poll(self) -> tuple[list[tuple[int, float, int, list]], str | None, bool, bool, str | None]:
+    def poll(self) -> tuple[Events, str | None, bool, bool, str | None]:
         """(events [(offset, wall, step, scalars)], error message, grew, more, reset)."""
         try:
             st = os.stat(self.path)
@@ -108,7 +111,7 @@ class EventFile:
             self.size_seen = st.st_size
             return [], None, False, False, reset
         grew = True
-        events: list[tuple[int, float, int, list]] = []
+        events: Events = []
         start = self.offset
         want = min(st.st_size - start, self.chunk_bytes)
         if want <= 0:
@@ -123,7 +126,7 @@ class EventFile:
             self.size_seen = st.st_size
         return events, error, grew, more, reset
 
-    def _frame(self, buf: bytes, base: int, events: list, f: Any, size: int) -> str | None:
+    def _frame(self, buf: bytes, base: int, events: Events, f: BinaryIO, size: int) -> str | None:
         pos = 0
         n = len(buf)
         mv = memoryview(buf)
@@ -180,7 +183,7 @@ def is_event_file(name: str) -> bool:
     return "tfevents" in name
 
 
-def _order(path: str) -> tuple:
+def _order(path: str) -> tuple[int, str]:
     # events.out.tfevents.<unix seconds>.<host>.<pid>.<n>[.v2]: by the timestamp, then the name
     parts = os.path.basename(path).split(".")
     i = parts.index("tfevents") if "tfevents" in parts else -1
@@ -295,7 +298,7 @@ class TensorBoardReader:
     def mtime(self) -> float:
         return max((ef.mtime for ef in self.files), default=0.0)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "files": [ef.state_dict() for ef in self.files],
             "grouper": self.grouper.state_dict(),
@@ -304,7 +307,7 @@ class TensorBoardReader:
             "started": sorted(self._started),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.files = []
         for s in state["files"]:
             ef = EventFile(s["path"], self.chunk_bytes, self.decode)

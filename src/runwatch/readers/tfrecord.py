@@ -11,9 +11,17 @@ decoder when protobuf runs compiled (measured in benchmarks/bench_readers.py).
 from __future__ import annotations
 
 import struct
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeAlias
 
-__all__ = ["crc32c", "masked_crc32c", "decode_event", "event_decoder"]
+__all__ = ["crc32c", "masked_crc32c", "decode_event", "event_decoder", "Decoder"]
+
+# An event file's bytes as read (or a view of them).
+Buffer: TypeAlias = bytes | memoryview
+# A decoded Event: (wall time, step, [(tag, value)] of its scalars).
+Event: TypeAlias = tuple[float, int, list[tuple[str, float]]]
+# decode(buf, start, end, scalar_tags) -> Event: `decode_event`, or `event_pb2`'s (`event_decoder`).
+Decoder: TypeAlias = Callable[[Buffer, int, int, set[str]], Event]
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -43,7 +51,7 @@ def _wide_tables() -> list[list[int]]:
     return _W
 
 
-def _crc32c_py(data: bytes | memoryview, crc: int = 0) -> int:
+def _crc32c_py(data: Buffer, crc: int = 0) -> int:
     crc ^= 0xFFFFFFFF
     mv = memoryview(data)
     n = len(mv) & ~3
@@ -60,14 +68,14 @@ def _crc32c_py(data: bytes | memoryview, crc: int = 0) -> int:
 
 
 try:  # optional: a C implementation of the same function (runwatch[fast])
-    from crc32c import crc32c as _crc32c_c  # type: ignore[import-not-found]
+    from crc32c import crc32c as _crc32c_c
 except ImportError:  # pragma: no cover - depends on the environment
-    _crc32c_c = None
+    crc32c: Callable[[Buffer], int] = _crc32c_py
+else:
+    crc32c = _crc32c_c
 
-crc32c = _crc32c_c if _crc32c_c is not None else _crc32c_py
 
-
-def masked_crc32c(data: bytes | memoryview) -> int:
+def masked_crc32c(data: Buffer) -> int:
     """TensorFlow's masked CRC-32C of a record's length or data."""
     x = crc32c(data)
     return (((x >> 15) | (x << 17)) + _MASK_DELTA) & 0xFFFFFFFF
@@ -85,7 +93,7 @@ class _Malformed(Exception):
     pass
 
 
-def _varint(buf: Any, pos: int) -> tuple[int, int]:
+def _varint(buf: Buffer, pos: int) -> tuple[int, int]:
     b = buf[pos]
     if b < 0x80:
         return b, pos + 1
@@ -103,8 +111,12 @@ def _varint(buf: Any, pos: int) -> tuple[int, int]:
             raise _Malformed("varint longer than 10 bytes")
 
 
-def _fields(buf: Any, pos: int, end: int):
-    """(field number, wire type, value or (start, end)) of one message's fields."""
+def _fields(buf: Buffer, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value or (start, end)) of one message's fields.
+
+    The value's type follows the wire type: the varint (0), the offset of the fixed-size value
+    (1, 5), or the (start, end) offsets of the bytes (2); `Any`, since the callers test the wire
+    type and index the value straight away."""
     while pos < end:
         key, pos = _varint(buf, pos)
         field, wt = key >> 3, key & 7
@@ -133,7 +145,7 @@ def _fields(buf: Any, pos: int, end: int):
 _DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64, _DT_HALF = 1, 2, 3, 9, 19
 
 
-def _tensor_scalar(buf: Any, start: int, end: int) -> float | None:
+def _tensor_scalar(buf: Buffer, start: int, end: int) -> float | None:
     dtype = 0
     content = None
     dims = False
@@ -171,7 +183,7 @@ def _s32(v: int) -> int:
     return v - (1 << 32) if v >= 1 << 31 else v
 
 
-def _is_scalar_metadata(buf: Any, start: int, end: int) -> bool:
+def _is_scalar_metadata(buf: Buffer, start: int, end: int) -> bool:
     for f, wt, v in _fields(buf, start, end):
         if f == 1 and wt == 2:  # plugin_data
             for ff, wwt, vv in _fields(buf, v[0], v[1]):
@@ -185,9 +197,7 @@ def _is_scalar_metadata(buf: Any, start: int, end: int) -> bool:
 _NUMERIC_CONTENT = {_DT_FLOAT: "<f", _DT_DOUBLE: "<d", _DT_INT32: "<i", _DT_INT64: "<q", _DT_HALF: "<e"}
 
 
-def _decode_event_pb2(
-    event_cls: Any, buf: Any, start: int, end: int, scalar_tags: set[str]
-) -> tuple[float, int, list[tuple[str, float]]]:
+def _decode_event_pb2(event_cls: Any, buf: Buffer, start: int, end: int, scalar_tags: set[str]) -> Event:
     """`decode_event` through TensorBoard's compiled `Event` message."""
     try:
         e = event_cls.FromString(bytes(buf[start:end]))
@@ -221,13 +231,13 @@ def _decode_event_pb2(
     return e.wall_time, e.step, out
 
 
-def event_decoder(prefer: str = "auto") -> Any:
+def event_decoder(prefer: str = "auto") -> Decoder:
     """The decoder to use: TensorBoard's compiled `event_pb2` when importable and compiled
     ("auto"; measured ~2x faster a scalar event), else this module's `decode_event`."""
     if prefer in ("auto", "pb2"):
         try:
-            from google.protobuf.internal import api_implementation  # type: ignore[import-not-found]
-            from tensorboard.compat.proto import event_pb2  # type: ignore[import-not-found]
+            from google.protobuf.internal import api_implementation
+            from tensorboard.compat.proto import event_pb2
         except ImportError:
             event_pb2 = None
         if event_pb2 is not None and (prefer == "pb2" or api_implementation.Type() in ("upb", "cpp")):
@@ -238,7 +248,7 @@ def event_decoder(prefer: str = "auto") -> Any:
     return decode_event
 
 
-def decode_event(buf: Any, start: int, end: int, scalar_tags: set[str]) -> tuple[float, int, list[tuple[str, float]]]:
+def decode_event(buf: Buffer, start: int, end: int, scalar_tags: set[str]) -> Event:
     """An Event's (wall time, step, scalars). `scalar_tags` remembers tensor tags whose metadata
     said `scalars`. Raises ValueError on a malformed message."""
     wall = 0.0
