@@ -29,7 +29,8 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from types import FrameType
+from typing import Any, TypeAlias
 
 from . import process as _proc
 from .errors import InvalidRunError, UsageError
@@ -49,11 +50,11 @@ from .options import (
     split_command,
     validate,
 )
-from .records import load_sessions, resolve_target
+from .records import Session, load_sessions, resolve_target
 from .resume import RESUME_ENV
 from .rules import fmt_step
-from .verdict import read_verdict
-from .watchdog import Options, Verdict, Watcher, load_options, write_verdict
+from .verdict import read_verdict, write_verdict
+from .watchdog import Options, Verdict, Watcher, load_options
 
 __all__ = [
     "SuperviseOptions",
@@ -83,6 +84,8 @@ EXIT_USAGE = 2
 ENDED_GRACE_SECONDS = 30.0  # the longest a relaunch waits for a process whose session ended with an error
 
 _SUP = ("supervise",)
+# A signal's handler as `signal.signal` takes and returns it (SIG_DFL and SIG_IGN are ints).
+_Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | None
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ def load_supervise_options(run_dir: str | None, given: dict[str, Any]) -> Superv
 # --- the journal ----------------------------------------------------------------------------------
 
 
-def _last_record(run_dir: str) -> dict | None:
+def _last_record(run_dir: str) -> dict[str, Any] | None:
     """The last complete record of `supervise.jsonl`, read from the end; None when there is none."""
     path = os.path.join(run_dir, JOURNAL)
     try:
@@ -144,13 +147,15 @@ def _last_record(run_dir: str) -> dict | None:
     return rec if isinstance(rec, dict) else None
 
 
-def supervise_status(run_dir: str) -> dict | None:
+def supervise_status(run_dir: str) -> dict[str, Any] | None:
     """The supervision's state for `runwatch status`: attempt, restarts and rollbacks with their
     budgets, the last event, and whether the supervisor still runs; None when never supervised."""
     last = _last_record(run_dir)
     if last is None:
         return None
-    budgets = last.get("budgets") if isinstance(last.get("budgets"), dict) else {}
+    budgets = last.get("budgets")
+    if not isinstance(budgets, dict):
+        budgets = {}
     sup = last.get("supervisor")
     running = last.get("event") not in ("done", "gave_up") and type(sup) is int and _proc.alive(sup)
     return {
@@ -200,7 +205,7 @@ class Supervisor:
         self.checkpoints_at_launch = 0  # checkpoint events in the log when the attempt began
         self.fresh = 0  # records the attempt wrote, as far as its watch has read
         self.watcher: Watcher | None = None  # the current attempt's watch
-        self.state: dict | None = None  # where the log was read to (Watcher.state_dict)
+        self.state: dict[str, Any] | None = None  # where the log was read to (Watcher.state_dict)
         self.new_process = False  # the next watch is of a newly launched process
         self.interrupted: int | None = None
         self.notifier: Notifier | None = None
@@ -245,7 +250,7 @@ class Supervisor:
             )
         self._lock_fd = fd
 
-    def _record(self, event: str, verdict: Verdict | None = None, **fields: Any) -> dict:
+    def _record(self, event: str, verdict: Verdict | None = None, **fields: Any) -> dict[str, Any]:
         """Append one action to supervise.jsonl (one write of one whole line)."""
         rec: dict[str, Any] = {
             "time": round(time.time(), 3),
@@ -280,10 +285,10 @@ class Supervisor:
         finally:
             os.close(fd)
         if event in _NOTIFIED and self.notifier is not None:
-            self._notify(event, rec, verdict)
+            self._notify(self.notifier, event, rec, verdict)
         return rec
 
-    def _notify(self, event: str, rec: dict, verdict: Verdict | None) -> None:
+    def _notify(self, notifier: Notifier, event: str, rec: dict[str, Any], verdict: Verdict | None) -> None:
         line = rec.get("line") or (verdict.line() if verdict is not None else f"{event} attempt {self.attempt}")
         body = [
             line,
@@ -298,9 +303,9 @@ class Supervisor:
             body.append("last lines of stdout.log:")
             body.extend(self._stdout_tail())
         title = f"runwatch {event}: {os.path.basename(self.run_dir)}"
-        for failure in self.notifier.send(title, "\n".join(body)):  # type: ignore[union-attr]
+        for failure in notifier.send(title, "\n".join(body)):
             self.log(f"runwatch supervise: notification to {failure['url']} failed: {failure['error']}")
-            notifier, self.notifier = self.notifier, None  # the failure's own record is not notified
+            self.notifier = None  # the failure's own record is not notified
             try:
                 self._record("notify_failed", url=failure["url"], error=failure["error"], about=event)
             finally:
@@ -324,7 +329,7 @@ class Supervisor:
         self.state = w.state_dict()
         return w
 
-    def _sessions(self) -> list:
+    def _sessions(self) -> list[Session]:
         try:
             return (
                 load_sessions(self.run_dir, maps=self.watch.maps)
@@ -499,14 +504,15 @@ class Supervisor:
     def _begin(self) -> Verdict | None:
         """Adopt the training that still runs, take up an action cut short, or launch afresh."""
         last = _last_record(self.run_dir)
-        ongoing = last is not None and last.get("event") not in ("done", "gave_up")
-        if ongoing:
-            self.attempt = int(last.get("attempt") or 0)
-            self.restarts = int(last.get("restarts") or 0)
-            self.rollbacks = int(last.get("rollbacks") or 0)
-            self.streak = int(last.get("streak") or 0)
-            self.env = dict(last.get("env") or {})
-            self.checkpoints_at_launch = int(last.get("checkpoints_at_launch") or 0)
+        # the last record of a supervision that has not ended; None when there is none
+        ongoing = last if last is not None and last.get("event") not in ("done", "gave_up") else None
+        if ongoing is not None:
+            self.attempt = int(ongoing.get("attempt") or 0)
+            self.restarts = int(ongoing.get("restarts") or 0)
+            self.rollbacks = int(ongoing.get("rollbacks") or 0)
+            self.streak = int(ongoing.get("streak") or 0)
+            self.env = dict(ongoing.get("env") or {})
+            self.checkpoints_at_launch = int(ongoing.get("checkpoints_at_launch") or 0)
         pid = _proc.read_pid_file(os.path.join(self.run_dir, "pid"))
         if pid is not None and _proc.alive(pid):
             info = _read_json(os.path.join(self.run_dir, "launch.json"))
@@ -534,19 +540,19 @@ class Supervisor:
             self.log(f"runwatch supervise: adopting the running process {pid} (attempt {self.attempt})")
             self._record("launch", adopted=True, checkpoint=self._latest_checkpoint())
             return None
-        if ongoing and last.get("event") in ("verdict", "stop") and last.get("kind"):
+        if ongoing is not None and ongoing.get("event") in ("verdict", "stop") and ongoing.get("kind"):
             # The supervisor was stopped between a verdict and its action: take the action up.
-            self.pid = last.get("pid")
-            self.log(f"runwatch supervise: taking up the action on the recorded verdict {last['kind']}")
+            self.pid = ongoing.get("pid")
+            self.log(f"runwatch supervise: taking up the action on the recorded verdict {ongoing['kind']}")
             return Verdict(
                 "anomaly",
-                last["kind"],
-                last.get("step") or 0,
-                last.get("message") or "",
+                ongoing["kind"],
+                ongoing.get("step") or 0,
+                ongoing.get("message") or "",
                 time.time(),
-                last.get("onset"),
+                ongoing.get("onset"),
             )
-        if ongoing and pid is not None:
+        if ongoing is not None and pid is not None:
             self.pid = pid  # gone meanwhile: the watch judges how it ended (done, or process_exit)
             self.log(f"runwatch supervise: process {pid} of attempt {self.attempt} has ended; judging its log")
             self._record("launch", adopted=True, checkpoint=self._latest_checkpoint())
@@ -556,13 +562,13 @@ class Supervisor:
         self._launch("launch", {})
         return None
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.interrupted = signum
 
     def run(self) -> int:
         """Supervise until done (0), fatal or out of budget (7, or --exit-transient's code)."""
         self._prepare()
-        handlers: dict[int, Any] = {}
+        handlers: dict[signal.Signals, _Handler] = {}
         try:
             self.notifier = Notifier(self.opts.notify) if self.opts.notify else None
             if self.notifier is not None:
