@@ -213,7 +213,7 @@ class FileStoreReader:
             chunk.exists = os.path.isdir(self.path)
             return chunk
         self._scan()
-        rows: list[tuple[float, Any, str, Any, str]] = []
+        rows: list[tuple[float, int, str, float, str]] = []  # (timestamp, step, key, value, where)
         for key, f in self.files.items():
             batch = f.poll()
             chunk.grew |= batch.grew
