@@ -8,17 +8,29 @@ here, inside the function, so `import runwatch` stays light.
 from __future__ import annotations
 
 import os
-from typing import Any
+from types import ModuleType
+from typing import Any, TypedDict
 
 from .errors import CheckpointError
 
-__all__ = ["verify_checkpoint", "CHECKPOINT_SUFFIXES"]
+__all__ = ["verify_checkpoint", "CheckpointReport", "CHECKPOINT_SUFFIXES"]
 
 # What a checkpoint directory (e.g. a Hugging Face `checkpoint-500/`) holds that we read back.
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
 
 
-def _walk_tensors(obj: Any, torch: Any, acc: list[int]) -> None:
+class CheckpointReport(TypedDict):
+    """What `verify_checkpoint` read back."""
+
+    path: str
+    format: str  # "torch", "safetensors", or "mixed" (a directory of both)
+    files: int
+    tensors: int
+    tensor_bytes: int
+    file_bytes: int
+
+
+def _walk_tensors(obj: Any, torch: ModuleType, acc: list[int]) -> None:
     """Count tensors and their bytes anywhere in a loaded object (state dicts nest)."""
     if isinstance(obj, torch.Tensor):
         acc[0] += 1
@@ -61,7 +73,7 @@ def _read_file(path: str) -> tuple[str, int, int]:
     return "torch", acc[0], acc[1]
 
 
-def verify_checkpoint(path: str | os.PathLike) -> dict:
+def verify_checkpoint(path: str | os.PathLike[str]) -> CheckpointReport:
     """Read a checkpoint back; return `{"path", "format", "files", "tensors", "tensor_bytes", "file_bytes"}`.
 
     `path` is a torch file (`torch.load(..., weights_only=True)`), a `.safetensors` file, or a

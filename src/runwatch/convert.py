@@ -8,9 +8,21 @@ then already imported by the caller).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, SupportsFloat, TypeAlias, cast
 
-__all__ = ["as_float_list"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["as_float_list", "Number", "Scalar", "Flag"]
+
+# What a training loop hands the logger for one value (`RunLogger.step()`, `val()`):
+# a host number: a Python float, int or bool, a numpy scalar, or any other number that float() takes;
+Number: TypeAlias = "float | int | SupportsFloat"
+# or such a number, or a one-element tensor on any device (kept there until the window closes);
+Scalar: TypeAlias = "Number | torch.Tensor"
+# a yes/no of one update (`clipped`, `skipped`): a bool, 0 or 1, or a bool tensor (`grad_norm > 1.0`).
+Flag: TypeAlias = "bool | Number | torch.Tensor"
 
 _HOST_NUMBER_TYPES = frozenset({float, int, bool})
 _TENSOR_TYPES: dict[type, bool] = {}  # type -> whether it is a torch tensor type (memo)
@@ -23,18 +35,20 @@ def _is_tensor_type(t: type) -> bool:
     return known
 
 
-def as_float_list(values: list) -> list[float]:
+def as_float_list(values: Sequence[Scalar]) -> list[float]:
     """Python floats for `values` (numbers, numpy scalars, 0-dim tensors): one sync per device."""
     if _HOST_NUMBER_TYPES.issuperset(map(type, values)):  # the common case: plain Python numbers
         return list(map(float, values))
-    out: list[Any] = list(values)
-    groups: dict[tuple, list[int]] = {}  # (device, dtype) -> indices of the tensors
+    out: list[Any] = list(values)  # each entry is replaced by its float below
+    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}  # (device, dtype) -> indices of the tensors
+    tensors = cast("Sequence[torch.Tensor]", values)  # read at the indices of tensors only
     for i, v in enumerate(values):
         t = type(v)
         if t in _HOST_NUMBER_TYPES:
             out[i] = float(v)
         elif _is_tensor_type(t):
-            key = (v.device, v.dtype)
+            tensor = tensors[i]
+            key = (tensor.device, tensor.dtype)
             group = groups.get(key)
             if group is None:
                 groups[key] = [i]
@@ -43,18 +57,18 @@ def as_float_list(values: list) -> list[float]:
         else:  # numpy scalars and other numbers: host values, no sync
             out[i] = float(v)
     if groups:
-        by_device: dict[Any, list[list[int]]] = {}
+        by_device: dict[torch.device, list[list[int]]] = {}
         for (device, _dtype), group in groups.items():
             by_device.setdefault(device, []).append(group)
         for device, device_groups in by_device.items():
             idx = [i for group in device_groups for i in group]
             # note: this is the logger's only CPU-GPU sync point, once per window and device
-            for i, f in zip(idx, _stack_all(device, [[values[i] for i in group] for group in device_groups]).tolist()):
+            for i, f in zip(idx, _stack_all(device, [[tensors[i] for i in group] for group in device_groups]).tolist()):
                 out[i] = float(f)
     return out
 
 
-def _stack_all(device: Any, groups: list[list]) -> Any:
+def _stack_all(device: torch.device, groups: list[list[torch.Tensor]]) -> torch.Tensor:
     """One 1-d tensor of the one-element tensors in `groups` (one device, one dtype a group)."""
     import torch
 
@@ -68,11 +82,12 @@ def _stack_all(device: Any, groups: list[list]) -> Any:
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def _stack_one_dtype(tensors: list) -> Any:
+def _stack_one_dtype(tensors: list[torch.Tensor]) -> torch.Tensor:
     import torch
 
     # (Tensors that require grad are stacked with a graph that is dropped at once; no_grad would
     # cost more than it saves.)
+    stacked: torch.Tensor | None
     try:
         stacked = torch.stack(tensors)
     except RuntimeError:  # shapes differ, e.g. 0-dim and (1,)

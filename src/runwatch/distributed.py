@@ -24,10 +24,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .heartbeats import HEARTBEAT_DIR, HISTORY_WINDOWS, HeartbeatConfig, heartbeat_path
 from .schema import dumps
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed
 
 __all__ = ["RankGroup", "SoloGroup", "process_group", "rank_group", "HeartbeatWriter", "is_waiting_frame"]
 
@@ -43,6 +48,8 @@ _MAX_STACK = 64  # frames looked at a sample; deeper stacks are judged by their 
 # ones in between coalesce): fast windows then cost one atomic replace a second, not one a window,
 # and a watchdog judging staleness in minutes loses nothing.
 POSTED_WRITE_SPACING = 1.0
+
+T = TypeVar("T")
 
 
 def process_group() -> RankGroup | None:
@@ -75,7 +82,7 @@ class SoloGroup:
     def __init__(self) -> None:
         self.host = socket.gethostname()
 
-    def exchange(self, obj: Any) -> list:
+    def exchange(self, obj: T) -> list[T]:
         """`[obj]`: the only rank's object."""
         return [obj]
 
@@ -94,28 +101,34 @@ class RankGroup:
 
     solo = False
 
-    def __init__(self, dist: Any) -> None:
+    def __init__(self, dist: ModuleType) -> None:
         import torch
 
-        self._dist = dist
+        self._dist = dist  # torch.distributed
         self._torch = torch
         self.rank: int = dist.get_rank()
         self.world_size: int = dist.get_world_size()
         self.host = socket.gethostname()
         backend = str(dist.get_backend()).lower()
         # The row goes where the backend can reduce it: NCCL needs the current CUDA device.
+        self.device: torch.device
         if "nccl" in backend and torch.cuda.is_available():
             self.device = torch.device("cuda", torch.cuda.current_device())
         else:
             self.device = torch.device("cpu")
         gather = getattr(dist, "all_gather_single", None)  # torch >= 2.13 name
-        self._gather = gather if gather is not None else dist.all_gather_into_tensor
+        self._gather: Callable[[torch.Tensor, torch.Tensor], object] = (
+            gather if gather is not None else dist.all_gather_into_tensor
+        )
         # `agree` broadcasts on the CPU, never through the device: gloo itself, or a gloo group
         # beside NCCL (made here, on every rank at once, as new_group requires).
-        self._cpu_group = None if "gloo" in backend else dist.new_group(backend="gloo")
+        self._cpu_group: torch.distributed.ProcessGroup | None = (
+            None if "gloo" in backend else dist.new_group(backend="gloo")
+        )
 
-    def exchange(self, obj: Any) -> list:
-        """Every rank's `obj`, in rank order (all_gather_object: once per session, at start)."""
+    def exchange(self, obj: T) -> list[T]:
+        """Every rank's `obj` (each rank passes one of the same kind), in rank order
+        (all_gather_object: once per session, at start)."""
         out: list[Any] = [None] * self.world_size
         self._dist.all_gather_object(out, obj)
         return out
@@ -127,7 +140,8 @@ class RankGroup:
         out = torch.empty(self.world_size * len(row), dtype=torch.float64, device=self.device)
         # note: the one sync point runwatch adds: every rank waits here for the slowest, once a window
         self._gather(out, mine)
-        return out.view(self.world_size, len(row)).tolist()
+        rows: list[list[float]] = out.view(self.world_size, len(row)).tolist()
+        return rows
 
     def agree(self, flag: bool) -> bool:
         """Rank 0's `flag`, on every rank: one broadcast of one byte over the CPU group.
@@ -141,7 +155,7 @@ class RankGroup:
         return bool(value[0])
 
 
-def is_waiting_frame(frame: Any) -> bool:
+def is_waiting_frame(frame: FrameType | None) -> bool:
     """Whether a stack (innermost frame first) is inside torch.distributed, DDP, autograd, or the
     logger's own window collective."""
     depth = 0
@@ -154,7 +168,7 @@ def is_waiting_frame(frame: Any) -> bool:
     return False
 
 
-def _where(frame: Any) -> str | None:
+def _where(frame: FrameType | None) -> str | None:
     if frame is None:
         return None
     code = frame.f_code

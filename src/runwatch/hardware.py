@@ -13,7 +13,7 @@ from typing import Any
 __all__ = ["detect_hardware", "device_name", "rank_hardware", "memory_peaks"]
 
 
-def detect_hardware() -> dict:
+def detect_hardware() -> dict[str, Any]:
     """Host, world size and accelerators, without importing torch when the caller has not."""
     hw: dict[str, Any] = {
         "host": socket.gethostname(),
@@ -37,12 +37,12 @@ def device_name() -> str:
     return "cpu"
 
 
-def rank_hardware(hw: dict, peers: list[dict], detected: bool) -> dict:
+def rank_hardware(hw: dict[str, Any], peers: list[dict[str, Any]], detected: bool) -> dict[str, Any]:
     """`hardware` of a multi-rank session: world size, nodes (distinct hosts), and the device of
     each rank, run-length encoded in rank order (`[{"device": "NVIDIA H200", "ranks": 8}]`) so
     that 10k ranks stay a few bytes."""
     hw = dict(hw)
-    runs: list[dict] = []
+    runs: list[dict[str, Any]] = []
     for peer in peers:
         if runs and runs[-1]["device"] == peer["device"]:
             runs[-1]["ranks"] += 1
@@ -66,7 +66,7 @@ def _host_rss_peak_bytes() -> int | None:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-def memory_peaks() -> dict:
+def memory_peaks() -> dict[str, int]:
     """A record's `memory`: CUDA peaks (when CUDA is in use) and the host's peak RSS."""
     memory: dict[str, int] = {}
     torch = sys.modules.get("torch")

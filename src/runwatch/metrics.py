@@ -26,10 +26,11 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from types import TracebackType
 from typing import Any
 
-from .convert import as_float_list
+from .convert import Flag, Scalar, as_float_list
 from .distributed import HeartbeatWriter, rank_group
 from .errors import NonFiniteLossError, RanksOutOfStepError, RunwatchError
 from .hardware import detect_hardware, memory_peaks, rank_hardware
@@ -96,12 +97,12 @@ class RunLogger:
 
     def __init__(
         self,
-        run_dir: str | os.PathLike | None = None,
-        recipe: dict | None = None,
-        optimizers: list | None = None,
-        hardware: dict | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
+        recipe: dict[str, Any] | None = None,
+        optimizers: Iterable[dict[str, Any]] | None = None,
+        hardware: dict[str, Any] | None = None,
         window: int | None = None,
-        resume_from: dict | None = None,
+        resume_from: dict[str, Any] | None = None,
         *,
         fsync: bool = False,
         heartbeat: HeartbeatConfig | None = None,
@@ -125,7 +126,7 @@ class RunLogger:
         self.max_window_seconds = None if max_window_seconds is None else float(max_window_seconds)
         start = check_start(resume_from) if resume_from is not None else {"step": 0, "tokens": 0, "skipped": 0}
         self._tokens_per_attempt = window_tokens(self.recipe, 1)
-        self._qk_threshold = self.recipe["qk_clip_threshold"]
+        self._qk_threshold: float | None = self.recipe["qk_clip_threshold"]
         os.makedirs(self.run_dir, exist_ok=True)
 
         # Only rank 0 of the world (a single process: itself) writes run.json and metrics.jsonl.
@@ -164,7 +165,13 @@ class RunLogger:
         self._signals.install()
         atexit.register(self._at_exit)
 
-    def _add_session(self, manifest: dict, start: dict, optimizers: list, hardware: dict | None) -> None:
+    def _add_session(
+        self,
+        manifest: dict[str, Any],
+        start: dict[str, int],
+        optimizers: list[dict[str, Any]],
+        hardware: dict[str, Any] | None,
+    ) -> None:
         try:
             hw = detect_hardware() if hardware is None else hardware
             if not self._group.solo:
@@ -189,19 +196,20 @@ class RunLogger:
 
     def step(
         self,
-        loss: Any,
-        lr: Any,
-        grad_norm: Any,
-        clipped: Any = False,
-        skipped: Any = False,
-        qk_observed: Any = None,
-        qk_clipped: Any = None,
-        qk_max_logit: Any = None,
+        loss: Scalar,
+        lr: Scalar,
+        grad_norm: Scalar,
+        clipped: Flag = False,
+        skipped: Flag = False,
+        qk_observed: Scalar | None = None,
+        qk_clipped: Scalar | None = None,
+        qk_max_logit: Scalar | None = None,
     ) -> None:
         """Record one attempted optimizer update (successful unless `skipped`).
 
-        `loss`, `grad_norm` (pre-clip), `clipped`, `skipped` and the QK-Clip counts may be Python
-        numbers or 0-dim tensors; tensors are kept on their device until the window closes.
+        `loss`, `lr`, `grad_norm` (pre-clip), `clipped`, `skipped` and the QK-Clip counts may be
+        Python numbers, numpy scalars or one-element (0-dim) tensors (`convert.Scalar`, `Flag`);
+        tensors are kept on their device until the window closes.
         """
         now = time.perf_counter()
         win = self._window
@@ -214,10 +222,12 @@ class RunLogger:
         qk = qk_observed is not None or qk_clipped is not None
         if qk and self._qk_threshold is None:
             raise ValueError("RunLogger.step: QK-Clip counts need recipe.qk_clip_threshold")
+        # Keep the value, not the autograd graph. (Only a tensor requires grad: mypy cannot narrow
+        # on that, and a cast or an isinstance would cost every step.)
         if type(loss) is not float and getattr(loss, "requires_grad", False):
-            loss = loss.detach()  # keep the value, not the autograd graph
+            loss = loss.detach()  # type: ignore[union-attr]  # a tensor, see above
         if getattr(grad_norm, "requires_grad", False):
-            grad_norm = grad_norm.detach()
+            grad_norm = grad_norm.detach()  # type: ignore[attr-defined]  # a tensor, see above
         updates = win.updates
         updates.append((loss, grad_norm, clipped, skipped))  # one append: a signal cannot split it
         if type(loss) is float and loss - loss != 0.0 and self._group.solo:
@@ -229,11 +239,12 @@ class RunLogger:
         if (
             len(updates) >= self.window
             or self._time_checks
-            and self._group.agree(now - win.opened >= self.max_window_seconds)
+            # _time_checks is only ever true with max_window_seconds set
+            and self._group.agree(now - win.opened >= self.max_window_seconds)  # type: ignore[operator]
         ):
             self._close_window()
 
-    def val(self, loss: Any, metrics: dict | None = None) -> None:
+    def val(self, loss: Scalar, metrics: Mapping[str, Scalar] | None = None) -> None:
         """Record an evaluation at the current step: its loss and named metrics (e.g. `auroc`)."""
         self._ensure_open()
         self._close_window_before_record()
@@ -252,7 +263,7 @@ class RunLogger:
         self._mark = time.perf_counter()
 
     def checkpoint(
-        self, path: str | os.PathLike, seconds: float, bytes: int | None = None, verified: bool | None = None
+        self, path: str | os.PathLike[str], seconds: float, bytes: int | None = None, verified: bool | None = None
     ) -> None:
         """Record a checkpoint written to `path` in `seconds` (optionally its size, and whether it was
         read back and loaded)."""
@@ -302,7 +313,7 @@ class RunLogger:
             self._mark = time.perf_counter()  # the heartbeat's progress_time: now
             self._set_phase(None if outer is None else (outer[0], time.time()))
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Counters to save inside a checkpoint; pass them back as `resume_from` when resuming.
 
         Closes the open window first, so that the log and the checkpoint agree. Under
@@ -365,7 +376,9 @@ class RunLogger:
     def __enter__(self) -> RunLogger:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._closed:
             return
         if exc_type is None:
@@ -457,7 +470,7 @@ class RunLogger:
         if not self._closed:
             self._beat.phase(*(phase or (None, None)))
 
-    def _record(self, event: str, **fields: Any) -> dict:
+    def _record(self, event: str, **fields: Any) -> dict[str, Any]:
         elapsed = time.monotonic() - self._t0
         rec: dict[str, Any] = {
             "run_id": self.run_id,
@@ -494,7 +507,7 @@ class RunLogger:
         self._release()
         raise NonFiniteLossError(f"runwatch: {message}; session ended (reason nonfinite_loss)")
 
-    def _write(self, rec: dict, sync: bool = False) -> None:
+    def _write(self, rec: dict[str, Any], sync: bool = False) -> None:
         with self._signals:  # a signal waits until the record is written (or cut back)
             self._journal.append(rec, sync)
 

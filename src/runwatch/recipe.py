@@ -5,6 +5,7 @@ arguments, each checked on construction with the argument named in the error. St
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from .heartbeats import HeartbeatConfig
@@ -12,30 +13,30 @@ from .heartbeats import HeartbeatConfig
 __all__ = ["check_recipe", "check_start", "check_arguments"]
 
 
-def check_recipe(recipe: Any) -> dict:
+def check_recipe(recipe: object) -> dict[str, Any]:
     """A copy of `recipe` with its required keys checked and `qk_clip_threshold` set."""
     if not isinstance(recipe, dict):
         raise ValueError(f"RunLogger.recipe must be a dict, got {type(recipe).__name__}")
-    recipe = dict(recipe)
+    checked: dict[str, Any] = dict(recipe)
     for key in ("batch_size", "seq_len", "gradient_accumulation_steps"):
-        if key not in recipe:
+        if key not in checked:
             raise ValueError(f"RunLogger.recipe.{key} is required (a positive int)")
-        value = recipe[key]
+        value = checked[key]
         if type(value) is not int or value < 1:
             raise ValueError(f"RunLogger.recipe.{key} must be a positive int, got {value!r}")
-    threshold = recipe.setdefault("qk_clip_threshold", None)
+    threshold = checked.setdefault("qk_clip_threshold", None)
     if threshold is not None and (
         type(threshold) not in (int, float) or not math.isfinite(threshold) or threshold <= 0
     ):
         raise ValueError(f"RunLogger.recipe.qk_clip_threshold must be a positive number or None, got {threshold!r}")
-    return recipe
+    return checked
 
 
-def check_start(state: Any) -> dict:
+def check_start(state: object) -> dict[str, int]:
     """The counters a resumed session starts from (`resume_from`, a `state_dict()`)."""
     if not isinstance(state, dict):
         raise ValueError(f"RunLogger.resume_from must be a dict from state_dict(), got {type(state).__name__}")
-    start = {}
+    start: dict[str, int] = {}
     for key in ("step", "tokens", "skipped"):
         value = state.get(key)
         if type(value) is not int or value < 0:
@@ -44,8 +45,15 @@ def check_start(state: Any) -> dict:
     return start
 
 
-def check_arguments(window: Any, max_window_seconds: Any, optimizers: list, hardware: Any, heartbeat: Any) -> None:
-    """The other arguments of RunLogger, each named in its error."""
+def check_arguments(
+    window: int,
+    max_window_seconds: float | None,
+    optimizers: Iterable[dict[str, Any]],
+    hardware: dict[str, Any] | None,
+    heartbeat: HeartbeatConfig | None,
+) -> None:
+    """The other arguments of RunLogger, each named in its error (also when a caller passed what
+    its annotations do not allow)."""
     if type(window) is not int or window < 1:
         raise ValueError(f"RunLogger.window must be an int >= 1, got {window!r}")
     if max_window_seconds is not None and (

@@ -13,9 +13,15 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Any
+from collections.abc import Callable
+from types import FrameType, TracebackType
+from typing import TypeAlias
 
 __all__ = ["Terminated", "SignalGuard"]
+
+# What signal.signal() takes and signal.getsignal() returns: a function, SIG_DFL, SIG_IGN, or None
+# (a handler not installed from Python).
+Handler: TypeAlias = "Callable[[int, FrameType | None], object] | int | signal.Handlers | None"
 
 
 class Terminated(KeyboardInterrupt):
@@ -34,12 +40,14 @@ class SignalGuard:
         self.terminated = False  # a SIGTERM came
         self._busy = 0
         self._pending: int | None = None
-        self._previous: dict[int, tuple[Any, Any]] = {}  # signal -> (previous handler, ours)
+        self._previous: dict[int, tuple[Handler, Handler]] = {}  # signal -> (previous handler, ours)
 
     def __enter__(self) -> None:
         self._busy += 1
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._busy -= 1
         if exc_type is None and not self._busy and self._pending is not None:
             self.deliver_pending()
@@ -48,7 +56,7 @@ class SignalGuard:
         """Install the handlers (from the main thread only; elsewhere Python does not allow it)."""
         if threading.current_thread() is not threading.main_thread():
             return
-        wanted = [
+        wanted: list[tuple[signal.Signals, Handler, Handler]] = [
             (signal.SIGTERM, signal.SIG_DFL, self._on_signal),
             (signal.SIGINT, signal.default_int_handler, self._on_signal),
         ]
@@ -84,7 +92,7 @@ class SignalGuard:
         if signum is not None:
             raise Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self.pid:  # a forked child: behave as if we were not here
             previous = self._previous[signum][0]
             signal.signal(signum, previous)

@@ -14,7 +14,7 @@ import math
 from itertools import chain
 from typing import Any
 
-from .convert import as_float_list
+from .convert import Flag, Scalar, as_float_list
 
 __all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "window_fields"]
 
@@ -45,22 +45,24 @@ class OpenWindow:
     __slots__ = ("updates", "qk", "lr", "train_seconds", "opened")
 
     def __init__(self, opened: float) -> None:
-        self.updates: list[tuple] = []  # (loss, grad_norm, clipped, skipped) per attempted update
-        self.qk: list[tuple] = []  # (index, observed, clipped, max_logit) of updates reporting QK-Clip
-        self.lr: Any = 0.0  # the latest learning rate passed
+        # (loss, grad_norm, clipped, skipped) per attempted update
+        self.updates: list[tuple[Scalar, Scalar, Flag, Flag]] = []
+        # (index, observed, clipped, max_logit) of updates reporting QK-Clip
+        self.qk: list[tuple[int, Scalar | None, Scalar | None, Scalar | None]] = []
+        self.lr: Scalar | None = 0.0  # the latest learning rate passed (None counts as 0.0)
         self.train_seconds = 0.0
         self.opened = opened  # perf_counter when the window opened (the previous one closed)
 
     def convert(self) -> WindowValues:
         """Every value of the window as Python floats, in one conversion (one sync per device)."""
         n4 = 4 * len(self.updates)
-        values = list(chain.from_iterable(self.updates))  # loss, grad, clipped, skipped, loss, ...
+        values: list[Scalar] = list(chain.from_iterable(self.updates))  # loss, grad, clipped, skipped, loss, ...
         values.append(0.0 if self.lr is None else self.lr)
         for _, o, c, m in self.qk:
             values += (0 if o is None else o, 0 if c is None else c, math.nan if m is None else m)
         flat = as_float_list(values)
         qk_flat = flat[n4 + 1 :]
-        qk = [(entry[0], *qk_flat[3 * j : 3 * j + 3]) for j, entry in enumerate(self.qk)]
+        qk = [(entry[0], qk_flat[3 * j], qk_flat[3 * j + 1], qk_flat[3 * j + 2]) for j, entry in enumerate(self.qk)]
         return WindowValues(flat[0:n4:4], flat[1:n4:4], flat[2:n4:4], flat[3:n4:4], flat[n4], qk)
 
 
