@@ -196,12 +196,10 @@ def test_file_store_bad_line_names_file_and_line(tmp_path):
     assert msgs == ["metrics/val_loss:9: expected 'timestamp value step', got 'garbage'"]
 
 
-mlflow = pytest.importorskip("mlflow", reason="mlflow is not installed (the committed stores are tested above)")
-
-
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # SQLAlchemy's, inside MLflow
 def test_a_store_written_now_by_the_real_client(tmp_path):
     """The real MLflow client (the version installed) writes a run with a NaN and an infinity."""
+    mlflow = pytest.importorskip("mlflow", reason="the [dev] extra (mlflow-skinny) is not installed")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     with mlflow.start_run():
         for s in range(1, 11):
