@@ -250,6 +250,8 @@ class Watcher:
                 self.follower = follower  # keeps its restarted offset
             if batch.grew and not self.catching_up:
                 self.last_growth = self.clock()
+            if self.parser is None:  # replaced by an empty log, run.json gone: a later poll decides its format
+                return None
             apply = self._apply
             if batch.too_long is not None:
                 where = f"{os.path.basename(self.target.log_path)}:{batch.too_long}"
@@ -370,8 +372,8 @@ class Watcher:
     def _read(self, final: bool = False) -> Verdict | None:
         """Read and judge new records; a Verdict when one decides the watch (`final`: the
         process is gone, so a step a reader holds back is complete)."""
-        if self.manifest is not None and self.manifest.poll():
-            self.parser.set_manifest(self.manifest.manifest)
+        if self.manifest is not None and self.manifest.poll() and self.parser is not None:
+            self.parser.set_manifest(self.manifest.manifest)  # no parser yet (a replaced log): `_open` reads it
         if self.parser is not None and self.parser.mode == "v1" and self.parser.latest_session() != self.current:
             self._switch(self.parser.latest_session())
         if not self._open():
