@@ -43,6 +43,24 @@ def test_status_v1(tmp_path, capsys):
     assert doc["step"] == 300 and (doc["gpus"] == "no GPU" or isinstance(doc["gpus"], list))
 
 
+def test_status_keys_are_its_typed_dicts(tmp_path):
+    """status.Status and its parts name exactly the keys status returns, in their order."""
+    from runwatch.status import Ended, GradNorm, LastEval, ProcessInfo, Status
+
+    log = RunLogger(tmp_path, recipe=RECIPE, hardware={}, window=10)
+    for _ in range(30):
+        log.step(2.0, 1e-3, 0.5)
+    log.val(1.5, {"auroc": 0.81})
+    log.close("normal", None)
+    (tmp_path / "pid").write_text(f"{os.getpid()}\n")
+    st = status(str(tmp_path), gpus=False)
+    assert list(st) == list(Status.__annotations__)
+    assert list(st["grad_norm"]) == list(GradNorm.__annotations__)
+    assert list(st["ended"]) == list(Ended.__annotations__)
+    assert list(st["last_eval"]) == list(LastEval.__annotations__)
+    assert list(st["process"]) == [k for k in ProcessInfo.__annotations__ if k != "host"]  # (another host's)
+
+
 def test_status_reads_only_the_tail(tmp_path, monkeypatch):
     _run(tmp_path, steps=20000)
     import runwatch.follow as follow

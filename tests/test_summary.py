@@ -95,6 +95,17 @@ def test_summary_values_of_two_sessions():
     )
 
 
+def test_summary_keys_are_its_typed_dicts():
+    """summary.Summary and its parts name exactly the keys summarize returns, in their order."""
+    from runwatch.summary import LossSummary, QKClipSummary, Summary, ValSummary
+
+    s = summarize(os.path.join(DATA, "valid", "two_sessions"))
+    assert list(s) == list(Summary.__annotations__)
+    assert list(s["loss"]) == list(LossSummary.__annotations__)
+    assert list(s["qk_clip"]) == list(QKClipSummary.__annotations__)
+    assert list(s["last_val"]) == list(ValSummary.__annotations__)
+
+
 def test_running_session_is_not_completed():
     s = summarize(os.path.join(DATA, "valid", "running"))
     assert (s["completed"], s["end_reason"], s["last_step"]) == (False, None, 15)

@@ -496,6 +496,21 @@ def test_truncated_log_is_read_again_once(tmp_path):
     assert v.line() == "ANOMALY grad_explosion step=1: gradient norm 99 > 50 for 1 consecutive train records"
 
 
+def test_fresh_run_in_the_same_directory_is_waited_for(tmp_path):
+    """A new run started over an old one: metrics.jsonl replaced by an empty file while run.json
+    is gone. The watch waits for the new run's first bytes (no traceback), then judges it."""
+    make_run(tmp_path, steps=4, window=2, end=None)
+    w = Watcher(str(tmp_path), Options(poll=0.05), log=lambda m: None)
+    assert w.poll_once() is None and w.last_step == 4
+    os.unlink(tmp_path / "run.json")
+    os.unlink(tmp_path / "metrics.jsonl")
+    (tmp_path / "metrics.jsonl").touch()
+    assert w.poll_once() is None
+    os.unlink(tmp_path / "metrics.jsonl")
+    make_run(tmp_path, steps=6, window=2)
+    assert w.poll_once().line() == "OK done step=6"
+
+
 def test_poll_checks_judge_before_the_end_is_called_done(tmp_path):
     """A finding of a poll check (heartbeats, written before the end record) wins over the normal
     session_end read in the same poll."""

@@ -27,7 +27,7 @@ import os
 import re
 import statistics
 import time
-from typing import Any
+from typing import Any, Literal, overload
 
 from .errors import InvalidRunError
 from .schema import loads, open_regular
@@ -100,7 +100,7 @@ class Heartbeat:
     phase: str | None = None  # the phase the process is in (`RunLogger.phase`), None outside one
     phase_since: float | None = None  # Unix seconds since when it is in that phase
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["window_seconds"] = list(self.window_seconds)
         out["busy_seconds"] = list(self.busy_seconds)
@@ -116,8 +116,23 @@ def heartbeat_path(run_dir: str, rank: int) -> str:
     return os.path.join(run_dir, HEARTBEAT_DIR, f"rank-{rank}.json")
 
 
-def _field(obj: dict, key: str, kind: str, where: str) -> Any:
-    value = obj.get(key)
+@overload
+def _field(obj: dict[str, Any], key: str, kind: Literal["int"], where: str) -> int: ...
+@overload
+def _field(obj: dict[str, Any], key: str, kind: Literal["number"], where: str) -> float: ...
+@overload
+def _field(obj: dict[str, Any], key: str, kind: Literal["number?"], where: str) -> float | None: ...
+@overload
+def _field(obj: dict[str, Any], key: str, kind: Literal["str"], where: str) -> str: ...
+@overload
+def _field(obj: dict[str, Any], key: str, kind: Literal["str?"], where: str) -> str | None: ...
+@overload
+def _field(obj: dict[str, Any], key: str, kind: Literal["bool?"], where: str) -> bool | None: ...
+@overload
+def _field(obj: dict[str, Any], key: str, kind: Literal["numbers"], where: str) -> list[float]: ...
+def _field(obj: dict[str, Any], key: str, kind: str, where: str) -> object:
+    """`obj[key]` checked to be of `kind` (None when absent, for the kinds that allow it)."""
+    value: Any = obj.get(key)  # decoded JSON, checked below
     t = type(value)
     if kind == "int":
         ok = t is int and value >= 0
@@ -355,7 +370,7 @@ class StragglerRule:
         self.counts: dict[int, int] = {}
         self.active: set[int] = set()
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "session_id": self.session_id,
             "judged_window": self.judged_window,
@@ -363,7 +378,7 @@ class StragglerRule:
             "active": sorted(self.active),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.session_id = state["session_id"]
         self.judged_window = int(state["judged_window"])
         self.counts = {int(k): int(v) for k, v in state["counts"].items()}
@@ -423,10 +438,10 @@ class RankMonitor:
         self.stalled: list[int] | None = None  # [rank, step] reported, until it clears
         self.problems: list[str] = []  # unreadable heartbeat files seen by the last poll
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"straggler": self.straggler.state_dict(), "stalled": self.stalled}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.straggler.load_state_dict(state["straggler"])
         self.stalled = None if state["stalled"] is None else [int(v) for v in state["stalled"]]
 

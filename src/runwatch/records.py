@@ -27,6 +27,7 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from .errors import InvalidRunError, UsageError
@@ -47,6 +48,7 @@ __all__ = [
     "MINIMAL_KEYS",
 ]
 
+_orjson: ModuleType | None
 try:  # optional fast path for schema v1 (orjson rejects NaN like the strict parser does)
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
@@ -84,10 +86,10 @@ class Record:
     throughput: float | None = None  # tokens (or samples) per second of training time
     tokens: int | None = None
     eval_loss: float | None = None
-    metrics: dict | None = None
+    metrics: dict[str, float] | None = None
     reason: str | None = None  # session_end reason
     error: str | None = None  # session_end error, FATAL text, or the invalid_log message
-    raw: dict | None = field(default=None, repr=False)
+    raw: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def has_eval(self) -> bool:
@@ -100,9 +102,9 @@ class Session:
     """The records of one session, in log order."""
 
     key: str
-    start_step: int
+    start_step: int | float  # run.json's `start.step`; else the first record's step (minimal telemetry)
     records: list[Record] = field(default_factory=list)
-    manifest_entry: dict | None = None
+    manifest_entry: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,12 +205,12 @@ def parse_maps(items: list[str] | tuple[str, ...] | None) -> dict[str, str]:
     return maps
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: object) -> bool:
     t = type(v)
     return t is float or t is int
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: object) -> str:
     text = json.dumps(v, default=repr) if not isinstance(v, str) else repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -225,9 +227,9 @@ class RecordParser:
         self,
         mode: str,
         *,
-        manifest: dict | None = None,
+        manifest: dict[str, Any] | None = None,
         maps: dict[str, str] | None = None,
-        refresh: Callable[[], dict | None] | None = None,
+        refresh: Callable[[], dict[str, Any] | None] | None = None,
         name: str = "metrics.jsonl",
         apply_maps: bool = True,
     ) -> None:
@@ -242,7 +244,7 @@ class RecordParser:
         self.refresh = refresh
         self.manifest = manifest
         self._validators: dict[str, SessionValidator] = {}
-        self._entries: dict[str, dict] = {}
+        self._entries: dict[str, dict[str, Any]] = {}
         self.session: str | None = None  # the session of the last record (invalid lines join it)
         self._last_train_step: float | None = None
         self._relaunches = 0
@@ -253,7 +255,7 @@ class RecordParser:
 
     # --- sessions -----------------------------------------------------------------------------
 
-    def set_manifest(self, manifest: dict) -> None:
+    def set_manifest(self, manifest: dict[str, Any]) -> None:
         """Take a (re-read) manifest: sessions it adds become known."""
         self.manifest = manifest
         for entry in manifest["sessions"]:
@@ -262,7 +264,7 @@ class RecordParser:
                 self._entries[sid] = entry
                 self._validators[sid] = SessionValidator(manifest["run_id"], entry)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Where the parser is, as plain JSON: the current session, the relaunch count (minimal
         telemetry) and each schema-v1 session's validated step (the manifest is read anew)."""
         return {
@@ -279,7 +281,7 @@ class RecordParser:
             },
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()` (a v1 parser needs its manifest set first)."""
         if state.get("mode") != self.mode:
             raise ValueError(f"RecordParser state is for mode {state.get('mode')!r}, not {self.mode!r}")
@@ -305,7 +307,7 @@ class RecordParser:
         entry = self._entries.get(key) if key else None
         return entry["start"]["step"] if entry else None
 
-    def entry(self, key: str) -> dict | None:
+    def entry(self, key: str) -> dict[str, Any] | None:
         return self._entries.get(key)
 
     # --- parsing ------------------------------------------------------------------------------
@@ -385,7 +387,7 @@ class RecordParser:
         except (InvalidRunError, KeyError, TypeError, ZeroDivisionError):
             return None
 
-    def _from_v1(self, rec: dict, sid: str, where: str) -> Record:
+    def _from_v1(self, rec: dict[str, Any], sid: str, where: str) -> Record:
         event = rec["event"]
         step = rec["step"]
         self.last_step = step
@@ -512,7 +514,7 @@ class RecordParser:
 _MISSING = object()
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: object) -> str:
     if value is None:
         return "null"
     return {bool: "bool", int: "number", float: "number", str: "string", list: "array"}.get(
@@ -523,7 +525,7 @@ def _json_type(value: Any) -> str:
 # --- whole-target reading -------------------------------------------------------------------------
 
 
-def read_trainer_state(path: str) -> list:
+def read_trainer_state(path: str) -> list[Any]:
     """The `log_history` list of a Hugging Face trainer_state.json (NaN tokens allowed)."""
     name = os.path.basename(path)
     data = read_regular_file(path, name, MAX_STATE_BYTES)
@@ -548,7 +550,7 @@ def iter_records(
     target: str | Target,
     *,
     maps: dict[str, str] | None = None,
-    on_torn: Callable[[Any], None] | None = None,
+    on_torn: Callable[[int | str], None] | None = None,
     parser: RecordParser | None = None,
 ) -> Iterator[Record]:
     """Every record of `target` in log order (invalid lines as kind `invalid`).
@@ -591,7 +593,7 @@ def iter_records(
             on_torn(follower.lineno + 1)
 
 
-def _iter_reader(t: Target, parser: RecordParser, on_torn: Callable[[Any], None] | None) -> Iterator[Record]:
+def _iter_reader(t: Target, parser: RecordParser, on_torn: Callable[[int | str], None] | None) -> Iterator[Record]:
     from .readers.mlflowstore import wait_unlocked
 
     reader = open_reader(t.format, t.log_path, t.read, parser.maps)

@@ -37,6 +37,7 @@ __all__ = [
     "iter_lines",
     "iter_line_blocks",
     "SessionValidator",
+    "WindowValues",
     "window_tokens",
     "orjson_misread",
 ]
@@ -65,7 +66,7 @@ def strict_json(text: str | bytes) -> Any:
     Raises ValueError (UnicodeDecodeError and json.JSONDecodeError among them) or RecursionError
     unworded, for hot loops that handle a failure themselves; `loads` words them.
     """
-    if type(text) is bytes:
+    if isinstance(text, bytes):
         text = text.decode("utf-8")
     return _DECODER.decode(text)
 
@@ -165,18 +166,13 @@ def _int(value: Any, where: str, field: str, minimum: int = 0) -> int:
     return value
 
 
-def _number(value: Any, where: str, field: str, minimum: float | None = None) -> float:
-    t = type(value)
-    if t is int:
-        ok = True
-    elif t is float:
-        ok = math.isfinite(value)
-    else:
-        ok = False
-    if not ok or (minimum is not None and value < minimum):
-        expected = "a finite number" if minimum is None else f"a finite number >= {minimum:g}"
-        raise _fail(where, field, expected, value)
-    return value
+def _number(value: object, where: str, field: str, minimum: float | None = None) -> float:
+    if (type(value) is int or (type(value) is float and math.isfinite(value))) and (
+        minimum is None or value >= minimum
+    ):
+        return value
+    expected = "a finite number" if minimum is None else f"a finite number >= {minimum:g}"
+    raise _fail(where, field, expected, value)
 
 
 def _str(value: Any, where: str, field: str) -> str:
@@ -185,13 +181,13 @@ def _str(value: Any, where: str, field: str) -> str:
     return value
 
 
-def _obj(value: Any, where: str, field: str) -> dict:
+def _obj(value: Any, where: str, field: str) -> dict[str, Any]:
     if type(value) is not dict:
         raise _fail(where, field, "an object", value)
     return value
 
 
-def _get(obj: dict, key: str, where: str, field: str) -> Any:
+def _get(obj: dict[str, Any], key: str, where: str, field: str) -> Any:
     try:
         return obj[key]
     except KeyError:
@@ -250,11 +246,11 @@ def read_regular_file(path: str, where: str, limit: int, *, show_path: bool = Fa
     return data
 
 
-def read_manifest(run_dir: str) -> dict:
+def read_manifest(run_dir: str) -> dict[str, Any]:
     """Read and validate `run_dir/run.json`; return it."""
     where = "run.json"
     data = read_regular_file(os.path.join(run_dir, "run.json"), where, MAX_MANIFEST_BYTES, show_path=True)
-    manifest = loads(data, where)
+    manifest: dict[str, Any] = loads(data, where)  # validated just below
     validate_manifest(manifest, where)
     return manifest
 
@@ -306,9 +302,10 @@ def validate_session(session: Any, where: str, field: str) -> None:
     _obj(_get(session, "hardware", where, f"{field}.hardware"), where, f"{field}.hardware")
 
 
-def window_tokens(recipe: dict, attempted: int) -> int:
+def window_tokens(recipe: dict[str, Any], attempted: int) -> int:
     """Tokens of `attempted` updates under `recipe` (docs/FORMAT.md, "train": the token identity)."""
-    return recipe["batch_size"] * recipe["seq_len"] * recipe["gradient_accumulation_steps"] * attempted
+    tokens: int = recipe["batch_size"] * recipe["seq_len"] * recipe["gradient_accumulation_steps"] * attempted
+    return tokens
 
 
 # --- reading lines --------------------------------------------------------------------------------
@@ -372,6 +369,11 @@ def iter_lines(path: str, name: str = "metrics.jsonl") -> Iterator[tuple[int, by
 
 # --- records --------------------------------------------------------------------------------------
 
+# What the summary sums of one train window (`SessionValidator.take_window`): step, updates,
+# skipped, tokens, nonfinite_grad_norms, train_seconds, loss, grad_norm.max, grad_clipped_fraction,
+# qk_clip (None when absent), memory (None when absent).
+WindowValues = tuple[int, int, int, int, int, float, float, float, float, dict[str, Any] | None, dict[str, int] | None]
+
 
 class SessionValidator:
     """Validates the records of one session in order (docs/FORMAT.md, "metrics.jsonl", and the summary's step 3).
@@ -380,27 +382,27 @@ class SessionValidator:
     current step and whether the session has ended. The caller skips other sessions' records.
     """
 
-    def __init__(self, run_id: str, session: dict) -> None:
+    def __init__(self, run_id: str, session: dict[str, Any]) -> None:
         self.run_id = run_id
-        self.session_id = session["session_id"]
-        self.recipe = session["recipe"]
-        self.threshold = self.recipe.get("qk_clip_threshold")
+        self.session_id: str = session["session_id"]
+        self.recipe: dict[str, Any] = session["recipe"]
+        self.threshold: float | None = self.recipe.get("qk_clip_threshold")
         # take_window compares a window's qk_clip.threshold with this: a number equal to it is then
         # within (-2**63, 2**63) too. None (equal to no number) leaves any threshold to check().
         self._fast_threshold = self.threshold if self.threshold is not None and -_BIG < self.threshold < _BIG else None
         self.tokens_per_attempt = window_tokens(self.recipe, 1)
-        self.start_step = session["start"]["step"]
+        self.start_step: int = session["start"]["step"]
         self.step = self.start_step
         self.ended = False
 
-    def accept(self, rec: dict) -> bool:
+    def accept(self, rec: dict[str, Any]) -> bool:
         """Take `rec` if it is a valid train record that `check` would take; else return False.
 
         See `take_window`; call `check(rec, where)` when it returns False.
         """
         return self.take_window(rec) is not None
 
-    def take_window(self, rec: Any) -> tuple | None:
+    def take_window(self, rec: Any) -> WindowValues | None:
         """Take `rec` if it is a train record of this session that `check` would take; else None.
 
         The common record of a log, checked by the same rules as `check` written inline, several
@@ -503,7 +505,7 @@ class SessionValidator:
         return step, updates, skipped, tokens, nonfinite, seconds, loss, grad_max, fraction, qk, memory
 
     @staticmethod
-    def window_values(rec: dict) -> tuple:
+    def window_values(rec: dict[str, Any]) -> WindowValues:
         """What `take_window` returns, of a train record that `check` took."""
         return (
             rec["step"],
@@ -519,12 +521,12 @@ class SessionValidator:
             rec.get("memory"),
         )
 
-    def check(self, rec: dict, where: str) -> None:
+    def check(self, rec: dict[str, Any], where: str) -> None:
         """Validate `rec` (already known to be of this session) against the session so far."""
         if not self.accept(rec):
             self._check_fields(rec, where)
 
-    def _check_fields(self, rec: dict, where: str) -> None:
+    def _check_fields(self, rec: dict[str, Any], where: str) -> None:
         """`check` field by field: names the first problem."""
         if self.ended:
             raise InvalidRunError(f"{where}: record after session_end")
@@ -582,7 +584,7 @@ class SessionValidator:
             _int(_get(totals, "skipped", where, "totals.skipped"), where, "totals.skipped")
             self.ended = True
 
-    def _check_train(self, rec: dict, step: int, where: str) -> None:
+    def _check_train(self, rec: dict[str, Any], step: int, where: str) -> None:
         updates = _int(_get(rec, "updates", where, "updates"), where, "updates", minimum=1)
         skipped = _int(_get(rec, "skipped", where, "skipped"), where, "skipped")
         attempted = _int(_get(rec, "attempted", where, "attempted"), where, "attempted")

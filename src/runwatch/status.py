@@ -15,7 +15,8 @@ import os
 import shutil
 import subprocess
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict
 
 from .errors import UsageError
 from .follow import tail_lines
@@ -40,12 +41,102 @@ from .schema import read_manifest, read_regular_file
 from .supervise import supervise_status
 from .verdict import read_verdict
 
-__all__ = ["status", "describe", "format_status", "gpu_info", "add_arguments", "run"]
+__all__ = [
+    "status",
+    "describe",
+    "format_status",
+    "gpu_info",
+    "add_arguments",
+    "run",
+    "Status",
+    "StatusHead",
+    "GradNorm",
+    "Ended",
+    "LastEval",
+    "ProcessInfo",
+    "GpuInfo",
+]
 
 # Records read back from the end: enough for a rate over the last windows and the last eval.
 TAIL_RECORDS = 200
 # nvidia-smi can hang on a wedged driver; a check-in must not.
 NVIDIA_SMI_TIMEOUT_SECONDS = 3.0
+
+# A number as a check-in shows it: a non-finite one as its text (strict JSON has no NaN).
+Shown = float | str | None
+
+
+class StatusHead(TypedDict):
+    """What the caller of `describe` knows: the run's identity, its planned steps, a torn tail."""
+
+    run_dir: str
+    log: str
+    run_id: str | None
+    session_id: str | None
+    sessions: int | None  # how many run.json lists
+    max_steps: int | None
+    torn_tail: bool
+
+
+class GradNorm(TypedDict):
+    """The last train record's gradient norms."""
+
+    mean: Shown
+    max: Shown
+
+
+class Ended(TypedDict):
+    """The session's end record."""
+
+    reason: str | None
+    error: str | None
+
+
+class LastEval(TypedDict):
+    """The session's last eval values."""
+
+    step: int | float
+    loss: Shown
+    metrics: dict[str, Shown]
+
+
+class ProcessInfo(TypedDict):
+    """The training process (RUN_DIR/pid); `alive` None and a `host` when it runs on another host."""
+
+    pid: int
+    alive: bool | None
+    host: NotRequired[str]
+
+
+class GpuInfo(TypedDict):
+    """One device, as NVML or nvidia-smi reports it."""
+
+    index: int
+    name: str
+    utilization_percent: int
+    memory_used_bytes: int
+    memory_total_bytes: int
+
+
+class Status(StatusHead):
+    """The facts of one check-in: what `runwatch status --json` prints."""
+
+    step: int | float | None
+    age_seconds: float | None
+    loss: Shown
+    lr: Shown
+    grad_norm: GradNorm | None
+    tokens_per_second: Shown
+    steps_per_second: float | None
+    eta_seconds: int | None
+    ended: Ended | None
+    last_eval: LastEval | None
+    process: ProcessInfo | None
+    watchdog: dict[str, Any] | None  # watchdog.json's verdict (without the watch's state), with a few facts
+    last_error: str | None
+    gpus: list[GpuInfo] | str | None  # a str: why there is no list ("no GPU"); None: not asked
+    ranks: list[str]
+    supervise: Mapping[str, Any] | None  # supervise.supervise_status
 
 
 def _read_json(path: str) -> Any:
@@ -62,19 +153,20 @@ def status(
     now: float | None = None,
     read: ReadOptions | None = None,
     maps: dict[str, str] | None = None,
-) -> dict:
+) -> Status:
     """The facts of one check-in as a dict (what `runwatch status --json` prints)."""
     if not os.path.exists(run_dir):
         raise UsageError(f"status: {run_dir}: no such run directory or log")
     now = time.time() if now is None else now
     t = resolve_target(run_dir, read)
-    out: dict[str, Any] = {
+    out: StatusHead = {
         "run_dir": t.run_dir,
         "log": t.log_path,
         "run_id": None,
         "session_id": None,
         "sessions": None,
         "max_steps": None,
+        "torn_tail": False,
     }
     recs: list[Record] = []
     torn = False
@@ -82,7 +174,7 @@ def status(
     if t.format in READER_FORMATS and os.path.exists(t.log_path):
         # Binary and grouped formats cannot be read back from their end: read them through, keep the tail.
         tail: collections.deque[Record] = collections.deque(maxlen=TAIL_RECORDS)
-        torn_where: list = []
+        torn_where: list[int | str] = []
         for rec in iter_records(t, parser=parser_for(t, maps), on_torn=torn_where.append):
             if rec.kind != "invalid":
                 if tail and tail[-1].session != rec.session:
@@ -104,7 +196,13 @@ def status(
         if t.schema_v1():
             manifest = read_manifest(t.run_dir)
             session = manifest["sessions"][-1]
-            out.update(run_id=manifest["run_id"], session_id=session["session_id"], sessions=len(manifest["sessions"]))
+            out.update(
+                {
+                    "run_id": manifest["run_id"],
+                    "session_id": session["session_id"],
+                    "sessions": len(manifest["sessions"]),
+                }
+            )
             max_steps = session["recipe"].get("max_steps")
             if type(max_steps) is int and max_steps > 0:
                 out["max_steps"] = max_steps
@@ -123,49 +221,47 @@ def status(
     return describe(t, out, recs, mtime, now, gpus=gpus)
 
 
-def describe(t: Target, out: dict, recs: list[Record], mtime: float | None, now: float, *, gpus: bool = True) -> dict:
-    """The check-in facts from the latest session's last records (`recs`, in log order) and the run
-    directory's side files (pid, watchdog.json, launch.json, heartbeats), added to `out`, which
-    holds the run's identity, `max_steps` and `torn_tail`. `mtime`: the log's, when it has one."""
+def describe(
+    t: Target, out: StatusHead, recs: list[Record], mtime: float | None, now: float, *, gpus: bool = True
+) -> Status:
+    """The check-in facts: `out`'s (the run's identity, `max_steps` and `torn_tail`), then those of
+    the latest session's last records (`recs`, in log order) and of the run directory's side files
+    (pid, watchdog.json, launch.json, heartbeats). `mtime`: the log's, when it has one."""
     trains = [r for r in recs if r.kind == "train"]
     evals = [r for r in recs if r.has_eval]
     last = recs[-1] if recs else None
     lt = trains[-1] if trains else None
-    out["step"] = last.step if last else None
+    step = last.step if last else None
     when = last.time if last is not None and (t.schema_v1() or t.format in READER_FORMATS and last.time) else mtime
-    out["age_seconds"] = round(now - when, 1) if last is not None and when is not None else None
-    out["loss"] = _num(lt.loss) if lt else None
-    out["lr"] = _num(lt.lr) if lt else None
-    out["grad_norm"] = (
+    grad_norm: GradNorm | None = (
         {"mean": _num(lt.grad_mean), "max": _num(lt.grad_max)} if lt and lt.grad_mean is not None else None
     )
-    tps = None
+    tps: float | None = None
     if last is not None and last.raw and isinstance(last.raw.get("session"), dict):
         tps = last.raw["session"].get("tokens_per_second")
     if tps is None and lt is not None:
         tps = lt.throughput
-    out["tokens_per_second"] = _num(tps)
-    out["steps_per_second"] = _rate(trains)
+    steps_per_second = _rate(trains)
     eta = None
-    if out["max_steps"] and out["steps_per_second"] and out["step"] is not None:
-        eta = max(0.0, (out["max_steps"] - out["step"]) / out["steps_per_second"])
-    out["eta_seconds"] = round(eta) if eta is not None else None
-    ended = next((r for r in reversed(recs) if r.kind == "end"), None)
-    out["ended"] = {"reason": ended.reason, "error": ended.error} if ended else None
+    if out["max_steps"] and steps_per_second and step is not None:
+        eta = max(0.0, (out["max_steps"] - step) / steps_per_second)
+    end = next((r for r in reversed(recs) if r.kind == "end"), None)
+    ended: Ended | None = {"reason": end.reason, "error": end.error} if end else None
     ev = evals[-1] if evals else None
-    out["last_eval"] = (
+    last_eval: LastEval | None = (
         {"step": ev.step, "loss": _num(ev.eval_loss), "metrics": {k: _num(v) for k, v in (ev.metrics or {}).items()}}
         if ev
         else None
     )
     pid = read_pid_file(os.path.join(t.run_dir, "pid"))
     host = process_host(t.run_dir)
+    process: ProcessInfo | None
     if pid is None:
-        out["process"] = None
-    elif is_local_host(host):
-        out["process"] = {"pid": pid, "alive": alive(pid)}
+        process = None
+    elif host is None or is_local_host(host):  # (no host recorded: this one)
+        process = {"pid": pid, "alive": alive(pid)}
     else:  # another node of the cluster: its pids mean nothing here
-        out["process"] = {"pid": pid, "alive": None, "host": host}
+        process = {"pid": pid, "alive": None, "host": host}
     verdict, _problem = read_verdict(t.run_dir, watching=True)
     launch = _read_json(os.path.join(t.run_dir, "launch.json"))
     if isinstance(verdict, dict):
@@ -185,49 +281,58 @@ def describe(t: Target, out: dict, recs: list[Record], mtime: float | None, now:
                 "class": verdict.get("class", verdict_class(verdict.get("kind"))),
                 "before_current_launch": bool(stale),
             }
-    out["watchdog"] = verdict if isinstance(verdict, dict) else None
-    error = verdict.get("last_error") if isinstance(verdict, dict) else None
-    if (
-        error is None
-        and out["process"]
-        and out["process"]["alive"] is False
-        and not (out["ended"] and out["ended"]["reason"] == "normal")
-    ):
+    watchdog = verdict if isinstance(verdict, dict) else None
+    error: str | None = verdict.get("last_error") if isinstance(verdict, dict) else None
+    if error is None and process and process["alive"] is False and not (ended and ended["reason"] == "normal"):
         error = last_error(os.path.join(t.run_dir, "stdout.log"))
-    out["last_error"] = error
-    out["gpus"] = gpu_info() if gpus else None
-    out["ranks"] = rank_status_lines(t.run_dir, now)  # multi-rank runs: at most 4 lines; else []
-    out["supervise"] = supervise_status(t.run_dir)  # a supervised run: attempt, restarts, rollbacks; else None
-    return out
+    return {
+        **out,
+        "step": step,
+        "age_seconds": round(now - when, 1) if last is not None and when is not None else None,
+        "loss": _num(lt.loss) if lt else None,
+        "lr": _num(lt.lr) if lt else None,
+        "grad_norm": grad_norm,
+        "tokens_per_second": _num(tps),
+        "steps_per_second": steps_per_second,
+        "eta_seconds": round(eta) if eta is not None else None,
+        "ended": ended,
+        "last_eval": last_eval,
+        "process": process,
+        "watchdog": watchdog,
+        "last_error": error,
+        "gpus": gpu_info() if gpus else None,
+        "ranks": rank_status_lines(t.run_dir, now),  # multi-rank runs: at most 4 lines; else []
+        "supervise": supervise_status(t.run_dir),  # a supervised run: attempt, restarts, rollbacks; else None
+    }
 
 
-def _num(v: Any) -> Any:
-    if type(v) in (int, float) and not math.isfinite(v):
+def _num(v: float | None) -> Shown:
+    if (type(v) is int or type(v) is float) and not math.isfinite(v):
         return str(v)  # strict JSON has no NaN: show it as text
     return v
 
 
 def _rate(trains: list[Record]) -> float | None:
     """Steps per second over the train records of the tail that carry a time."""
-    timed = [r for r in trains if r.time is not None]
+    timed = [(r.time, r.step) for r in trains if r.time is not None]
     if len(timed) < 2:
         return None
-    a, b = timed[0], timed[-1]
-    dt = b.time - a.time
-    return (b.step - a.step) / dt if dt > 0 and b.step > a.step else None
+    (a_time, a_step), (b_time, b_step) = timed[0], timed[-1]
+    dt = b_time - a_time
+    return (b_step - a_step) / dt if dt > 0 and b_step > a_step else None
 
 
-def gpu_info() -> list[dict] | str:
+def gpu_info() -> list[GpuInfo] | str:
     """Per device utilisation and memory through NVML, else nvidia-smi, else "no GPU"."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         pynvml = None
     if pynvml is not None:
         try:
             pynvml.nvmlInit()
             try:
-                out = []
+                out: list[GpuInfo] = []
                 for i in range(pynvml.nvmlDeviceGetCount()):
                     h = pynvml.nvmlDeviceGetHandleByIndex(i)
                     util = pynvml.nvmlDeviceGetUtilizationRates(h)
@@ -292,13 +397,13 @@ def _dur(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def _v(x: Any) -> str:
+def _v(x: object) -> str:
     return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
-def format_status(st: dict) -> list[str]:
+def format_status(st: Status) -> list[str]:
     """The check-in as at most ~20 short lines."""
-    lines = []
+    lines: list[str] = []
     if st["run_id"]:
         lines.append(f"run      {st['run_id']}  session {st['session_id']} ({st['sessions']} in run.json)")
     else:

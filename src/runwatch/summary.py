@@ -14,21 +14,79 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, TypedDict
 
 from .errors import EXIT_OK, InvalidRunError, RunwatchError
 from .schema import SessionValidator, iter_line_blocks, loads, read_manifest, strict_json
 
-__all__ = ["summarize", "main"]
+__all__ = ["summarize", "main", "Summary", "LossSummary", "QKClipSummary", "ValSummary"]
 
+_orjson: ModuleType | None
 try:  # optional fast path; absent under `python -S`
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
 
-def _check_int_arg(value: Any, name: str) -> int:
+class LossSummary(TypedDict):
+    """The summary's `loss`: of the first and of the last train window."""
+
+    first: float
+    last: float
+
+
+class QKClipSummary(TypedDict):
+    """The summary's `qk_clip`, over the windows that carry one."""
+
+    threshold: float
+    observed_head_updates: int
+    clipped_head_updates: int
+    clipped_fraction: float | None  # None when no head update was observed
+    max_logit: float | None
+
+
+class ValSummary(TypedDict):
+    """The summary's `last_val`: the session's last val record."""
+
+    step: int
+    loss: float
+    metrics: dict[str, float]
+
+
+class Summary(TypedDict):
+    """The acceptance summary (docs/FORMAT.md, "The acceptance summary": the keys of the output)."""
+
+    run_id: str
+    session_id: str
+    sessions: int
+    start_step: int
+    last_step: int
+    completed: bool
+    end_reason: str | None
+    updates: int
+    tokens: int
+    skipped_updates: int
+    nonfinite_grad_norms: int
+    train_windows: int
+    recipe: dict[str, Any]
+    hardware: dict[str, Any]
+    optimizer_algorithms: list[str]
+    loss: LossSummary
+    gradient_norm_max: float
+    gradient_clipped_fraction: float
+    qk_clip: QKClipSummary | None
+    steady_train_tokens: int
+    steady_train_seconds: float
+    steady_train_tokens_per_second: float | None
+    session_wall_tokens_per_second: float | None
+    memory_peaks: dict[str, int]
+    profiling: bool
+    last_val: ValSummary | None
+
+
+def _check_int_arg(value: int | str, name: str) -> int:
     if isinstance(value, str):
         try:
             value = int(value, 10)
@@ -39,9 +97,12 @@ def _check_int_arg(value: Any, name: str) -> int:
     return value
 
 
-def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fast: bool = True) -> dict:
+def summarize(
+    run_dir: str, after_step: int | str = 0, expect_step: int | str | None = None, *, fast: bool = True
+) -> Summary:
     """Validate the latest session of `run_dir` and return the acceptance summary (docs/FORMAT.md).
 
+    `after_step` and `expect_step`: ints >= 0, or their decimal text (the command line's).
     Raises InvalidRunError (a ValueError) on any invalid input.
     """
     after_step = _check_int_arg(after_step, "after_step")
@@ -53,25 +114,26 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
     session = manifest["sessions"][-1]
     session_id = session["session_id"]
     validator = SessionValidator(manifest["run_id"], session)
-    orjson_loads = _orjson.loads if fast and _orjson is not None else None
+    orjson_loads: Callable[[bytes], Any] | None = _orjson.loads if fast and _orjson is not None else None
     parse = orjson_loads or strict_json
     take = validator.take_window
     window_values = validator.window_values
 
     updates = tokens = skipped = nonfinite = windows = 0
-    first_loss = last_loss = None
-    grad_max = None
+    first_loss: float | None = None
+    last_loss: float | None = None
+    grad_max: float | None = None
     clipped_weighted = 0.0
-    qk_threshold = None  # the first window's qk_clip.threshold; None: no window has qk_clip
+    qk_threshold: float | None = None  # the first window's qk_clip.threshold; None: no window has qk_clip
     qk_observed = qk_clipped = 0
-    qk_max_logit = None
+    qk_max_logit: float | None = None
     steady_tokens = 0
     steady_seconds = 0.0
     steady_windows = 0
     memory_peaks: dict[str, int] = {}
-    last = None
-    last_val = None
-    end = None
+    last: dict[str, Any] | None = None  # the session's last record
+    last_val: ValSummary | None = None
+    end: dict[str, Any] | None = None  # its session_end
 
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.lexists(path):
@@ -134,6 +196,8 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
 
     if windows == 0:
         raise InvalidRunError(f"session {session_id}: no train window")
+    # each set by a train window
+    assert last is not None and first_loss is not None and last_loss is not None and grad_max is not None
     start = session["start"]
     if end is not None:
         if end["step"] - start["step"] != updates:
@@ -152,7 +216,7 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
             )
     completed = end is not None and end["reason"] == "normal"
     if expect_step is not None:
-        if not completed:
+        if end is None or not completed:
             state = "has no session_end" if end is None else f"ended {end['reason']!r}"
             raise InvalidRunError(f"expected a completed session at step {expect_step}; the session {state}")
         if end["step"] != expect_step:
@@ -196,7 +260,7 @@ def summarize(run_dir: str, after_step: Any = 0, expect_step: Any = None, *, fas
     }
 
 
-def _read_line(validator: SessionValidator, lineno: int, raw: bytes, rec: Any, fast: bool) -> dict | None:
+def _read_line(validator: SessionValidator, lineno: int, raw: bytes, rec: Any, fast: bool) -> dict[str, Any] | None:
     """A line that `take_window` declined: `rec` as first parsed (None: it did not parse).
 
     Returns the record, checked, or None for another session's record; raises on anything invalid,
@@ -216,10 +280,9 @@ def _read_line(validator: SessionValidator, lineno: int, raw: bytes, rec: Any, f
             sid = loads(raw + b"\n", where).get("session_id")  # as the standard library reads it
             raise InvalidRunError(f"{where}: session_id must be a string, got {json.dumps(sid)}")
         return None
-    if fast:
-        rec = loads(raw + b"\n", where)
-    validator.check(rec, where)
-    return rec
+    checked: dict[str, Any] = loads(raw + b"\n", where) if fast else rec
+    validator.check(checked, where)
+    return checked
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,7 +29,7 @@ from .heartbeats import RankMonitor
 from .journal import atomic_write_text
 from .liveness import PhaseLimits, parse_phase_limits
 from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, add_flags, build, given_options, option
-from .readers import READER_FORMATS, ReadOptions, open_reader, read_options, to_records
+from .readers import READER_FORMATS, Reader, ReadOptions, open_reader, read_options, to_records
 from .readers import add_arguments as add_read_arguments
 from .records import Record, RecordParser, Target, parser_for, read_trainer_state, resolve_target
 from .replay import CheckResult, check
@@ -108,7 +108,7 @@ def load_options(run_dir: str | None, given: dict[str, Any], *, command: str = "
 
 def _rank_check(w: Watcher) -> Finding | None:
     """`rank_stall` / `straggler` from RUN_DIR/heartbeats/ (multi-rank runs; silent otherwise)."""
-    monitor = w.__dict__.get("_rank_monitor")
+    monitor = w._rank_monitor
     if monitor is None:
         monitor = w._rank_monitor = RankMonitor(w.opts.rank_stall, w.opts.straggler_factor, w.opts.straggler_patience)
     found = monitor.poll(w.run_dir, w.clock())
@@ -159,7 +159,7 @@ class Watcher:
         self.parser: RecordParser | None = None
         self.manifest: ManifestFollower | None = None
         self.follower: LogFollower | None = None
-        self.reader: Any = None  # a readers.Reader for TensorBoard, MLflow, CSV and text logs
+        self.reader: Reader | None = None  # TensorBoard, MLflow, CSV and text logs
         self.current: str | None = None  # the session being judged
         self.have_record = False  # a record of the current session was applied
         self.last_step: int | float = 0
@@ -167,14 +167,15 @@ class Watcher:
         self.catching_up = True
         self.pending: Finding | None = None  # minimal telemetry catch-up: the current session's first finding
         self.ended_normally: Record | None = None
-        self._state_seen = None  # trainer_state.json: (inode, size, mtime) and entries read
-        self._state_count = 0
-        self._pid_sig: Any = None
+        self._state_seen: tuple[int, int, int] | None = None  # trainer_state.json: (inode, size, mtime)
+        self._state_count = 0  # and the entries read
+        self._pid_sig: tuple[int, int, int] | None = None
         self._pid: int | None = self.opts.pid
         self.remote_host: str | None = None  # the host launch.json names, when it is not this one
         self.applied = 0  # records applied so far (the watching record is rewritten when it grows)
         self.checkpoints = 0  # checkpoint events read so far (carried in the state)
         self._watching_at, self._watching_count = -math.inf, -1
+        self._rank_monitor: RankMonitor | None = None  # set up by the first `_rank_check`
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -216,7 +217,7 @@ class Watcher:
             self.follower = LogFollower(t.log_path)
         return True
 
-    def _refresh_manifest(self) -> dict | None:
+    def _refresh_manifest(self) -> dict[str, Any] | None:
         if self.manifest is None:
             return None
         self.manifest.poll()
@@ -238,25 +239,28 @@ class Watcher:
         start = self.parser.start_step(session) if self.parser else None
         self.last_step = start if start is not None else 0
 
-    def _read_log(self) -> Verdict | None:
+    def _read_log(self, follower: LogFollower) -> Verdict | None:
         """Judge what is new in the JSONL log, a line at a time (no batch of records is kept)."""
         while True:
-            batch = self.follower.poll()
+            batch = follower.poll()
             if batch.reset:
                 self.log(f"runwatch watch: {self.target.log_path} was {batch.reset}; reading it again from the start")
-                follower, self.parser, self.current = self.follower, None, None
+                self.parser, self.current = None, None
                 self.rules.reset()
                 self._open()
                 self.follower = follower  # keeps its restarted offset
             if batch.grew and not self.catching_up:
                 self.last_growth = self.clock()
+            parser = self.parser
+            if parser is None:  # replaced by an empty log, run.json gone: a later poll decides its format
+                return None
             apply = self._apply
             if batch.too_long is not None:
                 where = f"{os.path.basename(self.target.log_path)}:{batch.too_long}"
-                v = apply(self.parser.invalid(where, f"{where}: line longer than {self.follower.max_line_bytes} bytes"))
+                v = apply(parser.invalid(where, f"{where}: line longer than {follower.max_line_bytes} bytes"))
                 if v is not None:
                     return v
-            parse = self.parser.parse_line
+            parse = parser.parse_line
             for lineno, raw in batch.lines:
                 rec = parse(lineno, raw)
                 if rec is not None:
@@ -266,16 +270,18 @@ class Watcher:
             if not batch.more:
                 return None
 
-    def _read_reader(self, final: bool = False) -> Verdict | None:
+    def _read_reader(self, reader: Reader, final: bool = False) -> Verdict | None:
         """Judge what is new in a log read through `readers`; `final`: also the step held back."""
+        parser = self.parser
+        assert parser is not None  # _open set it up with the reader
         while True:
-            chunk = self.reader.poll()
+            chunk = reader.poll()
             if chunk.reset:
                 self.log(f"runwatch watch: {self.target.log_path}: a file was {chunk.reset}; reading it again")
             if chunk.grew and not self.catching_up:
                 self.last_growth = self.clock()
-            items = chunk.items + self.reader.finish() if final and not chunk.more else chunk.items
-            for rec in to_records(self.parser, items):
+            items = chunk.items + reader.finish() if final and not chunk.more else chunk.items
+            for rec in to_records(parser, items):
                 v = self._apply(rec)
                 if v is not None:
                     return v
@@ -300,9 +306,11 @@ class Watcher:
             self.log(f"runwatch watch: {self.target.log_path} lost entries; reading it again from the start")
             self._state_count = 0
             self.parser = RecordParser("minimal", maps=self.opts.maps, name=name)
+        parser = self.parser
+        assert parser is not None  # set up by `_open`
         start, self._state_count = self._state_count, len(history)
         for i in range(start, len(history)):
-            rec = self.parser.parse_object(history[i], f"{name}:log_history[{i}]")
+            rec = parser.parse_object(history[i], f"{name}:log_history[{i}]")
             if rec is not None:
                 v = self._apply(rec)
                 if v is not None:
@@ -320,9 +328,11 @@ class Watcher:
     # --- judging -----------------------------------------------------------------------------
 
     def _apply(self, rec: Record) -> Verdict | None:
+        parser = self.parser
+        assert parser is not None  # the record came from it
         if rec.session != self.current:  # (v1: `current` is always run.json's latest session)
-            if self.parser.mode == "v1":
-                if rec.session != self.parser.latest_session():
+            if parser.mode == "v1":
+                if rec.session != parser.latest_session():
                     return None  # a session a later one replaced: dropped
             elif self.current is not None:
                 self.log(f"runwatch watch: relaunch at step {fmt_step(rec.step)} ({rec.session}); rules restart")
@@ -334,7 +344,7 @@ class Watcher:
             self.checkpoints += 1
         finding = self.rules.observe(rec)
         if finding is not None:
-            if self.catching_up and self.parser.mode == "minimal":
+            if self.catching_up and parser.mode == "minimal":
                 if self.pending is None:
                     self.pending = finding
             else:
@@ -345,10 +355,10 @@ class Watcher:
             )
         return None
 
-    def _verdict(self, verdict: str, kind: str | None, step: Any, message: str) -> Verdict:
+    def _verdict(self, verdict: str, kind: str | None, step: int | float, message: str) -> Verdict:
         return Verdict(verdict, kind, step, message, self.clock())
 
-    def _anomaly(self, kind: str, step: Any, message: str, onset: Any = None) -> Verdict:
+    def _anomaly(self, kind: str, step: int | float, message: str, onset: int | float | None = None) -> Verdict:
         return Verdict("anomaly", kind, step, message, self.clock(), onset)
 
     def _found(self, f: Finding) -> Verdict:
@@ -360,7 +370,7 @@ class Watcher:
             return self._dead(f.kind, f.step, f.message, f.onset)
         return self._anomaly(f.kind, f.step, f.message, f.onset)
 
-    def _dead(self, kind: str, step: Any, message: str, onset: Any = None) -> Verdict:
+    def _dead(self, kind: str, step: int | float, message: str, onset: int | float | None = None) -> Verdict:
         """A verdict about a dead process, with the last error line it printed to stdout.log."""
         last = liveness.last_error(os.path.join(self.run_dir, "stdout.log"))
         if last is not None and last not in message:
@@ -371,14 +381,16 @@ class Watcher:
         """Read and judge new records; a Verdict when one decides the watch (`final`: the
         process is gone, so a step a reader holds back is complete)."""
         if self.manifest is not None and self.manifest.poll():
-            self.parser.set_manifest(self.manifest.manifest)
+            manifest = self.manifest.manifest  # set by a poll that saw a change
+            if self.parser is not None and manifest is not None:  # no parser yet (a replaced log): `_open` reads it
+                self.parser.set_manifest(manifest)
         if self.parser is not None and self.parser.mode == "v1" and self.parser.latest_session() != self.current:
             self._switch(self.parser.latest_session())
         if not self._open():
             return None
         if self.reader is not None:
-            return self._read_reader(final)
-        return self._read_log() if self.follower is not None else self._read_trainer_state()
+            return self._read_reader(self.reader, final)
+        return self._read_log(self.follower) if self.follower is not None else self._read_trainer_state()
 
     def poll_once(self) -> Verdict | None:
         """One poll: records, the done file, the process, poll checks, time."""
@@ -519,10 +531,12 @@ class Watcher:
         reached (a relaunch's watch then starts after it, from `state_dict()`)."""
         if not self._open():
             return
+        parser = self.parser
+        assert parser is not None  # set up by `_open`
         if self.follower is None:  # trainer_state.json, rewritten whole: parse the entries not yet seen
             history = read_trainer_state(self.target.log_path)
             for i in range(self._state_count, len(history)):
-                self.parser.parse_object(history[i], f"log_history[{i}]")
+                parser.parse_object(history[i], f"log_history[{i}]")
             self._state_count = len(history)
             return
         while True:
@@ -530,7 +544,7 @@ class Watcher:
             if batch.reset:
                 return
             for lineno, raw in batch.lines:
-                rec = self.parser.parse_line(lineno, raw)
+                rec = parser.parse_line(lineno, raw)
                 if rec is not None and rec.kind == "checkpoint":
                     self.checkpoints += 1
             if not batch.more:
@@ -554,7 +568,7 @@ class Watcher:
 
     # --- state --------------------------------------------------------------------------------
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Where the watch is, as plain JSON: the log offset, the parser's and the rules' state."""
         return {
             "log": self.target.log_path,
@@ -568,7 +582,7 @@ class Watcher:
             "checkpoints": self.checkpoints,
         }
 
-    def load_state_dict(self, state: dict) -> bool:
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Continue from `state_dict()` instead of reading the log from its start; False (and
         nothing changed) when the state does not fit this log as it is now."""
         if not self._open() or state.get("log") != self.target.log_path or self.parser is None:
