@@ -587,3 +587,23 @@ def test_other_tools_logs_are_runs_read_incrementally(tmp_path):
         # nothing new: a refresh applies nothing
         records = view.records
         assert view.refresh() is False and view.records == records
+
+
+def test_a_dangling_run_json_is_an_error_of_its_run(tmp_path):
+    # run.json a link to nothing: the run says so (as `check` does), and reads once it is back
+    from runwatch.serve.runs import RunView
+
+    run = tmp_path / "run"
+    _v1_run(str(run), 5)
+    os.rename(run / "run.json", tmp_path / "run.json.saved")
+    os.symlink(tmp_path / "nowhere.json", run / "run.json")
+    (rel, target), *others = find_runs(str(tmp_path))
+    assert rel == "run" and not others
+    view = RunView(rel, target)
+    assert view.refresh() is False
+    assert view.error == f"run.json: missing ({run / 'run.json'})"
+    assert view.summary()["error"] == view.error
+    os.remove(run / "run.json")
+    os.rename(tmp_path / "run.json.saved", run / "run.json")
+    view.refresh()
+    assert view.error is None and view.records == 6 and view.summary()["step"] == 5

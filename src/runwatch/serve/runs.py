@@ -40,7 +40,7 @@ from ..records import (
     resolve_target,
 )
 from ..rules import RuleOptions, Rules
-from ..schema import read_regular_file
+from ..schema import read_manifest, read_regular_file
 from ..status import TAIL_RECORDS, describe, format_status
 from .series import Series
 from .supervision import SupervisionView
@@ -245,7 +245,7 @@ class RunView:
         if self.manifest is not None and self.manifest.poll():
             with self.lock:
                 self.parser.set_manifest(self.manifest.manifest)
-                self._manifest_facts()
+                self._manifest_facts(self.manifest.manifest)
                 self.version += 1
         start = self.follower.offset
         while True:
@@ -290,8 +290,11 @@ class RunView:
         if t.schema_v1():
             self.manifest = ManifestFollower(t.run_dir)
             self.manifest.poll()
-            self.parser = RecordParser("v1", manifest=self.manifest.manifest, refresh=self._manifest_now)
-            self._manifest_facts()
+            manifest = self.manifest.manifest
+            if manifest is None:  # run.json is a dangling link or went away: read_manifest says so
+                manifest = read_manifest(t.run_dir)
+            self.parser = RecordParser("v1", manifest=manifest, refresh=self._manifest_now)
+            self._manifest_facts(manifest)
         else:
             self.parser = RecordParser("minimal", maps=self.opts.maps, name=os.path.basename(t.log_path))
         # a small chunk: the reader thread holds the run for one chunk's parsing at a time
@@ -302,8 +305,8 @@ class RunView:
         self.manifest.poll()
         return self.manifest.manifest
 
-    def _manifest_facts(self) -> None:
-        session = self.manifest.manifest["sessions"][-1]
+    def _manifest_facts(self, manifest: dict[str, Any]) -> None:
+        session = manifest["sessions"][-1]
         max_steps = session["recipe"].get("max_steps")
         self.max_steps = max_steps if type(max_steps) is int and max_steps > 0 else None
 
