@@ -22,14 +22,14 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 from ..errors import InvalidRunError, UsageError
 from ..follow import LogFollower, ManifestFollower
 from ..liveness import watchdog_liveness
 from ..options import build
-from ..readers import READER_FORMATS, ReadOptions, detect, open_reader, to_records
+from ..readers import READER_FORMATS, Reader, ReadOptions, detect, open_reader, to_records
 from ..records import (
     MAX_STATE_BYTES,
     Record,
@@ -41,11 +41,66 @@ from ..records import (
 )
 from ..rules import RuleOptions, Rules
 from ..schema import read_manifest, read_regular_file
-from ..status import TAIL_RECORDS, describe, format_status
-from .series import Series
+from ..status import TAIL_RECORDS, Status, StatusHead, describe, format_status
+from .series import Point, Series
 from .supervision import SupervisionView
 
-__all__ = ["MAX_DEPTH", "RunView", "find_runs", "run_target", "verdict_of"]
+__all__ = [
+    "MAX_DEPTH",
+    "RunView",
+    "find_runs",
+    "run_target",
+    "verdict_of",
+    "ListVerdict",
+    "RunSummary",
+    "RunDetail",
+    "Chart",
+    "ChartSeries",
+]
+
+T = TypeVar("T")
+
+# The watchdog's verdict as the list shows it; `class` (watchdog.json's, as read) on an anomaly only.
+ListVerdict = TypedDict("ListVerdict", {"state": str, "label": str, "class": NotRequired[Any]})
+
+
+class RunSummary(Status):
+    """A run in the list: the `status --json` facts, then these."""
+
+    path: str  # relative to the served folder, "/" separated
+    verdict: ListVerdict
+    findings: int  # the rules' findings so far
+    first_finding: dict[str, Any] | None
+    records: int
+    error: str | None  # the first of `errors`
+    errors: list[str]  # why the log, a line of it or runwatch.toml cannot be read
+    catching_up: bool  # more than 1 MiB of the log is still unread
+    version: int
+
+
+class ChartSeries(TypedDict):
+    """One line of a chart: its points (downsampled) and its latest point."""
+
+    name: str
+    points: list[Point]
+    last: Point | None
+
+
+class Chart(TypedDict):
+    """One chart of the run's page."""
+
+    name: str
+    title: str
+    series: list[ChartSeries]
+
+
+class RunDetail(RunSummary):
+    """A run's page: its summary, then these (`supervise` is the supervisor journal's facts)."""
+
+    status_lines: list[str]
+    findings_list: list[dict[str, Any]]
+    charts: list[Chart]
+
 
 # How deep below the served folder runs are looked for ("runs/<project>/<sweep>/<run>").
 MAX_DEPTH = 4
@@ -143,7 +198,7 @@ def find_runs(root: str, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, Targ
                 stack.append((path, depth + 1))
 
 
-def verdict_of(watchdog: dict | None, now: float) -> dict:
+def verdict_of(watchdog: dict[str, Any] | None, now: float) -> ListVerdict:
     """The watchdog's verdict as the list shows it: state (anomaly, watching, stale, ok, none) and label."""
     if not isinstance(watchdog, dict):
         return {"state": "none", "label": "no watchdog"}
@@ -190,19 +245,20 @@ class RunView:
         self.follower: LogFollower | None = None
         self.rules: Rules | None = None
         self.rules_session: str | None = None
-        self.findings: list[dict] = []
+        self.findings: list[dict[str, Any]] = []
         self.findings_total = 0
         self.records = 0
         self.invalid: str | None = None  # the latest invalid line's message
         self.tail: deque[Record] = deque(maxlen=TAIL_RECORDS)
         self.max_steps: int | None = None
         self.series: dict[str, Series] = {}
-        self._sig: tuple | None = None  # a re-read file's (inode, size, mtime_ns)
+        self._sig: tuple[int, int, int, int] | None = None  # a re-read file's (dev, inode, size, mtime_ns)
         self._sig_error: str | None = None  # why that version of the file cannot be read
         self._entries = 0  # trainer_state.json entries applied
-        if getattr(self, "reader", None) is not None:
-            self.reader.close()
-        self.reader: Any = None  # a readers.Reader for other tools' logs
+        reader: Reader | None = getattr(self, "reader", None)  # (none yet when called by __init__)
+        if reader is not None:
+            reader.close()
+        self.reader: Reader | None = None  # for other tools' logs
         self.version += 1
 
     # --- reading ----------------------------------------------------------------------------
@@ -242,14 +298,17 @@ class RunView:
             with self.lock:
                 if not self._open():
                     return False
-        if self.manifest is not None and self.manifest.poll():
+        parser, follower, manifest = self.parser, self.follower, self.manifest
+        assert parser is not None and follower is not None  # set up together by `_open`
+        if manifest is not None and manifest.poll():
+            assert manifest.manifest is not None  # poll() just read a changed one
             with self.lock:
-                self.parser.set_manifest(self.manifest.manifest)
-                self._manifest_facts(self.manifest.manifest)
+                parser.set_manifest(manifest.manifest)
+                self._manifest_facts(manifest.manifest)
                 self.version += 1
-        start = self.follower.offset
+        start = follower.offset
         while True:
-            batch = self.follower.poll()  # the read: outside the lock
+            batch = follower.poll()  # the read: outside the lock
             if batch.reset:
                 with self.lock:
                     self._reset()
@@ -257,21 +316,19 @@ class RunView:
             if batch.too_long is not None:
                 where = f"{os.path.basename(t.log_path)}:{batch.too_long}"
                 with self.lock:
-                    self._apply(
-                        self.parser.invalid(where, f"{where}: line longer than {self.follower.max_line_bytes} bytes")
-                    )
+                    self._apply(parser.invalid(where, f"{where}: line longer than {follower.max_line_bytes} bytes"))
                     self.version += 1
             lines = batch.lines
             for i in range(0, len(lines), APPLY_LINES):
                 with self.lock:
                     for lineno, raw in lines[i : i + APPLY_LINES]:
-                        rec = self.parser.parse_line(lineno, raw)
+                        rec = parser.parse_line(lineno, raw)
                         if rec is not None:
                             self._apply(rec)
                     self.version += 1
             if not batch.more:
                 return False
-            if self.follower.offset - start >= max_bytes:
+            if follower.offset - start >= max_bytes:
                 return True
 
     def _open(self) -> bool:
@@ -301,7 +358,8 @@ class RunView:
         self.follower = LogFollower(t.log_path, chunk_bytes=1024 * 1024)
         return True
 
-    def _manifest_now(self) -> dict | None:
+    def _manifest_now(self) -> dict[str, Any] | None:
+        assert self.manifest is not None  # set up with the parser that calls this
         self.manifest.poll()
         return self.manifest.manifest
 
@@ -322,7 +380,7 @@ class RunView:
         self._sig_error = None
         return True
 
-    def _read_whole(self, read: Any) -> Any:
+    def _read_whole(self, read: Callable[[], T]) -> T:
         try:
             return read()
         except InvalidRunError as exc:
@@ -340,7 +398,7 @@ class RunView:
             self._apply_state(state, history, name)
         return False
 
-    def _apply_state(self, state: dict, history: list, name: str) -> None:
+    def _apply_state(self, state: dict[str, Any], history: list[Any], name: str) -> None:
         if len(history) < self._entries or self.parser is None:
             sig = self._sig
             self._reset()
@@ -363,8 +421,10 @@ class RunView:
             with self.lock:
                 self.parser = parser_for(self.target, self.opts.maps)
             self.reader = open_reader(self.target.format, self.target.log_path, self.target.read, self.opts.maps)
+        reader, parser = self.reader, self.parser
+        assert parser is not None  # set up with the reader
         while True:
-            chunk = self.reader.poll()  # the read: outside the lock
+            chunk = reader.poll()  # the read: outside the lock
             if chunk.reset:
                 with self.lock:
                     self._reset()
@@ -372,7 +432,7 @@ class RunView:
             items = chunk.items
             for i in range(0, len(items), APPLY_LINES):
                 with self.lock:
-                    for rec in to_records(self.parser, items[i : i + APPLY_LINES]):
+                    for rec in to_records(parser, items[i : i + APPLY_LINES]):
                         self._apply(rec)
                     self.version += 1
             if not chunk.more:
@@ -423,7 +483,7 @@ class RunView:
             if f"metric:{name}" in self.series or sum(k.startswith("metric:") for k in self.series) < MAX_METRICS:
                 self._add(f"metric:{name}", step, value)
 
-    def _add(self, name: str, x: Any, y: Any) -> None:
+    def _add(self, name: str, x: int | float, y: float | None) -> None:
         if y is None:  # the common absent value; Series.add skips non-finite ones itself
             return
         s = self.series.get(name)
@@ -433,21 +493,22 @@ class RunView:
 
     # --- facts ------------------------------------------------------------------------------
 
-    def _status(self, now: float) -> dict:
+    def _status(self, now: float) -> Status:
         t = self.target
         recs = list(self.tail)
-        out: dict[str, Any] = {
+        out: StatusHead = {
             "run_dir": t.run_dir,
             "log": t.log_path,
             "run_id": None,
             "session_id": None,
             "sessions": None,
             "max_steps": self.max_steps,
+            "torn_tail": False,
         }
         if self.manifest is not None and self.manifest.manifest is not None:
             m = self.manifest.manifest
             latest = m["sessions"][-1]["session_id"]
-            out.update(run_id=m["run_id"], session_id=latest, sessions=len(m["sessions"]))
+            out.update({"run_id": m["run_id"], "session_id": latest, "sessions": len(m["sessions"])})
             recs = [r for r in recs if r.session == latest]
         out["torn_tail"] = bool(self.follower is not None and self.follower.pending_bytes())
         mtime = self.follower.mtime if self.follower is not None and self.follower.inode else None
@@ -455,30 +516,33 @@ class RunView:
             mtime = os.stat(t.log_path).st_mtime if os.path.exists(t.log_path) else None
         return describe(t, out, recs, mtime, now, gpus=False)
 
-    def summary(self, now: float | None = None) -> dict:
+    def summary(self, now: float | None = None) -> RunSummary:
         """The list's facts: the `status --json` keys plus path, verdict, findings and errors."""
         now = time.time() if now is None else now
         st = self._status(now)
         errors = [e for e in (self.error, self.invalid, self.options_error) if e]
-        st.update(
-            path=self.rel,
-            verdict=verdict_of(st["watchdog"], now),
-            findings=self.findings_total,
-            first_finding=self.findings[0] if self.findings else None,
-            records=self.records,
-            error=errors[0] if errors else None,
-            errors=errors,
-            catching_up=bool(self.follower is not None and self.follower.pending_bytes() > 1 << 20),
-            version=self.version,
-        )
-        return st
+        return {
+            **st,
+            "path": self.rel,
+            "verdict": verdict_of(st["watchdog"], now),
+            "findings": self.findings_total,
+            "first_finding": self.findings[0] if self.findings else None,
+            "records": self.records,
+            "error": errors[0] if errors else None,
+            "errors": errors,
+            "catching_up": bool(self.follower is not None and self.follower.pending_bytes() > 1 << 20),
+            "version": self.version,
+        }
 
-    def detail(self, now: float | None = None) -> dict:
+    def detail(self, now: float | None = None) -> RunDetail:
         """The run page's facts: the summary, the status lines, the charts, the findings, supervision."""
-        st = self.summary(now)
-        st["status_lines"] = format_status(st)
-        st["findings_list"] = list(self.findings)
-        st["charts"] = [c for c in (self._chart(*spec) for spec in CHARTS) if c["series"]]
+        summary = self.summary(now)
+        st: RunDetail = {
+            **summary,
+            "status_lines": format_status(summary),
+            "findings_list": list(self.findings),
+            "charts": [c for c in (self._chart(*spec) for spec in CHARTS) if c["series"]],
+        }
         metrics = sorted(k for k in self.series if k.startswith("metric:"))
         if metrics:
             st["charts"].append(
@@ -493,10 +557,10 @@ class RunView:
         st["supervise"] = self.supervision.facts()
         return st
 
-    def _chart(self, name: str, title: str, keys: tuple[tuple[str, str], ...]) -> dict:
+    def _chart(self, name: str, title: str, keys: tuple[tuple[str, str], ...]) -> Chart:
         if name == "throughput" and (self.parser is None or self.parser.mode != "v1"):
             title, keys = "Throughput (samples/s)", (("throughput", "samples/s"),)  # minimal telemetry: sps
-        series = [
+        series: list[ChartSeries] = [
             {"name": label, "points": self.series[k].points(), "last": self.series[k].last}
             for k, label in keys
             if k in self.series
@@ -504,7 +568,7 @@ class RunView:
         return {"name": name, "title": title, "series": series}
 
 
-def _read_state(path: str, name: str) -> tuple[dict, list]:
+def _read_state(path: str, name: str) -> tuple[dict[str, Any], list[Any]]:
     """A trainer_state.json and its log_history (NaN tokens allowed, as `records` reads it)."""
     data = read_regular_file(path, name, MAX_STATE_BYTES)
     try:

@@ -15,10 +15,16 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["MAX_POINTS", "Series"]
+__all__ = ["MAX_POINTS", "Point", "Series"]
 
 # A chart 1000 points wide is already finer than a phone's or a laptop's plot area.
 MAX_POINTS = 1000
+
+# A point as the page draws it: [x, y].
+Point = list[float]
+# A bucket: [n, i_lo, x_lo, y_lo, i_hi, x_hi, y_hi] (i: arrival index, to keep order); a list, not a
+# class, because one is touched on every point added.
+Bucket = list[float]
 
 
 class Series:
@@ -32,9 +38,8 @@ class Series:
         self.limit = limit
         self.width = 1  # points per bucket
         self.count = 0  # finite points added
-        self.last: list | None = None  # the latest point, whatever the buckets kept
-        # each bucket: [n, i_lo, x_lo, y_lo, i_hi, x_hi, y_hi] (i: arrival index, to keep order)
-        self._buckets: list[list] = []
+        self.last: Point | None = None  # the latest point, whatever the buckets kept
+        self._buckets: list[Bucket] = []
 
     def add(self, x: float, y: float | None) -> None:
         """Add one point (y None or non-finite: nothing to draw, skipped)."""
@@ -58,7 +63,7 @@ class Series:
 
     def _merge(self) -> None:
         old = self._buckets
-        new = []
+        new: list[Bucket] = []
         for k in range(0, len(old), 2):
             a = old[k]
             if k + 1 == len(old):
@@ -71,9 +76,9 @@ class Series:
         self._buckets = new
         self.width *= 2
 
-    def points(self) -> list[list]:
+    def points(self) -> list[Point]:
         """The kept points as [x, y] pairs in arrival order (at most `limit`), ending at the latest."""
-        out: list[list] = []
+        out: list[Point] = []
         for _, i_lo, x_lo, y_lo, i_hi, x_hi, y_hi in self._buckets:
             if i_lo == i_hi:
                 out.append([x_lo, y_lo])

@@ -26,7 +26,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from .runs import RunView, find_runs
+from .runs import RunSummary, RunView, find_runs
 
 __all__ = ["STATIC_FILES", "Catalog", "Server", "is_loopback"]
 
@@ -126,7 +126,7 @@ class Catalog:
         if self._thread is not None:
             self._thread.join(timeout=30)
 
-    def summaries(self, now: float | None = None) -> list[dict]:
+    def summaries(self, now: float | None = None) -> list[RunSummary]:
         """Every run's summary, trouble first, then by path."""
         now = time.time() if now is None else now
         out = []
@@ -134,7 +134,7 @@ class Catalog:
             with view.lock:
                 out.append(view.summary(now))
 
-        def key(s: dict) -> tuple:
+        def key(s: RunSummary) -> tuple[int, str]:
             state = s["verdict"]["state"]
             if state != "anomaly" and (s["error"] or s["findings"]):
                 state = "error"

@@ -12,17 +12,56 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 from ..follow import LogFollower
 
-__all__ = ["MAX_ATTEMPTS", "SupervisionView"]
+__all__ = ["MAX_ATTEMPTS", "Attempt", "AttemptEnd", "AttemptVerdict", "SupervisionFacts", "SupervisionView"]
 
 # Attempts shown per run: a run relaunched more often than this shows its latest ones.
 MAX_ATTEMPTS = 100
 # A journal line longer than this is not a supervisor's record.
 MAX_JOURNAL_LINE_BYTES = 64 * 1024
 EVENTS = ("launch", "verdict", "stop", "relaunch", "rollback", "done", "gave_up")
+
+# The values below come from the journal's JSON as written (the page shows them as they are): Any.
+
+# The verdict that ended an attempt.
+AttemptVerdict = TypedDict("AttemptVerdict", {"kind": Any, "class": Any, "step": Any})
+
+
+class AttemptEnd(TypedDict):
+    """How an attempt ended: the record that ended it."""
+
+    event: str
+    step: Any
+    time: Any
+
+
+class Attempt(TypedDict):
+    """One attempt of the supervised run."""
+
+    attempt: Any
+    pid: Any
+    started: Any
+    how: str  # launch, relaunch or rollback (or the first event seen of it)
+    checkpoint: Any
+    verdict: AttemptVerdict | None
+    end: AttemptEnd | None
+
+
+class SupervisionFacts(TypedDict):
+    """The supervision as the run's page shows it."""
+
+    attempt: Any
+    restarts: int
+    rollbacks: int
+    budgets: dict[str, Any] | None
+    goodput: dict[str, Any] | None
+    finished: bool
+    last_event: dict[str, Any] | None
+    attempts: list[Attempt]
+    error: str | None
 
 
 class SupervisionView:
@@ -35,12 +74,12 @@ class SupervisionView:
 
     def _clear(self) -> None:
         self.present = False
-        self.attempts: list[dict] = []
+        self.attempts: list[Attempt] = []
         self.restarts = 0
         self.rollbacks = 0
-        self.budgets: dict | None = None
-        self.goodput: dict | None = None
-        self.last: dict | None = None
+        self.budgets: dict[str, Any] | None = None
+        self.goodput: dict[str, Any] | None = None
+        self.last: dict[str, Any] | None = None
         self.error: str | None = None
 
     def refresh(self) -> bool:
@@ -75,7 +114,7 @@ class SupervisionView:
             if not batch.more:
                 return changed
 
-    def _apply(self, rec: dict) -> None:
+    def _apply(self, rec: dict[str, Any]) -> None:
         event = rec["event"]
         self.last = rec
         if isinstance(rec.get("budgets"), dict):
@@ -110,7 +149,7 @@ class SupervisionView:
         elif event in ("stop", "done", "gave_up"):
             a["end"] = {"event": event, "step": rec.get("step"), "time": rec.get("time")}
 
-    def facts(self) -> dict[str, Any] | None:
+    def facts(self) -> SupervisionFacts | None:
         """The supervision as JSON (None when the run is not supervised)."""
         if not self.present:
             return None
