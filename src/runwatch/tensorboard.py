@@ -29,12 +29,12 @@ import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from .errors import InvalidRunError, RunwatchError, UsageError
 from .records import Record, iter_records, parse_maps, parser_for, resolve_target
 
-__all__ = ["export", "scalars", "add_arguments", "run", "MARKER"]
+__all__ = ["export", "scalars", "add_arguments", "run", "MARKER", "Export", "ExportedRun"]
 
 # Written into the log directory so that a re-export knows the directory is its own to replace.
 MARKER = "runwatch-export.json"
@@ -44,12 +44,29 @@ WRITE_QUEUE = 1024
 PROGRESS_EVERY = 5000
 
 
+class ExportedRun(TypedDict):
+    """One TensorBoard run of an export: a session."""
+
+    name: str  # the run's folder in the log directory
+    session: str
+    scalars: int
+    tags: list[str]  # sorted
+
+
+class Export(TypedDict):
+    """What `export` wrote (`runwatch tensorboard --json`)."""
+
+    logdir: str
+    runs: list[ExportedRun]
+    invalid_records: int  # left out
+
+
 @dataclass
 class _Run:
     name: str
     session: str
     scalars: int = 0
-    tags: set = field(default_factory=set)
+    tags: set[str] = field(default_factory=set)
     wall: float | None = None
 
 
@@ -58,13 +75,16 @@ def scalars(rec: Record) -> Iterator[tuple[str, float]]:
     raw = rec.raw or {}
     v1 = "event" in raw
     if rec.kind == "train":
+        assert rec.loss is not None  # every train record has one (NaN for a null of minimal telemetry)
         yield "train/loss", rec.loss
         if rec.lr is not None:
             yield "train/lr", rec.lr
         if v1:
             if rec.grad_mean is not None:
+                assert rec.grad_max is not None  # schema v1: set with the mean
                 yield "train/grad_norm_mean", rec.grad_mean
                 yield "train/grad_norm_max", rec.grad_max
+            assert rec.throughput is not None  # schema v1: tokens / train_seconds
             yield "train/tokens_per_second", rec.throughput
             yield "train/grad_clipped_fraction", raw["grad_clipped_fraction"]
             yield "train/skipped", raw["skipped"]
@@ -77,7 +97,7 @@ def scalars(rec: Record) -> Iterator[tuple[str, float]]:
                     yield "train/qk_clip_clipped_fraction", qk["clipped_head_updates"] / qk["observed_head_updates"]
         else:
             grad = raw.get("grad_norm")
-            if type(grad) in (int, float):
+            if type(grad) is int or type(grad) is float:
                 yield "train/grad_norm", grad
             if rec.throughput is not None:
                 yield "train/sps", rec.throughput
@@ -112,7 +132,7 @@ def _run_name(key: str, taken: set[str]) -> str:
     return name
 
 
-def export(target: str, logdir: str | None = None, *, maps: dict[str, str] | None = None) -> dict:
+def export(target: str, logdir: str | None = None, *, maps: dict[str, str] | None = None) -> Export:
     """Export every session of `target` to `logdir` (default RUN_DIR/tensorboard), replacing it whole.
 
     Returns {"logdir", "runs": [{"name", "session", "scalars", "tags"}], "invalid_records"}.
@@ -137,11 +157,11 @@ def export(target: str, logdir: str | None = None, *, maps: dict[str, str] | Non
     if os.path.exists(tmp):
         shutil.rmtree(tmp)
     runs: dict[str, _Run] = {}
-    writers: dict[str, Any] = {}
+    writers: dict[str, EventFileWriter] = {}
     taken: set[str] = set()
     invalid = 0
 
-    def emit(key: str, step: int, wall: float, pairs: Any) -> None:
+    def emit(key: str, step: int, wall: float, pairs: list[tuple[str, float]]) -> None:
         # one Event a record, its scalars as `simple_value`s (TensorBoard's scalar format, read by
         # every version): ~12x fewer events than one a scalar, which made exports 6x slower
         event = event_pb2.Event(wall_time=wall, step=step)
@@ -157,7 +177,7 @@ def export(target: str, logdir: str | None = None, *, maps: dict[str, str] | Non
     progress = _Progress(t.log_path)
     try:
         os.makedirs(tmp)
-        memory_steps: dict[str, Any] = {}  # session -> the last step whose memory was exported
+        memory_steps: dict[str, int] = {}  # session -> the last step whose memory was exported
         for rec in iter_records(t, parser=parser):
             progress.tick()
             if rec.kind == "invalid":
