@@ -25,18 +25,32 @@ import os
 import statistics
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .errors import InvalidRunError, RunwatchError, UsageError
 from .journal import atomic_write
 from .options import add_flags, build, given_options
 from .readers import ReadOptions, read_options
 from .readers import add_arguments as add_read_arguments
-from .records import Target, iter_records, parser_for, resolve_target
+from .records import Record, Target, iter_records, parser_for, resolve_target
 from .rules import Finding, Replay, RuleOptions, Rules, ThroughputDrop, fmt_step
 from .verdict import read_verdict
 
-__all__ = ["SessionSeries", "RunView", "load_run", "snapshot", "figure_size", "PANELS", "add_arguments", "run"]
+if TYPE_CHECKING:  # matplotlib loads only when a picture is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "SessionSeries",
+    "RunView",
+    "Snapshot",
+    "load_run",
+    "snapshot",
+    "figure_size",
+    "PANELS",
+    "add_arguments",
+    "run",
+]
 
 # Pixel geometry. 800 px wide is a phone screen's width at 2x; at 100 dpi, 10 pt text is ~14 px,
 # which stays legible when the picture is shown at its own size.
@@ -93,15 +107,16 @@ class SessionSeries:
 
     key: str
     start_step: int | float | None
-    train_step: list = field(default_factory=list)
-    loss: list = field(default_factory=list)
-    lr: list = field(default_factory=list)
-    grad_mean: list = field(default_factory=list)
-    grad_max: list = field(default_factory=list)
-    throughput: list = field(default_factory=list)
-    eval_step: list = field(default_factory=list)
-    eval_loss: list = field(default_factory=list)
-    metrics: dict = field(default_factory=dict)  # name -> ([steps], [values])
+    # the values are floats, NaN where a record has none (a gap in the line)
+    train_step: list[int | float] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    grad_mean: list[float] = field(default_factory=list)
+    grad_max: list[float] = field(default_factory=list)
+    throughput: list[float] = field(default_factory=list)
+    eval_step: list[int | float] = field(default_factory=list)
+    eval_loss: list[float] = field(default_factory=list)
+    metrics: dict[str, tuple[list[int | float], list[float]]] = field(default_factory=dict)  # name -> (steps, values)
     end_reason: str | None = None
     last_step: int | float = 0
     baseline: float | None = None  # the throughput_drop rule's baseline (None: not enough records)
@@ -120,7 +135,7 @@ class RunView:
     schema_v1: bool
     sessions: list[SessionSeries]
     findings: list[Finding]
-    verdict: dict | None  # watchdog.json
+    verdict: dict[str, Any] | None  # watchdog.json
     verdict_problem: str | None  # why watchdog.json could not be read
 
 
@@ -149,7 +164,7 @@ def load_run(target: str, opts: RuleOptions, read: ReadOptions | None = None) ->
     return RunView(t, title, v1, list(sessions.values()), findings, verdict, problem)
 
 
-def _add(s: SessionSeries, rec: Any) -> None:
+def _add(s: SessionSeries, rec: Record) -> None:
     if rec.kind != "invalid":
         s.last_step = rec.step
     if rec.kind == "train":
@@ -172,9 +187,9 @@ def _add(s: SessionSeries, rec: Any) -> None:
             values.append(_num(value))
 
 
-def _num(v: Any) -> float:
+def _num(v: float | None) -> float:
     """A drawable float: None and non-numbers become NaN (a gap in the line)."""
-    return float(v) if type(v) in (int, float) else math.nan
+    return float(v) if type(v) is int or type(v) is float else math.nan
 
 
 def _baseline(engine: Rules) -> tuple[float | None, bool]:
@@ -258,7 +273,7 @@ def _fmt(v: Any) -> str:
     return fmt_step(v) if type(v) in (int, float) else str(v)
 
 
-def _draw(view: RunView, panels: list[str], opts: RuleOptions):
+def _draw(view: RunView, panels: list[str], opts: RuleOptions) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import EngFormatter, FuncFormatter, MaxNLocator
@@ -266,7 +281,7 @@ def _draw(view: RunView, panels: list[str], opts: RuleOptions):
     width, height = figure_size(len(panels))
     fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    axes: list[Axes] = list(fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0])
     axes_px = PANEL_PX * len(panels)
     gap_px = 30
     fig.subplots_adjust(
@@ -348,7 +363,7 @@ def _x_range(view: RunView) -> tuple[float, float]:
     return (lo, hi) if hi > lo else (lo - 1, hi + 1)
 
 
-def _dot(steps: list) -> str | None:
+def _dot(steps: list[int | float]) -> str | None:
     return "o" if len(steps) <= MAX_MARKED_POINTS else None
 
 
@@ -356,7 +371,7 @@ def _label(latest: bool, text: str) -> str | None:
     return text if latest else None  # earlier sessions share the latest one's legend entries
 
 
-def _loss(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+def _loss(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("loss", loc="left", fontsize=10, pad=3)
     ax.plot(s.train_step, s.loss, color=_C["loss"], alpha=alpha, linewidth=1.4, label=_label(latest, "train"))
     if any(math.isfinite(v) for v in s.eval_loss):
@@ -381,7 +396,7 @@ def _loss(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, 
         ax.set_yscale("log")
 
 
-def _lr(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+def _lr(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("learning rate", loc="left", fontsize=10, pad=3)
     ax.plot(s.train_step, s.lr, color=_C["lr"], alpha=alpha, linewidth=1.4)
     from matplotlib.ticker import FuncFormatter
@@ -392,18 +407,19 @@ def _lr(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, la
         ax.set_ylim(0, top * 1.15 if top > 0 else 1)
 
 
-def _grad(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+def _grad(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("gradient norm (pre-clip, log scale)", loc="left", fontsize=10, pad=3)
-    pos = lambda xs: [v if math.isfinite(v) and v > 0 else math.nan for v in xs]  # noqa: E731 - log scale
     ax.plot(
         s.train_step,
-        pos(s.grad_max),
+        _positive(s.grad_max),
         color=_C["grad"],
         alpha=alpha * 0.45,
         linewidth=1,
         label=_label(latest and s.grad_max != s.grad_mean, "max"),
     )
-    ax.plot(s.train_step, pos(s.grad_mean), color=_C["grad"], alpha=alpha, linewidth=1.4, label=_label(latest, "mean"))
+    ax.plot(
+        s.train_step, _positive(s.grad_mean), color=_C["grad"], alpha=alpha, linewidth=1.4, label=_label(latest, "mean")
+    )
     if latest:
         ax.set_yscale("log")
         ax.axhline(opts.grad_max, color=_C["alert"], linestyle="--", linewidth=1, label=f"--grad-max {opts.grad_max:g}")
@@ -414,7 +430,12 @@ def _grad(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, 
         ax.set_ylim(lo / 3, hi * 3)
 
 
-def _throughput(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+def _positive(values: list[float]) -> list[float]:
+    """`values` for a log scale: zero and negative ones become NaN (a gap in the line)."""
+    return [v if math.isfinite(v) and v > 0 else math.nan for v in values]
+
+
+def _throughput(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     unit = "tokens/s of training time" if view.schema_v1 else "the log's sps"
     ax.set_title(f"throughput ({unit})", loc="left", fontsize=10, pad=3)
     ax.plot(s.train_step, s.throughput, color=_C["throughput"], alpha=alpha, linewidth=1.4)
@@ -446,7 +467,7 @@ def _eng(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _metrics(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+def _metrics(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("eval metrics", loc="left", fontsize=10, pad=3)
     names = sorted({n for ss in view.sessions for n in ss.metrics}, key=lambda n: (n != opts.metric, n))
     others = iter(_OTHER_METRIC_COLOURS)
@@ -490,7 +511,7 @@ def _metrics(ax, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: floa
             )
 
 
-def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
+def _mark_findings(view: RunView, by_name: dict[str, Axes], axes: list[Axes]) -> None:
     latest = view.sessions[-1].key
     marks = [(f.step, f.kind, f.session == latest) for f in view.findings]
     v = view.verdict
@@ -523,7 +544,7 @@ def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
             ax.vlines(steps, 0.94, 1, transform=ax.get_xaxis_transform(), colors=_C["alert"], linewidth=0.8)
     lo, hi = axes[0].get_xlim()
     axis_px = WIDTH_PX - MARGIN_LEFT_PX - MARGIN_RIGHT_PX
-    labelled: dict[Any, list[tuple[float, float]]] = {}
+    labelled: dict[Axes, list[tuple[float, float]]] = {}
     for step, kind, current in marks:
         ax = by_name.get(_PANEL_OF_KIND.get(kind, ""), axes[0])
         text = f"{kind} @ {fmt_step(step)}"
@@ -554,9 +575,20 @@ def _mark_findings(view: RunView, by_name: dict, axes: Any) -> None:
 # --- the snapshot ---------------------------------------------------------------------------------
 
 
+class Snapshot(TypedDict):
+    """What `snapshot` drew (`runwatch plot --json`)."""
+
+    path: str
+    panels: list[str]  # of PANELS, top to bottom
+    sessions: int
+    findings: list[dict[str, Any]]  # Finding.to_json() of each
+    verdict: dict[str, Any] | None  # watchdog.json
+    size: list[int]  # [width, height] in pixels
+
+
 def snapshot(
     target: str, output: str | None = None, opts: RuleOptions | None = None, read: ReadOptions | None = None
-) -> dict:
+) -> Snapshot:
     """Draw `target` (a run dir, a JSONL log or a trainer_state.json) into a PNG, atomically.
 
     Returns {"path", "panels", "sessions", "findings", "verdict", "size"}. Default: RUN_DIR/snapshot.png.
@@ -590,7 +622,7 @@ def snapshot(
     }
 
 
-def _save(fig: Any, path: str) -> None:
+def _save(fig: Figure, path: str) -> None:
     """Write the PNG atomically (journal.atomic_write): never a half-written picture."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
