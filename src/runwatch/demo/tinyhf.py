@@ -17,8 +17,14 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from .tinytrain import INJECTIONS, VOCAB, parse_fault
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+    from transformers.modeling_outputs import SequenceClassifierOutput
 
 SEQ_LEN = 16
 BATCH = 16
@@ -45,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fires(args, kind: str, step: int) -> bool:
+def _fires(args: argparse.Namespace, kind: str, step: int) -> bool:
     """Whether the fault `kind` is due at `step` and has not fired yet in this run (once only)."""
     if (kind, step) not in args.fault:
         return False
@@ -57,7 +63,7 @@ def _fires(args, kind: str, step: int) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    opts = _parser().parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
@@ -67,32 +73,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..resume import resume_checkpoint
     from .tinytrain import make_batch
 
-    resume = resume_checkpoint(run_dir=args.run_dir)
+    resume = resume_checkpoint(run_dir=opts.run_dir)
     # RUNWATCH_SKIP_STEPS: the Trainer replays the data order of a resumed run; leaving out the
     # batches that led into the trouble is shifting the data past them.
     shift = len(resume.skip) * BATCH if resume.skip else 0
 
-    class Sequences(torch.utils.data.Dataset):
+    class Sequences(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
         def __init__(self, n: int, seed: int, shift: int = 0) -> None:
-            self.x, y = make_batch(torch, 0, n, SEQ_LEN, "normal", seed=seed)
+            self.x, y = make_batch(0, n, SEQ_LEN, "normal", seed=seed)
             self.y = y.long()
             self.shift = shift
 
         def __len__(self) -> int:
             return len(self.x)
 
-        def __getitem__(self, i: int) -> dict:
+        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
             i = (i + self.shift) % len(self.x)
             return {"input_ids": self.x[i], "labels": self.y[i]}
 
-    class Faulty(BertForSequenceClassification):
+    class Faulty(BertForSequenceClassification):  # type: ignore[no-untyped-call]  # transformers' __init_subclass__ is not annotated
         """Injects the requested fault into the training forward pass from `inject_at` on."""
 
-        def forward(self, input_ids=None, labels=None, **kwargs):
-            out = super().forward(input_ids=input_ids, labels=labels, **kwargs)
+        global_step: int  # the Trainer's, set by Pace at each step's end
+
+        def forward(
+            self, input_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, **kwargs: Any
+        ) -> SequenceClassifierOutput:
+            out: SequenceClassifierOutput = super().forward(input_ids=input_ids, labels=labels, **kwargs)
             if self.training and (
-                args.inject == "nan" and self.global_step >= args.inject_at or _fires(args, "nan", self.global_step + 1)
+                opts.inject == "nan" and self.global_step >= opts.inject_at or _fires(opts, "nan", self.global_step + 1)
             ):
+                assert out.loss is not None  # the Trainer passes labels
                 out.loss = out.loss * float("nan")
             return out
 
@@ -101,32 +112,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         exploding = False
 
-        def on_step_begin(self, targs, state, control, **kwargs):
-            if args.inject == "explode" and state.global_step >= args.inject_at and not self.exploding:
+        def on_step_begin(
+            self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+        ) -> None:
+            if opts.inject == "explode" and state.global_step >= opts.inject_at and not self.exploding:
                 self.exploding = True  # gradients 1e4x too large from here on; clipping keeps the weights sane
                 for p in model.parameters():
-                    p.register_hook(lambda g: g * 1e4)
+                    p.register_hook(lambda g: g * 1e4)  # type: ignore[no-untyped-call]  # torch's register_hook is not annotated
 
-        def on_step_end(self, targs, state, control, **kwargs):
+        def on_step_end(
+            self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+        ) -> None:
             model.global_step = state.global_step
-            fault = args.inject if args.inject and state.global_step >= args.inject_at else None
-            marker = os.path.join(args.run_dir, ".crashed-once")
-            if fault == "crash" or (args.crash_at == state.global_step and not os.path.exists(marker)):
+            fault = opts.inject if opts.inject and state.global_step >= opts.inject_at else None
+            marker = os.path.join(opts.run_dir, ".crashed-once")
+            if fault == "crash" or (opts.crash_at == state.global_step and not os.path.exists(marker)):
                 open(marker, "w").close()
                 print(f"step {state.global_step}: crashing (SIGKILL)", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
-            if fault == "stall" or _fires(args, "hang", state.global_step):
+            if fault == "stall" or _fires(opts, "hang", state.global_step):
                 print(f"step {state.global_step}: stalling (injected)", flush=True)
                 time.sleep(3600)
-            if _fires(args, "crash", state.global_step):
+            if _fires(opts, "crash", state.global_step):
                 print(f"step {state.global_step}: crashing (injected)", flush=True)
                 os._exit(3)
             for kind, sig in (("kill", signal.SIGKILL), ("sigterm", signal.SIGTERM)):
-                if _fires(args, kind, state.global_step):
+                if _fires(opts, kind, state.global_step):
                     print(f"step {state.global_step}: {kind} (injected)", flush=True)
                     os.kill(os.getpid(), sig)
-            if args.step_sleep or fault == "slowdown":
-                time.sleep(args.step_sleep * (6 if fault == "slowdown" else 1) + (0.05 if fault == "slowdown" else 0))
+            if opts.step_sleep or fault == "slowdown":
+                time.sleep(opts.step_sleep * (6 if fault == "slowdown" else 1) + (0.05 if fault == "slowdown" else 0))
 
     torch.manual_seed(0)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
@@ -137,19 +152,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=SEQ_LEN,
-        num_labels=2,
+        num_labels=2,  # type: ignore[call-arg]  # a PreTrainedConfig property, which its __init__ takes through **kwargs
     )
     model = Faulty(config)
     model.global_step = 0
-    out_dir = os.path.join(args.run_dir, "hf")
+    out_dir = os.path.join(opts.run_dir, "hf")
     targs = TrainingArguments(
         output_dir=out_dir,
-        max_steps=args.steps,
+        max_steps=opts.steps,
         per_device_train_batch_size=BATCH,
         logging_steps=10,
         eval_strategy="steps",
-        eval_steps=args.eval_every,
-        save_steps=args.ckpt_every or args.eval_every,
+        eval_steps=opts.eval_every,
+        save_steps=opts.ckpt_every or opts.eval_every,
         learning_rate=3e-3,
         use_cpu=True,
         disable_tqdm=True,
@@ -163,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         train_dataset=Sequences(8000, 0, shift),
         eval_dataset=Sequences(256, 1),
         compute_metrics=auroc_metrics,
-        callbacks=[RunwatchCallback(args.run_dir, seq_len=SEQ_LEN), Pace()],
+        callbacks=[RunwatchCallback(opts.run_dir, seq_len=SEQ_LEN), Pace()],
     )
     # RUNWATCH_RESUME_FROM after a rollback, else the run's latest verified checkpoint; else the
     # Trainer's own latest in output_dir, if any
@@ -180,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; session ended (reason interrupted)", file=sys.stderr, flush=True)
         return 130
-    print(f"done: {args.steps} steps, run directory {args.run_dir}", flush=True)
+    print(f"done: {opts.steps} steps, run directory {opts.run_dir}", flush=True)
     return 0
 
 

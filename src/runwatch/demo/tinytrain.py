@@ -29,9 +29,15 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..auroc import auroc
 from ..journal import atomic_write
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..metrics import RunLogger
 
 VOCAB = 16
 INJECTIONS = ("nan", "stall", "crash", "slowdown", "explode")
@@ -76,9 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def make_batch(torch, step: int, batch_size: int, seq_len: int, labels: str = "normal", seed: int = 0):
+def make_batch(
+    step: int, batch_size: int, seq_len: int, labels: str = "normal", seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Generated data: a batch is a pure function of (seed, step); ties between the counts are resolved
     by construction (the last position is set to break them)."""
+    import torch
+
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
     x = torch.randint(0, VOCAB, (batch_size, seq_len), generator=g)
     ones = (x == 1).sum(1)
@@ -93,8 +103,8 @@ def make_batch(torch, step: int, batch_size: int, seq_len: int, labels: str = "n
     return x, y
 
 
-def build_model(torch):
-    nn = torch.nn
+def build_model() -> torch.nn.Module:
+    from torch import nn
 
     class TinyClassifier(nn.Module):
         def __init__(self) -> None:
@@ -102,13 +112,16 @@ def build_model(torch):
             self.embed = nn.Embedding(VOCAB, 32)
             self.mlp = nn.Sequential(nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 1))
 
-        def forward(self, x):
-            return self.mlp(self.embed(x).mean(1)).squeeze(-1)
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            logits: torch.Tensor = self.mlp(self.embed(x).mean(1))
+            return logits.squeeze(-1)
 
     return TinyClassifier()
 
 
-def _save_checkpoint(torch, path: str, payload: dict) -> int:
+def _save_checkpoint(path: str, payload: dict[str, Any]) -> int:
+    import torch
+
     with atomic_write(path, "wb") as f:
         torch.save(payload, f)
     return os.path.getsize(path)
@@ -123,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
-    model = build_model(torch)
+    model = build_model()
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     from ..resume import resume_checkpoint
 
@@ -158,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Inverted labels are a bug in the training data only: the held-out labels stay true, so the run
     # shows an inverted metric. Random labels are noise everywhere (nothing to learn, metric at chance).
     val_labels = "random" if args.labels == "random" else "normal"
-    x_val, y_val = make_batch(torch, -1, 512, args.seq_len, val_labels, seed=args.seed + 7)
+    x_val, y_val = make_batch(-1, 512, args.seq_len, val_labels, seed=args.seed + 7)
     loss_fn = torch.nn.BCEWithLogitsLoss()
     log = RunLogger(
         args.run_dir,
@@ -171,7 +184,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         with log:
             _train(
                 args,
-                torch,
                 log,
                 model,
                 opt,
@@ -198,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _fires(args, kind: str, step: int) -> bool:
+def _fires(args: argparse.Namespace, kind: str, step: int) -> bool:
     """Whether the fault `kind` is due at `step` and has not fired yet in this run (once only)."""
     if (kind, step) not in args.fault:
         return False
@@ -210,15 +222,29 @@ def _fires(args, kind: str, step: int) -> bool:
 
 
 def _train(
-    args, torch, log, model, opt, loss_fn, x_val, y_val, step, ckpt_dir, latest, crash_marker, skip=None, data_offset=0
+    args: argparse.Namespace,
+    log: RunLogger,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    loss_fn: torch.nn.Module,
+    x_val: torch.Tensor,
+    y_val: torch.Tensor,
+    step: int,
+    ckpt_dir: str,
+    latest: str,
+    crash_marker: str,
+    skip: range | None = None,
+    data_offset: int = 0,
 ) -> None:
     """The loop: one optimizer update a step, eval and checkpoints on schedule, faults on request."""
+    import torch
+
     spike_until = -1
     while step < args.steps:
         if skip is not None and step + 1 == skip.start:
             data_offset += len(skip)  # leave out the batches that led into the trouble
             print(f"skipping the batches of steps {skip.start}-{skip.stop - 1}", flush=True)
-        x, y = make_batch(torch, step + data_offset, args.batch_size, args.seq_len, args.labels, seed=args.seed)
+        x, y = make_batch(step + data_offset, args.batch_size, args.seq_len, args.labels, seed=args.seed)
         loss = loss_fn(model(x), y)
         fault = args.inject if args.inject and step >= args.inject_at else None
         if _fires(args, "spike", step + 1):
@@ -279,7 +305,6 @@ def _train(
             t0 = time.perf_counter()
             path = os.path.join(ckpt_dir, f"step-{step}.pt")
             size = _save_checkpoint(
-                torch,
                 path,
                 {
                     "model": model.state_dict(),
@@ -289,7 +314,7 @@ def _train(
                 },
             )
             reloaded = torch.load(path, weights_only=True)
-            build_model(torch).load_state_dict(reloaded["model"])  # read back and loaded: verified
+            build_model().load_state_dict(reloaded["model"])  # read back and loaded: verified
             _link_latest(path, latest)
             log.checkpoint(path, seconds=time.perf_counter() - t0, bytes=size, verified=True)
 

@@ -31,7 +31,7 @@ import os
 import time
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 try:
     import torch
@@ -57,6 +57,12 @@ from .session import (
     write_state,
 )
 
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from ..convert import Flag, Scalar
+
 __all__ = ["RunwatchCallback", "auroc_metrics"]
 
 _log = logging.getLogger("runwatch")
@@ -75,16 +81,29 @@ _EVAL_BOOKKEEPING = (
 )
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
 
 
+def _output_dir(args: TrainingArguments) -> str:
+    """`args.output_dir`, which TrainingArguments sets (to its default when not given) on construction."""
+    assert args.output_dir is not None
+    return args.output_dir
+
+
 class _Session:
     """One `Trainer.train()` on the main process: the logger, the pending updates, the loss hook."""
 
-    def __init__(self, options: CallbackOptions, args: Any, state: Any, model: Any, optimizer: Any) -> None:
+    def __init__(
+        self,
+        options: CallbackOptions,
+        args: TrainingArguments,
+        state: TrainerState,
+        model: torch.nn.Module | None,
+        optimizer: torch.optim.Optimizer | None,
+    ) -> None:
         self.options = options
         self.args = args
         self.run_dir = options.resolve_run_dir(args.output_dir)
@@ -94,8 +113,9 @@ class _Session:
         self.accumulation = int(args.gradient_accumulation_steps)
         self.counts_tokens = getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False, None)
         self.nonfinite: NonFiniteLossError | None = None
-        self.pending: list = []  # (loss tensor or None, skipped) per update since the last window
-        self.micro: list = []  # losses of the current update's micro-batches
+        # (loss tensor or None, skipped) per update since the last window
+        self.pending: list[tuple[Scalar | None, bool]] = []
+        self.micro: list[torch.Tensor] = []  # losses of the current update's micro-batches
         self.micro_scale: float | None = None
         self.last_grad = 0.0
         self.last_lr = 0.0
@@ -108,8 +128,8 @@ class _Session:
 
         step = self.start_step = int(state.global_step)
         self.resume, self.resume_note = self._find_resume(state, step)
-        self.seq_len = options.seq_len or (self.resume or {}).get("seq_len")
-        self.tokens_source = (self.resume or {}).get("tokens_source") or ("seq_len" if self.seq_len else "samples")
+        self.seq_len: int | None = options.seq_len or (self.resume or {}).get("seq_len")
+        self.tokens_source: str = (self.resume or {}).get("tokens_source") or ("seq_len" if self.seq_len else "samples")
         self.tokens_seen_mark = int(getattr(state, "num_input_tokens_seen", 0) or 0)
         self.log: RunLogger | None = None
         self.optimizer_name = (
@@ -121,17 +141,20 @@ class _Session:
         if self.seq_len is not None or not self.counts_tokens:
             self._open(self.seq_len or 1)
         # else the first update's token count gives seq_len, and the session opens then (on_step_end)
-        self.hook = model.register_forward_hook(self._capture_loss, with_kwargs=True) if model is not None else None
+        self.hook: RemovableHandle | None = (
+            model.register_forward_hook(self._capture_loss, with_kwargs=True) if model is not None else None
+        )
 
     # --- setup ------------------------------------------------------------------------------
 
-    def _find_resume(self, state: Any, step: int) -> tuple[dict | None, str | None]:
+    def _find_resume(self, state: TrainerState, step: int) -> tuple[dict[str, Any] | None, str | None]:
         if step == 0:
             return None, None
         folders = []
-        if isinstance(getattr(self.args, "resume_from_checkpoint", None), str):
-            folders.append(self.args.resume_from_checkpoint)
-        folders.append(os.path.join(self.args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"))
+        resume_from_checkpoint = getattr(self.args, "resume_from_checkpoint", None)
+        if isinstance(resume_from_checkpoint, str):
+            folders.append(resume_from_checkpoint)
+        folders.append(os.path.join(_output_dir(self.args), f"{PREFIX_CHECKPOINT_DIR}-{step}"))
         for folder in folders:
             found = resume_state(read_state(folder), step, os.path.join(folder, "runwatch_state.json"))
             if found is not None:
@@ -139,7 +162,7 @@ class _Session:
         return None, folders[-1]
 
     def _open(self, seq_len: int) -> None:
-        recipe = {
+        recipe: dict[str, Any] = {
             "batch_size": self.batch_size,
             "seq_len": seq_len,
             "gradient_accumulation_steps": self.accumulation,
@@ -180,7 +203,9 @@ class _Session:
         )
         self.mark = time.perf_counter()
 
-    def _capture_loss(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+    def _capture_loss(
+        self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: object
+    ) -> None:
         """Forward hook: keep the loss the model returned in training (a device tensor, no sync)."""
         if not module.training or not torch.is_grad_enabled():
             return
@@ -202,8 +227,15 @@ class _Session:
 
     # --- hooks --------------------------------------------------------------------------------
 
-    def on_step_end(self, args: Any, state: Any, control: Any, optimizer: Any) -> None:
+    def on_step_end(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        optimizer: torch.optim.Optimizer | None,
+    ) -> None:
         micro, self.micro = self.micro, []
+        loss: torch.Tensor | None
         if not micro:
             loss = None
         elif self.micro_scale is not None:
@@ -227,7 +259,7 @@ class _Session:
             control.should_log = True
         self.mark = time.perf_counter()
 
-    def _seq_len_from_tokens(self, state: Any) -> int:
+    def _seq_len_from_tokens(self, state: TrainerState) -> int:
         seen = int(state.num_input_tokens_seen) - self.tokens_seen_mark
         per_sequence, rest = divmod(seen, self.batch_size * self.accumulation)
         if rest or per_sequence < 1:
@@ -244,7 +276,7 @@ class _Session:
         self.tokens_source = "num_input_tokens_seen"
         return per_sequence
 
-    def on_epoch_end(self, control: Any) -> None:
+    def on_epoch_end(self, control: TrainerControl) -> None:
         if self.nonfinite is not None:
             control.should_save = control.should_evaluate = control.should_log = False
         elif self.pending and (control.should_save or control.should_evaluate):
@@ -252,7 +284,7 @@ class _Session:
         else:
             self.expect(control)
 
-    def expect(self, control: Any) -> None:
+    def expect(self, control: TrainerControl) -> None:
         """Enter the phase the Trainer goes into next: an evaluation, else a save (it evaluates
         before it saves, right after the training log)."""
         if self.log is None or self.nonfinite is not None:
@@ -269,7 +301,7 @@ class _Session:
         if self.phase.name != "eval" and self.log is not None and self.nonfinite is None:
             self.phase.enter(self.log, "eval")  # an evaluation no hook announced (another callback's)
 
-    def on_log(self, state: Any, control: Any, logs: dict) -> None:
+    def on_log(self, state: TrainerState, control: TrainerControl, logs: Mapping[str, object]) -> None:
         if "loss" not in logs or any(k.startswith("eval_") for k in logs):
             return  # evaluation metrics (counted in on_evaluate) and the final summary (`train_loss`)
         loss = _number(logs.get("loss"))
@@ -282,7 +314,7 @@ class _Session:
         self._flush(state, control, logged_loss=loss)
         self.expect(control)
 
-    def _flush(self, state: Any, control: Any, logged_loss: float | None = None) -> None:
+    def _flush(self, state: TrainerState, control: TrainerControl, logged_loss: float | None = None) -> None:
         """Write the pending updates as one train window."""
         if not self.pending or self.log is None or self.nonfinite is not None:
             return
@@ -303,11 +335,13 @@ class _Session:
         self._check_tokens(state, len(updates))
         self.window_opened = time.monotonic()
         try:
-            feed(self.log, updates, lr=self.last_lr, grad_norm=self.last_grad, clipped=clipped)
+            # no None left in `updates` (replaced above); feed empties the list, self.pending
+            losses = cast("list[tuple[Scalar, Flag]]", updates)
+            feed(self.log, losses, lr=self.last_lr, grad_norm=self.last_grad, clipped=clipped)
         except NonFiniteLossError as exc:
             self._stop(control, exc)
 
-    def _check_tokens(self, state: Any, attempted: int) -> None:
+    def _check_tokens(self, state: TrainerState, attempted: int) -> None:
         if not self.counts_tokens:
             return
         seen = int(state.num_input_tokens_seen)
@@ -323,14 +357,14 @@ class _Session:
                 stacklevel=4,
             )
 
-    def _stop(self, control: Any, exc: NonFiniteLossError) -> None:
+    def _stop(self, control: TrainerControl, exc: NonFiniteLossError) -> None:
         self.nonfinite = exc
         self.pending.clear()
         control.should_training_stop = True
         control.should_save = control.should_evaluate = False
         _log.error("%s; training stopped before its next evaluation or save", exc)
 
-    def on_evaluate(self, state: Any, control: Any, metrics: dict) -> None:
+    def on_evaluate(self, state: TrainerState, control: TrainerControl, metrics: Mapping[str, object]) -> None:
         try:
             self._evaluated(state, control, metrics)
         finally:
@@ -338,7 +372,7 @@ class _Session:
         if control.should_save and self.log is not None and self.nonfinite is None:
             self.phase.enter(self.log, "checkpoint")
 
-    def _evaluated(self, state: Any, control: Any, metrics: dict) -> None:
+    def _evaluated(self, state: TrainerState, control: TrainerControl, metrics: Mapping[str, object]) -> None:
         if self.log is None or self.nonfinite is not None:
             return
         self._flush(state, control)
@@ -368,19 +402,19 @@ class _Session:
             self._stop(control, exc)
         self.mark = time.perf_counter()
 
-    def on_save(self, args: Any, state: Any, control: Any) -> None:
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl) -> None:
         try:
             self._saved(args, state, control)
         finally:
             self.phase.leave()
 
-    def _saved(self, args: Any, state: Any, control: Any) -> None:
+    def _saved(self, args: TrainingArguments, state: TrainerState, control: TrainerControl) -> None:
         if self.log is None or self.nonfinite is not None:
             return
         self._flush(state, control)
         if self.nonfinite is not None:
             return
-        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        folder = os.path.join(_output_dir(args), f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
         saved = self.log.state_dict()
         saved["seq_len"] = self.seq_len
         saved["tokens_source"] = self.tokens_source
@@ -392,7 +426,7 @@ class _Session:
         self.log.checkpoint(folder, seconds=seconds, bytes=folder_bytes(folder) if os.path.isdir(folder) else None)
         self.mark = time.perf_counter()
 
-    def on_train_end(self, state: Any, control: Any) -> None:
+    def on_train_end(self, state: TrainerState, control: TrainerControl) -> None:
         self.phase.leave()
         try:
             if self.log is not None and self.nonfinite is None:
@@ -434,7 +468,7 @@ class RunwatchCallback(TrainerCallback):
 
     def __init__(
         self,
-        run_dir: str | os.PathLike | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
         window: int | None = None,
         seq_len: int | None = None,
         *,
@@ -445,10 +479,18 @@ class RunwatchCallback(TrainerCallback):
             run_dir=None if run_dir is None else os.fspath(run_dir), window=window, seq_len=seq_len, fsync=fsync
         )
         self.resume_from = resume_from(resume, self.options.run_dir)
-        self._session: Any = _NO_SESSION
+        self._session: _Session = _NO_SESSION  # or _NO_SESSION: outside training, on the other ranks
         self.run_dir: str | None = None  # the run directory, once a training has begun
 
-    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+    def on_train_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        model: torch.nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        **kwargs: Any,
+    ) -> None:
         """Start a session (a new one, or one resumed from the checkpoint's runwatch state)."""
         if self._session is not _NO_SESSION:
             self._session.abandon()
@@ -457,35 +499,64 @@ class RunwatchCallback(TrainerCallback):
             self._session = _Session(self.options, args, state, model, optimizer)
             self.run_dir = self._session.run_dir
 
-    def on_step_begin(self, args, state, control, **kwargs):
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         """Training goes on: no evaluation or save is under way."""
         self._session.on_step_begin()
 
-    def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+    def on_step_end(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        optimizer: torch.optim.Optimizer | None = None,
+        **kwargs: Any,
+    ) -> None:
         """One optimizer update (or a skipped one) happened."""
         self._session.on_step_end(args, state, control, optimizer)
 
-    def on_prediction_step(self, args, state, control, **kwargs):
+    def on_prediction_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         """An evaluation batch: the heartbeat shows phase `eval` until `on_evaluate`."""
         self._session.on_prediction_step()
 
-    def on_epoch_end(self, args, state, control, **kwargs):
+    def on_epoch_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         """Ask for a log before an end-of-epoch evaluation or save; none after a non-finite loss."""
         self._session.on_epoch_end(control)
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         """A training log closes the window of the updates since the previous one."""
         self._session.on_log(state, control, logs or {})
 
-    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+    def on_evaluate(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        metrics: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         """An evaluation becomes a val event."""
         self._session.on_evaluate(state, control, metrics or {})
 
-    def on_save(self, args, state, control, **kwargs):
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """A saved checkpoint: store the logger's state in it, then log a checkpoint event."""
         self._session.on_save(args, state, control)
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         """End the session; raise NonFiniteLossError if the loss went non-finite."""
         session, self._session = self._session, _NO_SESSION
         session.on_train_end(state, control)

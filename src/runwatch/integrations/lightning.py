@@ -29,8 +29,8 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 try:
     import torch
@@ -46,25 +46,33 @@ from ..metrics import RunLogger
 from .session import NO_SESSION as _NO_SESSION
 from .session import STATE_KEY, CallbackOptions, PhaseHolder, check_state, folder_bytes, resume_from, resume_state
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import lightning.pytorch as pl
+    from lightning.pytorch.utilities.types import STEP_OUTPUT
+
+    from ..convert import Flag, Scalar
+
 __all__ = ["RunwatchCallback"]
 
 
 class _TimedCheckpointIO(CheckpointIO):
     """Wraps the strategy's CheckpointIO to report each file it writes (path, seconds) to the session."""
 
-    def __init__(self, inner: CheckpointIO, on_saved: Any) -> None:
+    def __init__(self, inner: CheckpointIO, on_saved: Callable[[str, float], None]) -> None:
         self.inner = inner
         self.on_saved = on_saved
 
-    def save_checkpoint(self, checkpoint: dict, path: Any, storage_options: Any = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         t0 = time.perf_counter()
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
         self.on_saved(os.fspath(path), time.perf_counter() - t0)
 
-    def load_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+    def load_checkpoint(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return self.inner.load_checkpoint(*args, **kwargs)
 
-    def remove_checkpoint(self, path: Any) -> None:
+    def remove_checkpoint(self, path: str | Path) -> None:
         self.inner.remove_checkpoint(path)
 
     def teardown(self) -> None:
@@ -75,7 +83,12 @@ class _Session:
     """One `fit` on global rank 0: the logger, the current update's losses, the grad-norm tensor."""
 
     def __init__(
-        self, options: CallbackOptions, val_prefix: str, batch_size: int | None, trainer: Any, stored: dict | None
+        self,
+        options: CallbackOptions,
+        val_prefix: str,
+        batch_size: int | None,
+        trainer: pl.Trainer,
+        stored: dict[str, Any] | None,
     ) -> None:
         self.val_prefix = val_prefix
         self.trainer = trainer
@@ -84,7 +97,7 @@ class _Session:
         per_device = batch_size or self._loader_batch_size(trainer)
         self.seq_len = options.seq_len or (resume or {}).get("seq_len") or 1
         world = max(1, int(trainer.world_size))
-        recipe = {
+        recipe: dict[str, Any] = {
             "batch_size": per_device * world,
             "seq_len": self.seq_len,
             "gradient_accumulation_steps": int(trainer.accumulate_grad_batches),
@@ -116,12 +129,13 @@ class _Session:
         )
         self.run_dir = self.log.run_dir
         self.attempted = 0  # optimizer steps since the last train batch end
-        self.params: dict = {}  # per optimizer: its parameters, and whether on one device
-        self.lr: Any = 0.0
-        self.loss: Any = None  # the current update's loss: a device tensor, summed over batches
-        self.grad_norm: Any = None  # the last pre-clip gradient norm: a device tensor
-        self.skipped: Any = False
-        self.clipped: Any = False
+        # per optimizer (by id): its parameters, and whether they are on one device
+        self.params: dict[int, tuple[list[torch.Tensor], bool]] = {}
+        self.lr: Scalar = 0.0
+        self.loss: torch.Tensor | None = None  # the current update's loss: a device tensor, summed over batches
+        self.grad_norm: torch.Tensor | None = None  # the last pre-clip gradient norm: a device tensor
+        self.skipped: Flag = False
+        self.clipped: Flag = False
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         self.scaled = scaler is not None  # fp16 with a GradScaler: a non-finite gradient means a skipped update
         self.clip_val = float(trainer.gradient_clip_val or 0.0)
@@ -134,7 +148,7 @@ class _Session:
         self.phase = PhaseHolder()
 
     @staticmethod
-    def _loader_batch_size(trainer: Any) -> int:
+    def _loader_batch_size(trainer: pl.Trainer) -> int:
         loader = trainer.train_dataloader
         size = getattr(loader, "batch_size", None)
         if type(size) is int and size > 0:
@@ -147,14 +161,14 @@ class _Session:
         )
         return 1
 
-    def on_before_optimizer_step(self, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.attempted += 1  # one call per optimizer step, skipped by the scaler or not
         self.lr = optimizer.param_groups[0]["lr"]
         params = self.params.get(id(optimizer))
         if params is None:
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            one_device = len({p.device for p in params}) <= 1
-            self.params[id(optimizer)] = params = (params, one_device)
+            tensors: list[torch.Tensor] = [p for group in optimizer.param_groups for p in group["params"]]
+            one_device = len({p.device for p in tensors}) <= 1
+            self.params[id(optimizer)] = params = (tensors, one_device)
         grads = [p.grad for p in params[0] if p.grad is not None]
         if not grads:
             return
@@ -168,7 +182,7 @@ class _Session:
         self.skipped = ~torch.isfinite(norm) if self.scaled else False
         self.clipped = norm > self.clip_val if self.clips_norm else False
 
-    def on_train_batch_end(self, outputs: Any) -> None:
+    def on_train_batch_end(self, outputs: STEP_OUTPUT) -> None:
         loss = outputs.get("loss") if type(outputs) is dict or isinstance(outputs, Mapping) else outputs
         if isinstance(loss, torch.Tensor):
             if loss.requires_grad:  # Lightning hands over a detached copy; a custom loop may not
@@ -216,7 +230,7 @@ class _Session:
                     values[key[len(prefix) + 1 :]] = value
         self.log.val(loss=metrics[loss_key], metrics=values)  # note: one sync per validation
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = self.log.state_dict()  # closes the window: a NaN raises here, before the file is written
         state["seq_len"] = self.seq_len
         checkpoint[STATE_KEY] = state
@@ -258,7 +272,7 @@ class RunwatchCallback(Callback):
 
     def __init__(
         self,
-        run_dir: str | os.PathLike | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
         window: int | None = None,
         seq_len: int | None = None,
         *,
@@ -278,15 +292,17 @@ class RunwatchCallback(Callback):
         self.batch_size = batch_size
         self.val_prefix = val_prefix
         self.run_dir: str | None = None  # the run directory, once a fit has begun
-        self._stored: dict | None = None
-        self._session: Any = _NO_SESSION
+        self._stored: dict[str, Any] | None = None
+        self._session: _Session = _NO_SESSION  # or _NO_SESSION: outside fit, on the other ranks
 
-    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         """Keep the runwatch state of the checkpoint being resumed."""
         stored = checkpoint.get(STATE_KEY)
         self._stored = None if stored is None else check_state(stored, "the checkpoint's runwatch state")
 
-    def on_train_start(self, trainer, pl_module):
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Start a session (a new one, or one resumed from the checkpoint's runwatch state)."""
         if self._session is not _NO_SESSION:
             self._session.close("error", "fit ended without on_fit_end")
@@ -296,38 +312,46 @@ class RunwatchCallback(Callback):
             self._session = _Session(self.options, self.val_prefix, self.batch_size, trainer, stored)
             self.run_dir = self._session.run_dir
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         """Training goes on: no validation or save is under way."""
         self._session.on_train_batch_start()
 
-    def on_validation_start(self, trainer, pl_module):
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """A validation during fit: the heartbeat shows phase `eval` until it ends."""
         if not trainer.sanity_checking:
             self._session.on_validation_start()
 
-    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
         """The pre-clip gradient norm, on the device."""
         self._session.on_before_optimizer_step(optimizer)
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+    ) -> None:
         """A batch ended; when the optimizer stepped, that is one attempted update."""
         self._session.on_train_batch_end(outputs)
 
-    def on_validation_end(self, trainer, pl_module):
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """A validation during fit (not the sanity check) becomes a val event."""
         if not trainer.sanity_checking:
             self._session.on_validation_end()
 
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         """Store the logger's state in the checkpoint (its file is logged once written)."""
         self._session.on_save_checkpoint(checkpoint)
 
-    def on_fit_end(self, trainer, pl_module):
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """End the session normally."""
         session, self._session = self._session, _NO_SESSION
         session.close("normal")
 
-    def on_exception(self, trainer, pl_module, exception):
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """End the session: interrupted (Ctrl-C, SIGTERM) or error; a non-finite loss already ended it."""
         session, self._session = self._session, _NO_SESSION
         if isinstance(exception, NonFiniteLossError):

@@ -12,12 +12,16 @@ import contextlib
 import dataclasses
 import math
 import os
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InvalidRunError
 from ..journal import atomic_write_text
 from ..metrics import RunLogger, default_window
 from ..schema import dumps, loads
+
+if TYPE_CHECKING:
+    from ..convert import Flag, Scalar
 
 __all__ = [
     "CallbackOptions",
@@ -67,7 +71,7 @@ class CallbackOptions:
         if type(self.fsync) is not bool:
             raise ValueError(f"RunwatchCallback.fsync must be a bool, got {self.fsync!r}")
 
-    def resolve_run_dir(self, output_dir: str | os.PathLike | None) -> str:
+    def resolve_run_dir(self, output_dir: str | os.PathLike[str] | None) -> str:
         """The run directory: the option, else `RUNWATCH_RUN_DIR`, else `<output_dir>/runwatch`."""
         if self.run_dir is not None:
             return os.fspath(self.run_dir)
@@ -77,14 +81,14 @@ class CallbackOptions:
         return os.path.join(os.fspath(output_dir or "."), "runwatch")
 
 
-def write_state(folder: str, state: dict) -> str:
+def write_state(folder: str, state: dict[str, Any]) -> str:
     """Write `state` to `folder/runwatch_state.json` atomically (temp file, fsync, rename)."""
     path = os.path.join(folder, STATE_FILE)
     atomic_write_text(path, dumps(state) + "\n")
     return path
 
 
-def read_state(folder: str) -> dict | None:
+def read_state(folder: str) -> dict[str, Any] | None:
     """The state stored in `folder/runwatch_state.json`, or None when there is none."""
     path = os.path.join(folder, STATE_FILE)
     try:
@@ -98,7 +102,7 @@ def read_state(folder: str) -> dict | None:
     return check_state(state, path)
 
 
-def check_state(state: Any, where: str) -> dict:
+def check_state(state: Any, where: str) -> dict[str, Any]:
     """Check a stored state: an object with int counters >= 0; return it."""
     if not isinstance(state, dict):
         raise InvalidRunError(f"{where}: the runwatch state must be an object, got {type(state).__name__}")
@@ -109,7 +113,7 @@ def check_state(state: Any, where: str) -> dict:
     return state
 
 
-def resume_state(state: dict | None, step: int, where: str) -> dict | None:
+def resume_state(state: dict[str, Any] | None, step: int, where: str) -> dict[str, Any] | None:
     """The stored state, checked against the framework's own step at resume."""
     if state is None:
         return None
@@ -120,7 +124,9 @@ def resume_state(state: dict | None, step: int, where: str) -> dict | None:
     return state
 
 
-def feed(log: RunLogger, updates: list, lr: Any, grad_norm: Any, clipped: Any = False) -> None:
+def feed(
+    log: RunLogger, updates: list[tuple[Scalar, Flag]], lr: Scalar, grad_norm: Scalar, clipped: Flag = False
+) -> None:
     """Hand the pending `(loss, skipped)` updates to `log` as one train window and close it.
 
     Skipped updates (a loss-scale overflow) carry an infinite gradient norm: it was not finite, which
@@ -163,7 +169,7 @@ class PhaseHolder:
 
     def __init__(self) -> None:
         self.name: str | None = None
-        self._context: Any = None
+        self._context: AbstractContextManager[None] | None = None
 
     def enter(self, log: RunLogger, name: str) -> None:
         """Be in phase `name` (nothing to do when already in it)."""

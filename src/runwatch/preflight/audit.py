@@ -24,26 +24,29 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import ctypes
 import dataclasses
 import importlib
 import json
 import math
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.context
+import multiprocessing.process
 import os
 import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeAlias, TypedDict, cast
 
 from ..errors import DataError, UsageError
 from ..journal import atomic_write_text
 from ..schema import strict_json
-from .corpus import Corpus, JsonlWriter, Row, open_writer
+from .corpus import Corpus, JsonlWriter, Row, Writer, open_writer
 
-__all__ = ["AuditOptions", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
+__all__ = ["AuditOptions", "AuditReport", "CheckResult", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
 
 CHECKS = ("python", "json")  # or MODULE:FUNCTION
 NORMALIZERS = ("none", "ast", "black")
@@ -57,6 +60,38 @@ DEFAULT_ROW_TIMEOUT = 10.0
 # Workers that die one after another without finishing a chunk: the pool, not a row, is broken.
 MAX_CONSECUTIVE_DEATHS = 20
 _STAGE_NAMES = ("check", "normalize")
+
+# What checking a row gives: None (kept, normalized text = raw text), a str (kept, that normalized
+# text) or (stage, reason, message) (rejected).
+CheckResult: TypeAlias = "str | tuple[str, str, str] | None"
+# A worker's task: (task id, texts); None asks it to exit. Its reply: (task id, a result per text).
+_Task: TypeAlias = "tuple[int, list[str]] | None"
+_Reply: TypeAlias = "tuple[int, list[CheckResult]]"
+# (task id, chunk number, positions in the chunk) of the task a worker is on
+_Busy: TypeAlias = "tuple[int, int, list[int]]"
+
+
+class AuditReport(TypedDict):
+    """audit.json: what `audit` writes and returns."""
+
+    input: str
+    format: str
+    files: int
+    field: str
+    check: str
+    normalize: str
+    workers: int
+    rows: int
+    kept: int
+    rejected: int
+    fraction_kept: float | None
+    rejected_by_reason: dict[str, dict[str, int]]  # stage -> reason -> rows
+    blank_lines: int
+    made_ids: bool
+    seconds: float
+    rows_per_second: float | None
+    out: str
+    outputs: dict[str, str]  # raw, normalized, rejected, audit -> file name
 
 
 def _default_workers() -> int:
@@ -99,19 +134,19 @@ class AuditOptions:
 # --- checking one row (in a worker, or in this process with --workers 0) --------------------------
 
 
-def _load_function(spec: str) -> Callable[[str], Any]:
+def _load_function(spec: str) -> Callable[[str], object]:
     module_name, _, name = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
         raise UsageError(f"--check {spec}: cannot import {module_name}: {type(exc).__name__}: {exc}") from None
-    fn = getattr(module, name, None)
+    fn: object = getattr(module, name, None)
     if not callable(fn):
         raise UsageError(f"--check {spec}: {module_name} has no function {name!r}")
     return fn
 
 
-def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], None]], Any]:
+def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], None]], CheckResult]:
     """`fn(text, enter_stage) -> None | str | (stage, reason, message)`.
 
     None: kept, normalized text = raw text; a str: kept, that normalized text; a tuple: rejected.
@@ -119,19 +154,21 @@ def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], N
     """
     if check == "python":
 
-        def run_check(text: str) -> Any:
+        def run_check(text: str) -> ast.Module | None:
             return ast.parse(text)
     elif check == "json":
 
-        def run_check(text: str) -> Any:
+        def run_check(text: str) -> ast.Module | None:
             strict_json(text)
+            return None
     else:
         custom = _load_function(check)
 
-        def run_check(text: str) -> Any:
+        def run_check(text: str) -> ast.Module | None:
             result = custom(text)
             if result is not None:
                 raise _Rejected(str(result))
+            return None
 
     if normalize == "black":
         try:
@@ -140,7 +177,7 @@ def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], N
             raise UsageError("--normalize black needs black (pip install 'runwatch[data]')") from None
         mode = black.Mode()
 
-    def process(text: str, enter_stage: Callable[[int], None]) -> Any:
+    def process(text: str, enter_stage: Callable[[int], None]) -> CheckResult:
         try:
             tree = run_check(text)
         except _Rejected as exc:
@@ -152,7 +189,7 @@ def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], N
         enter_stage(1)
         try:
             if normalize == "ast":
-                return ast.unparse(tree if check == "python" else ast.parse(text))
+                return ast.unparse(tree if tree is not None else ast.parse(text))  # only check python leaves a tree
             return black.format_str(text, mode=mode)
         except Exception as exc:
             return ("normalize", type(exc).__name__, str(exc))
@@ -166,7 +203,13 @@ class _Rejected(Exception):
         self.reason = reason
 
 
-def _worker(conn: Any, slots: Any, index: int, check: str, normalize: str) -> None:
+def _worker(
+    conn: multiprocessing.connection.Connection[_Reply, _Task],
+    slots: ctypes.Array[ctypes.c_double],
+    index: int,
+    check: str,
+    normalize: str,
+) -> None:
     """A pool process: receive (task id, texts), send (task id, results), until None arrives."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     process = make_checker(check, normalize)
@@ -184,7 +227,7 @@ def _worker(conn: Any, slots: Any, index: int, check: str, normalize: str) -> No
         if task is None:
             return
         task_id, texts = task
-        results = []
+        results: list[CheckResult] = []
         append = results.append
         for pos, text in enumerate(texts):
             slots[base] = pos
@@ -203,7 +246,7 @@ class _Chunk:
 
     def __init__(self, rows: list[Row]) -> None:
         self.rows = rows
-        self.results: list[Any] = [None] * len(rows)
+        self.results: list[CheckResult] = [None] * len(rows)
         self.pending = 0
 
 
@@ -211,19 +254,25 @@ class _Pool:
     """N worker processes, one task at a time each, killed and replaced when a row hangs."""
 
     def __init__(self, n: int, check: str, normalize: str, row_timeout: float) -> None:
-        self._ctx = multiprocessing.get_context(
-            "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        self._ctx: multiprocessing.context.ForkContext | multiprocessing.context.SpawnContext = (
+            multiprocessing.get_context("fork")
+            if "fork" in multiprocessing.get_all_start_methods()
+            else multiprocessing.get_context("spawn")
         )
-        self._slots = self._ctx.RawArray("d", 3 * n)
+        self._slots = self._ctx.RawArray(ctypes.c_double, 3 * n)  # per worker: row position, start time, stage
         self._check, self._normalize, self.row_timeout = check, normalize, row_timeout
-        self._procs: list[Any] = [None] * n
-        self._conns: list[Any] = [None] * n
-        self.busy: list[Any] = [None] * n  # (task id, chunk number, positions) per worker
+        self._procs: list[multiprocessing.process.BaseProcess] = []
+        self._conns: list[multiprocessing.connection.Connection[_Task, _Reply]] = []
+        self.busy: list[_Busy | None] = [None] * n  # the task each worker is on
         self.deaths = 0
         for i in range(n):
-            self._start(i)
+            proc, conn = self._spawn(i)
+            self._procs.append(proc)
+            self._conns.append(conn)
 
-    def _start(self, i: int) -> None:
+    def _spawn(
+        self, i: int
+    ) -> tuple[multiprocessing.process.BaseProcess, multiprocessing.connection.Connection[_Task, _Reply]]:
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(
             target=_worker,
@@ -233,7 +282,10 @@ class _Pool:
         )
         proc.start()
         child.close()
-        self._procs[i], self._conns[i] = proc, parent
+        return proc, parent
+
+    def _start(self, i: int) -> None:
+        self._procs[i], self._conns[i] = self._spawn(i)
 
     def idle(self) -> list[int]:
         return [i for i, b in enumerate(self.busy) if b is None]
@@ -250,14 +302,14 @@ class _Pool:
             self.busy[i] = (task_id, chunk_no, positions)
             self._conns[i].send((task_id, texts))
 
-    def wait(self, timeout: float) -> list[tuple[int, Any]]:
+    def wait(self, timeout: float) -> list[tuple[int, _Reply | None]]:
         """Results that arrived: (worker, (task id, results)), or (worker, None) for a dead worker."""
-        conns = {self._conns[i]: i for i, b in enumerate(self.busy) if b is not None}
-        out = []
-        for conn in multiprocessing.connection.wait(list(conns), timeout):
-            i = conns[conn]
+        conns: dict[object, int] = {self._conns[i]: i for i, b in enumerate(self.busy) if b is not None}
+        out: list[tuple[int, _Reply | None]] = []
+        for ready in multiprocessing.connection.wait([self._conns[i] for i in conns.values()], timeout):
+            i = conns[ready]
             try:
-                out.append((i, conn.recv()))
+                out.append((i, self._conns[i].recv()))
             except (EOFError, OSError):
                 out.append((i, None))
         return out
@@ -270,7 +322,7 @@ class _Pool:
             if b is not None and self._slots[3 * i + 1] and now - self._slots[3 * i + 1] > self.row_timeout
         ]
 
-    def replace(self, i: int) -> tuple[int, int, int]:
+    def replace(self, i: int) -> tuple[int, int, int | None]:
         """Kill worker i and start another; return (row position in its task, stage, exit code)."""
         pos, stage = int(self._slots[3 * i]), int(self._slots[3 * i + 2])
         proc = self._procs[i]
@@ -333,7 +385,7 @@ def _out_dir(input_path: str, options: AuditOptions) -> str:
     return out
 
 
-def audit(input_path: str, options: AuditOptions) -> dict:
+def audit(input_path: str, options: AuditOptions) -> AuditReport:
     """Audit `input_path`; write the outputs into the output directory; return audit.json's content."""
     corpus = Corpus(input_path, options.field, options.id_field)
     out = _out_dir(input_path, options)
@@ -350,8 +402,8 @@ def audit(input_path: str, options: AuditOptions) -> dict:
     counts: dict[str, dict[str, int]] = {}
     stats = {"rows": 0, "kept": 0}
     t0 = time.perf_counter()
-    writers: list[Any] = []
-    pool = None
+    writers: list[Writer] = []
+    pool: _Pool | None = None
     done = False
     try:
         raw_w = open_writer(corpus, tmp["raw"])
@@ -366,7 +418,7 @@ def audit(input_path: str, options: AuditOptions) -> dict:
                 stats["rows"] += 1
                 if row.error is not None:
                     result = ("read", row.error[0], row.error[1])
-                if type(result) is tuple:
+                if isinstance(result, tuple):
                     stage, reason, message = result
                     by_stage = counts.setdefault(stage, {})
                     by_stage[reason] = by_stage.get(reason, 0) + 1
@@ -387,11 +439,11 @@ def audit(input_path: str, options: AuditOptions) -> dict:
         chunks = _chunks(corpus.rows(), options.chunk_rows)
         if options.workers == 0:
             noop = _noop
-            for rows in chunks:
-                chunk = _Chunk(rows)
-                for k, row in enumerate(rows):
+            for chunk_rows in chunks:
+                chunk = _Chunk(chunk_rows)
+                for k, row in enumerate(chunk_rows):
                     if row.error is None:
-                        chunk.results[k] = process(row.text, noop)
+                        chunk.results[k] = process(cast(str, row.text), noop)  # a readable row has its text
                 emit(chunk)
         else:
             pool = _Pool(options.workers, options.check, options.normalize, options.row_timeout)
@@ -401,7 +453,7 @@ def audit(input_path: str, options: AuditOptions) -> dict:
         writers.clear()
         seconds = time.perf_counter() - t0
         rows = stats["rows"]
-        report = {
+        report: AuditReport = {
             "input": input_path,
             "format": corpus.format,
             "files": len(corpus.files),
@@ -448,7 +500,7 @@ def _noop(stage: int) -> None:
     return None
 
 
-def _chunks(rows: Any, size: int) -> Any:
+def _chunks(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
     chunk: list[Row] = []
     for row in rows:
         chunk.append(row)
@@ -459,7 +511,7 @@ def _chunks(rows: Any, size: int) -> Any:
         yield chunk
 
 
-def _run_pool(pool: _Pool, chunks: Any, options: AuditOptions, emit: Callable[[_Chunk], None]) -> None:
+def _run_pool(pool: _Pool, chunks: Iterator[list[Row]], options: AuditOptions, emit: Callable[[_Chunk], None]) -> None:
     """Feed chunks to the pool, collect results, cut off hung rows, emit chunks in order."""
     held: dict[int, _Chunk] = {}  # chunk number -> chunk, read and not yet written
     ready: deque[tuple[int, list[int]]] = deque()  # (chunk number, positions) waiting for a worker
@@ -494,7 +546,8 @@ def _run_pool(pool: _Pool, chunks: Any, options: AuditOptions, emit: Callable[[_
             chunk_no, positions = ready.popleft()
             rows = held[chunk_no].rows
             task_id += 1
-            pool.submit(i, task_id, chunk_no, positions, [rows[k].text for k in positions])
+            texts = cast("list[str]", [rows[k].text for k in positions])  # readable rows: each has its text
+            pool.submit(i, task_id, chunk_no, positions, texts)
         while next_emit in held and held[next_emit].pending == 0:
             emit(held.pop(next_emit))
             next_emit += 1
@@ -503,7 +556,9 @@ def _run_pool(pool: _Pool, chunks: Any, options: AuditOptions, emit: Callable[[_
         # every worker busy: read ahead one chunk while they work, then only look for results
         timeout = 0.0 if (not pool.idle() and read_one()) else poll
         for i, message in pool.wait(timeout):
-            _, chunk_no, positions = pool.busy[i]
+            busy = pool.busy[i]
+            assert busy is not None  # wait() answers for busy workers only
+            _, chunk_no, positions = busy
             if message is None:  # the worker died on a row
                 pos, stage, code = pool.replace(i)
                 pool.deaths += 1
@@ -528,7 +583,9 @@ def _run_pool(pool: _Pool, chunks: Any, options: AuditOptions, emit: Callable[[_
                 chunk.results[k] = result
             chunk.pending -= len(positions)
         for i in pool.overdue():
-            _, chunk_no, positions = pool.busy[i]
+            busy = pool.busy[i]
+            assert busy is not None  # overdue() names busy workers only
+            _, chunk_no, positions = busy
             pos, stage, _ = pool.replace(i)
             _cut(
                 held[chunk_no],
@@ -544,7 +601,14 @@ def _run_pool(pool: _Pool, chunks: Any, options: AuditOptions, emit: Callable[[_
             )
 
 
-def _cut(chunk: _Chunk, positions: list[int], pos: int, ready: deque, chunk_no: int, result: tuple) -> None:
+def _cut(
+    chunk: _Chunk,
+    positions: list[int],
+    pos: int,
+    ready: deque[tuple[int, list[int]]],
+    chunk_no: int,
+    result: tuple[str, str, str],
+) -> None:
     """Reject the row at task position `pos`; send the task's other rows again, first in line."""
     k = positions[pos]
     chunk.results[k] = result
@@ -592,7 +656,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print audit.json's content")
 
 
-def render(report: dict) -> str:
+def render(report: AuditReport) -> str:
     """The text report."""
     frac = report["fraction_kept"]
     lines = [

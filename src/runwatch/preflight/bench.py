@@ -26,13 +26,27 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..errors import InsufficientRunError, InvalidRunError, UsageError
 from ..journal import atomic_write_text
 from ..options import add_command_arguments, split_command
 
-__all__ = ["BenchOptions", "bench", "steady_rates", "quantile", "last_error_line", "render", "add_arguments", "run"]
+if TYPE_CHECKING:
+    from ..records import RecordParser
+
+__all__ = [
+    "BenchOptions",
+    "BenchResult",
+    "SteadyRates",
+    "bench",
+    "steady_rates",
+    "quantile",
+    "last_error_line",
+    "render",
+    "add_arguments",
+    "run",
+]
 
 # About 15 steps are enough to see the steady rate of a real job; the first 3 hold compilation,
 # autotuning, the data loader's start and allocator growth.
@@ -51,6 +65,39 @@ _ERROR_LINE = re.compile(
     r"(^|\s)[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b|^(error|fatal|killed|segmentation fault)\b", re.IGNORECASE
 )
 _LAUNCH_BANNER = "--- runwatch launch "
+
+
+class StepSeconds(TypedDict):
+    """Seconds per attempted update: the median and the 10th and 90th percentiles."""
+
+    median: float
+    p10: float
+    p90: float
+
+
+class SteadyRates(TypedDict):
+    """What `steady_rates` returns."""
+
+    updates: int
+    steady_updates: int
+    samples_per_second: float
+    tokens_per_second: float
+    seconds_per_step: StepSeconds
+
+
+class BenchResult(TypedDict):
+    """bench.json: what `bench` writes and returns."""
+
+    steps: int
+    warmup: int
+    samples_per_second: float
+    tokens_per_second: float
+    seconds_per_step: StepSeconds
+    seconds_to_first_step: float
+    updates: int
+    steady_updates: int
+    seq_len: int
+    stopped: str | None  # how the job was stopped; None when it had exited by itself
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +124,7 @@ def quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def steady_rates(train: list[dict], seq_len: int, warmup: int) -> dict:
+def steady_rates(train: list[dict[str, Any]], seq_len: int, warmup: int) -> SteadyRates:
     """Steady rates over schema-v1 train records after the first `warmup` updates (whole records).
 
     Returns `{"updates", "steady_updates", "samples_per_second", "tokens_per_second",
@@ -140,16 +187,16 @@ class _LogTail:
                 self.follower.offset = f.tell()
         except FileNotFoundError:
             pass
-        self.parser: Any = None
+        self.parser: RecordParser | None = None
         self.session: str | None = None
         self.seq_len = 1
-        self.train: list[dict] = []
+        self.train: list[dict[str, Any]] = []  # the train records' fields as written
         self.ended = False
 
     def close(self) -> None:
         self.follower.close()
 
-    def _parser(self) -> Any:
+    def _parser(self) -> RecordParser | None:
         if self.parser is None and os.path.exists(os.path.join(self.run_dir, "run.json")):
             from ..records import RecordParser
             from ..schema import read_manifest
@@ -161,7 +208,8 @@ class _LogTail:
     def poll(self) -> None:
         """Read what was written since the last poll. Raises InvalidRunError for an invalid record."""
         while True:
-            if self._parser() is None:
+            parser = self._parser()
+            if parser is None:
                 if os.path.exists(self.path) and os.path.getsize(self.path) > self.follower.offset:
                     raise InvalidRunError(
                         f"{self.path}: written without run.json (bench reads logs of RunLogger"
@@ -174,18 +222,19 @@ class _LogTail:
                     f"metrics.jsonl:{batch.too_long}: line longer than {self.follower.max_line_bytes} bytes"
                 )
             for lineno, raw in batch.lines:
-                rec = self.parser.parse_line(lineno, raw)
+                rec = parser.parse_line(lineno, raw)
                 if rec is None:
                     continue
                 if self.session is None:
                     self.session = rec.session
-                    entry = self.parser.entry(rec.session)
+                    entry = parser.entry(rec.session)
                     self.seq_len = entry["recipe"]["seq_len"] if entry else 1
                 if rec.session != self.session:
                     continue  # a later session (the job restarted itself): not part of the bench
                 if rec.kind == "invalid":
                     raise InvalidRunError(rec.error)
                 if rec.kind == "train":
+                    assert rec.raw is not None  # always set for a valid schema-v1 record
                     self.train.append(rec.raw)
                 elif rec.kind == "end":
                     self.ended = True
@@ -201,7 +250,7 @@ def bench(
     cmd: list[str],
     options: BenchOptions = BenchOptions(),
     progress: Callable[[int, int], None] | None = None,
-) -> dict:
+) -> BenchResult:
     """Launch `cmd` for `run_dir`, time `options.steps` updates, stop it; return (and write) bench.json.
 
     Raises UsageError when `cmd` cannot start, InsufficientRunError when it ends before `steps`
@@ -247,7 +296,7 @@ def bench(
             stopped = note.split(": ", 1)[-1]
         tail.close()
     # Only the records up to the one that reached `steps` count (the job ran on while it was stopped).
-    measured: list[dict] = []
+    measured: list[dict[str, Any]] = []
     total = 0
     for rec in tail.train:
         if total >= options.steps and _steady_from(measured, options.warmup):
@@ -256,7 +305,7 @@ def bench(
         total += rec["updates"]
     rates = steady_rates(measured, tail.seq_len, options.warmup)
     first = tail.train[0]["time"] - info["time"]
-    result = {
+    result: BenchResult = {
         "steps": options.steps,
         "warmup": options.warmup,
         "samples_per_second": rates["samples_per_second"],
@@ -272,7 +321,7 @@ def bench(
     return result
 
 
-def _steady_from(train: list[dict], warmup: int) -> list[dict]:
+def _steady_from(train: list[dict[str, Any]], warmup: int) -> list[dict[str, Any]]:
     done = 0
     out = []
     for rec in train:
@@ -282,7 +331,7 @@ def _steady_from(train: list[dict], warmup: int) -> list[dict]:
     return out
 
 
-def render(run_dir: str, result: dict) -> str:
+def render(run_dir: str, result: BenchResult) -> str:
     """The text report."""
     sps = result["seconds_per_step"]
     spread = (sps["p90"] - sps["p10"]) / sps["median"] * 100 if sps["median"] > 0 else 0.0

@@ -21,13 +21,15 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from types import ModuleType
+from typing import Any, NamedTuple, Protocol
 
 from ..errors import DataError
 from ..schema import orjson_misread
 
-__all__ = ["Row", "Corpus", "FORMATS", "open_writer", "JsonlWriter"]
+__all__ = ["Row", "Corpus", "FORMATS", "open_writer", "JsonlWriter", "Writer"]
 
+_orjson: ModuleType | None
 try:  # optional fast path (extra: fast), ~3x faster; what it rejects goes to the standard library
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
@@ -56,7 +58,11 @@ CSV_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
 
 
 class Row(NamedTuple):
-    """One row: `error` is (reason, message) when the row could not be read, else None."""
+    """One row: `error` is (reason, message) when the row could not be read, else None.
+
+    `id` is a JSON value (or a CSV cell, or the row's number); `payload` is the format's own: a
+    JSONL row's (line, object, made id), a CSV row's fields, a Parquet row's dict.
+    """
 
     id: Any
     where: str
@@ -134,6 +140,7 @@ class Corpus:
                 first = schema
             elif not schema.equals(first):
                 raise DataError(f"{name}: Parquet schema differs from {self.files[0]}'s")
+        assert first is not None  # _list_files never returns an empty list
         if self.field is not None and self.field not in first.names:
             raise DataError(f"{self.files[0]}: no column {self.field!r} (columns: {', '.join(first.names)})")
         if self.id_field is not None and self.id_field not in first.names:
@@ -212,6 +219,7 @@ class Corpus:
 
     def _csv_rows(self, name: str, number: int) -> Iterator[Row]:
         base = os.path.basename(name)
+        assert self.header is not None  # set by _inspect_csv
         header = self.header[1:] if self.made_ids else self.header
         col = header.index(self.field) if self.field is not None else None
         id_key = self.id_field or "id"
@@ -246,6 +254,7 @@ class Corpus:
                     number += 1
                     continue
                 text = fields[col] if col is not None else None
+                rid: int | str
                 if self.made_ids:
                     rid, fields = number, [str(number), *fields]
                 else:
@@ -295,6 +304,7 @@ class Corpus:
             out[self.field] = text
             return json.dumps(out, ensure_ascii=False)
         if self.format == "csv":
+            assert self.header is not None and self.field is not None  # a CSV corpus read for a field
             fields = list(row.payload)
             fields[self.header.index(self.field)] = text
             return fields
@@ -322,6 +332,15 @@ def _pyarrow_parquet() -> Any:
     except ImportError:
         raise DataError("reading or writing Parquet needs pyarrow (pip install 'runwatch[data]')") from None
     return pq
+
+
+class Writer(Protocol):
+    """What `open_writer` returns: `write` takes the format's item (`Corpus.raw_item`,
+    `Corpus.normalized_item`: a JSONL line, a CSV row's fields, a Parquet row's dict)."""
+
+    def write(self, item: Any) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class JsonlWriter:
@@ -363,9 +382,9 @@ class _ParquetWriter:
         self._path = path
         self._schema = schema
         self._w = pq.ParquetWriter(path, schema)
-        self._rows: list[dict] = []
+        self._rows: list[dict[str, Any]] = []
 
-    def write(self, item: dict) -> None:
+    def write(self, item: dict[str, Any]) -> None:
         self._rows.append(item)
         if len(self._rows) >= PARQUET_BATCH_ROWS:
             self._flush()
@@ -384,10 +403,11 @@ class _ParquetWriter:
             os.fsync(f.fileno())
 
 
-def open_writer(corpus: Corpus, path: str) -> Any:
+def open_writer(corpus: Corpus, path: str) -> Writer:
     """A writer of `corpus`'s format at `path`: `.write(item)` then `.close()` (which fsyncs)."""
     if corpus.format == "jsonl":
         return JsonlWriter(path)
     if corpus.format == "csv":
+        assert corpus.header is not None  # set for every CSV corpus
         return _CsvWriter(path, corpus.header)
     return _ParquetWriter(path, corpus.schema)

@@ -26,12 +26,15 @@ import math
 import os
 import re
 import shlex
+from typing import TypedDict
 
 from ..errors import InvalidRunError, UsageError
 from .throughput import DEFAULT_WARMUP, MIN_STEADY_UPDATES, measure, session_records
 
 __all__ = [
     "PlanOptions",
+    "Projection",
+    "PlanReport",
     "parse_duration",
     "format_duration",
     "project",
@@ -86,6 +89,44 @@ def format_duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
+class Projection(TypedDict):
+    """What `project` returns."""
+
+    train_seconds: float
+    eval_seconds: float
+    setup_seconds: float
+    projected_seconds: float
+    window_seconds: float
+    margin_seconds: float
+    fits: bool
+    max_samples: int
+    max_fraction: float
+
+
+class PlanReport(Projection):
+    """What `plan` returns: the measured throughput, the projection's keys, the next step."""
+
+    run: str
+    source: str
+    throughput_detail: str
+    session_id: str | None
+    last_step: int | None
+    seq_len: int | None
+    warmup: int
+    warmup_updates: int
+    steady_updates: int
+    steady_records: int | None
+    after_step: int | float | None
+    steady_train_tokens_per_second: float | None
+    steady_samples_per_second: float
+    samples: int
+    epochs: float
+    eval_overhead_fraction: float
+    eval_overhead_source: str  # "given", "measured", "included" or "none"
+    val_events: int
+    next_command: str | None  # the `runwatch subsample` command line when it does not fit
+
+
 @dataclasses.dataclass(frozen=True)
 class PlanOptions:
     """What to project: `samples` × `epochs` within `window_seconds` (validated on construction)."""
@@ -129,7 +170,7 @@ def project(
     eval_fraction: float,
     setup_seconds: float,
     window_seconds: float,
-) -> dict:
+) -> Projection:
     """The projection arithmetic alone: times, margin, whether it fits, the largest run that fits."""
     if not samples_per_second > 0:
         raise InvalidRunError(f"steady throughput must be > 0 samples/s, got {samples_per_second!r}")
@@ -163,7 +204,7 @@ def project(
     }
 
 
-def plan(run: str, options: PlanOptions) -> dict:
+def plan(run: str, options: PlanOptions) -> PlanReport:
     """Project `options` from the steady throughput of `run`; return the report.
 
     Raises InvalidRunError for an invalid log and InsufficientRunError when it cannot project.
@@ -175,7 +216,7 @@ def plan(run: str, options: PlanOptions) -> dict:
         eval_fraction, eval_source = source.get("eval_fraction") or 0.0, source["eval_source"]
     else:
         eval_fraction, eval_source = 0.0, "none"
-    result = {
+    result: PlanReport = {
         "run": run,
         "source": source["source"],
         "throughput_detail": source["detail"],
@@ -194,18 +235,16 @@ def plan(run: str, options: PlanOptions) -> dict:
         "eval_overhead_fraction": eval_fraction,
         "eval_overhead_source": eval_source,
         "val_events": source.get("val_events", 0),
-    }
-    result.update(
-        project(
+        **project(
             source["samples_per_second"],
             options.samples,
             options.epochs,
             eval_fraction,
             float(options.setup_seconds),
             float(options.window_seconds),
-        )
-    )
-    result["next_command"] = None
+        ),
+        "next_command": None,
+    }
     if not result["fits"] and result["max_samples"] > 0:
         result["next_command"] = subsample_command(result["max_samples"], options.data, options.stratify)
     return result
@@ -224,7 +263,7 @@ def subsample_command(max_samples: int, data: str | None = None, stratify: str |
     return shlex.join(argv)
 
 
-def verdict_line(result: dict) -> str:
+def verdict_line(result: Projection) -> str:
     """`FITS: ...` or `DOES NOT FIT: ...` with the largest run that fits."""
     used, window = format_duration(result["projected_seconds"]), format_duration(result["window_seconds"])
     if result["fits"]:
@@ -239,7 +278,7 @@ def _rate(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def render(result: dict) -> str:
+def render(result: PlanReport) -> str:
     """The text report; when it does not fit, it ends with the next step."""
     epochs = f"{result['epochs']:g} epoch" + ("" if result["epochs"] == 1 else "s")
     eval_how = {

@@ -23,12 +23,16 @@ import dataclasses
 import json
 import math
 import os
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..checkpoint import verify_checkpoint
 from ..errors import CheckpointError, InvalidRunError, RunwatchError, UsageError
 from .plan import PlanOptions, parse_duration, plan, session_records, verdict_line
 
-__all__ = ["SmokeOptions", "smoke", "render"]
+if TYPE_CHECKING:
+    from ..summary import Summary
+
+__all__ = ["SmokeOptions", "SmokeCheck", "SmokeResult", "smoke", "render"]
 
 # The watchdog's --chance-tolerance default: a loss within 0.02 of chance has not learned anything.
 CHANCE_TOLERANCE = 0.02
@@ -36,6 +40,32 @@ CHANCE_TOLERANCE = 0.02
 METRIC_MARGIN = 0.05
 # Also the watchdog's default `--metric`.
 DEFAULT_METRIC = "auroc"
+
+
+class SmokeCheck(TypedDict):
+    """One check of the table."""
+
+    name: str
+    passed: bool
+    evidence: str
+
+
+class SmokeResult(TypedDict):
+    """What `smoke` returns."""
+
+    run_dir: str
+    checks: list[SmokeCheck]
+    passed: bool
+    failed: list[str]  # the names of the checks that failed
+    verdict: str
+
+
+class _Checkpoint(TypedDict):
+    """A checkpoint record's fields that the check reads."""
+
+    path: str
+    step: int
+    verified: bool | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,11 +84,11 @@ class SmokeOptions:
             raise UsageError(f"smoke.metric must be a non-empty string, got {self.metric!r}")
 
 
-def _check(name: str, passed: bool, evidence: str) -> dict:
+def _check(name: str, passed: bool, evidence: str) -> SmokeCheck:
     return {"name": name, "passed": bool(passed), "evidence": evidence}
 
 
-def _chance(options: SmokeOptions, recipe: dict) -> tuple[float | None, str]:
+def _chance(options: SmokeOptions, recipe: dict[str, Any]) -> tuple[float | None, str]:
     if options.chance_loss is not None:
         return float(options.chance_loss), "--chance-loss"
     k = recipe.get("num_classes")
@@ -67,7 +97,7 @@ def _chance(options: SmokeOptions, recipe: dict) -> tuple[float | None, str]:
     return None, ""
 
 
-def _loss_check(options: SmokeOptions, summary: dict) -> dict:
+def _loss_check(options: SmokeOptions, summary: Summary) -> SmokeCheck:
     chance, source = _chance(options, summary["recipe"])
     first, last = summary["loss"]["first"], summary["loss"]["last"]
     if chance is None:
@@ -87,7 +117,7 @@ def _loss_check(options: SmokeOptions, summary: dict) -> dict:
     )
 
 
-def _metric_check(options: SmokeOptions, vals: list[tuple[int, float]], other_names: set[str]) -> dict:
+def _metric_check(options: SmokeOptions, vals: list[tuple[int, float]], other_names: set[str]) -> SmokeCheck:
     name = options.metric
     if not vals:
         has = f" (val metrics seen: {', '.join(sorted(other_names))})" if other_names else " (no val event)"
@@ -103,7 +133,7 @@ def _metric_check(options: SmokeOptions, vals: list[tuple[int, float]], other_na
     return _check("metric", False, f"{moved}, within 0.5 +- {METRIC_MARGIN}: at chance")
 
 
-def _checkpoint_check(run_dir: str, ckpts: list[dict]) -> dict:
+def _checkpoint_check(run_dir: str, ckpts: list[_Checkpoint]) -> SmokeCheck:
     if not ckpts:
         return _check("checkpoint", False, "no checkpoint record in the log")
     verified = [c for c in ckpts if c.get("verified") is True]
@@ -132,7 +162,7 @@ def _checkpoint_check(run_dir: str, ckpts: list[dict]) -> dict:
     return _check("checkpoint", False, f"{len(ckpts)} written, none verified, and none of the files is still on disk")
 
 
-def _projection_check(run_dir: str, options: PlanOptions) -> dict:
+def _projection_check(run_dir: str, options: PlanOptions) -> SmokeCheck:
     try:
         result = plan(run_dir, options)
     except RunwatchError as exc:
@@ -140,12 +170,12 @@ def _projection_check(run_dir: str, options: PlanOptions) -> dict:
     return _check("projection", result["fits"], verdict_line(result))
 
 
-def smoke(run_dir: str, options: SmokeOptions = SmokeOptions()) -> dict:
+def smoke(run_dir: str, options: SmokeOptions = SmokeOptions()) -> SmokeResult:
     """Judge the smoke run in `run_dir`; return `{"run_dir", "checks": [...], "passed", "failed", "verdict"}`."""
     from ..summary import summarize
 
     names = ["log", "loss", "metric", "checkpoint"] + (["projection"] if options.plan is not None else [])
-    checks: list[dict] = []
+    checks: list[SmokeCheck] = []
     try:
         summary = summarize(run_dir)
     except (InvalidRunError, OSError) as exc:
@@ -172,7 +202,7 @@ def smoke(run_dir: str, options: SmokeOptions = SmokeOptions()) -> dict:
 
     vals: list[tuple[int, float]] = []
     other_names: set[str] = set()
-    ckpts: list[dict] = []
+    ckpts: list[_Checkpoint] = []
     _, _, records = session_records(run_dir)
     for rec in records:
         if rec["event"] == "val":
@@ -189,13 +219,13 @@ def smoke(run_dir: str, options: SmokeOptions = SmokeOptions()) -> dict:
     return _verdict(run_dir, checks)
 
 
-def _verdict(run_dir: str, checks: list[dict]) -> dict:
+def _verdict(run_dir: str, checks: list[SmokeCheck]) -> SmokeResult:
     failed = [c["name"] for c in checks if not c["passed"]]
     verdict = "SMOKE PASS" if not failed else "SMOKE FAIL: " + ", ".join(failed)
     return {"run_dir": run_dir, "checks": checks, "passed": not failed, "failed": failed, "verdict": verdict}
 
 
-def render(result: dict) -> str:
+def render(result: SmokeResult) -> str:
     """The table of checks, ending in the verdict line."""
     width = max(len(c["name"]) for c in result["checks"])
     lines = [f"smoke run {result['run_dir']}", f"{'check':<{width}}  result  evidence"]

@@ -40,18 +40,50 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, TypeAlias, TypedDict, TypeVar
 
 from ..errors import DataError, UsageError
 from ..journal import atomic_write_text
 from .corpus import FORMATS, Corpus, Row, open_writer
 
-__all__ = ["SubsampleOptions", "allocate", "subsample", "render", "add_arguments", "run"]
+__all__ = ["SubsampleOptions", "SubsampleReport", "CountRow", "allocate", "subsample", "render", "add_arguments", "run"]
 
 # Progress on a TTY at most this often.
 PROGRESS_SECONDS = 1.0
 _MISSING = object()
+
+_K = TypeVar("_K", bound=Hashable)
+# A value's stratum: (its JSON type, the value), ("float", "nan") for every NaN, ("json", its
+# sorted-key JSON text) for a list or an object; None without --stratify.
+_Key: TypeAlias = "tuple[str, Any] | None"
+
+
+class CountRow(TypedDict):
+    """One value's line of the report's `counts`."""
+
+    value: Any  # the value as JSON data (None without --stratify)
+    rows: int
+    written: int
+    short: bool
+
+
+class SubsampleReport(TypedDict):
+    """What `subsample` returns and writes to PATH.json."""
+
+    input: str
+    out: str
+    format: str
+    n: int
+    seed: int
+    stratify: str | None
+    balanced: bool
+    rows: int
+    written: int
+    counts: list[CountRow]
+    unreadable: dict[str, int]
+    missing_field: int
+    seconds: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +110,7 @@ class SubsampleOptions:
             raise UsageError(f"subsample.out must end in .jsonl, .csv or .parquet, got {self.out!r}")
 
 
-def allocate(counts: dict[Any, int], n: int, balanced: bool = False) -> dict[Any, int]:
+def allocate(counts: dict[_K, int], n: int, balanced: bool = False) -> dict[_K, int]:
     """Rows to draw per value: proportional by largest remainder, or balanced by water-filling.
 
     `counts` in first-seen order (ties go to more rows, then to the value seen first). The result
@@ -120,14 +152,14 @@ class _Reader:
     def __init__(self, corpus: Corpus, field: str | None) -> None:
         self.corpus = corpus
         self.field = field
-        self.col = None
+        self.col: int | None = None
         if corpus.format == "csv" and corpus.header is not None and field is not None:
             self.col = corpus.header.index(field)
         self.unreadable: dict[str, int] = {}
         self.first_unreadable: str | None = None
         self.missing = 0
         self.first_missing: str | None = None
-        self.display: dict[Any, Any] = {}  # stratum key -> the value as JSON data
+        self.display: dict[_Key, Any] = {}  # stratum key -> the value as JSON data
 
     def _value(self, row: Row) -> Any:
         fmt = self.corpus.format
@@ -137,24 +169,26 @@ class _Reader:
             return row.payload[self.col]
         return row.payload.get(self.field, _MISSING)
 
-    def _key(self, value: Any) -> Any:
+    def _key(self, value: Any) -> _Key:
         # 1, 1.0 and true are different labels (Python's == would merge them); NaN is one value
+        key: tuple[str, Any]
         if type(value) in (str, int, bool) or value is None:
-            key: Any = (type(value).__name__, value)
+            key = (type(value).__name__, value)
         elif type(value) is float:
             key = ("float", "nan") if math.isnan(value) else ("float", value)
         else:
-            key = ("json", json.dumps(value, sort_keys=True, default=str))
+            text = json.dumps(value, sort_keys=True, default=str)
+            key = ("json", text)
         if key not in self.display:
             if key == ("float", "nan"):
                 self.display[key] = "NaN"
             elif type(value) in (str, int, bool, float) or value is None:
                 self.display[key] = value
             else:
-                self.display[key] = json.loads(key[1])
+                self.display[key] = json.loads(text)  # the `else` above: a list or an object
         return key
 
-    def rows(self) -> Any:
+    def rows(self) -> Iterator[tuple[int, _Key, Any]]:
         index = -1
         for row in self.corpus.rows():
             index += 1
@@ -162,7 +196,7 @@ class _Reader:
                 self.unreadable[row.error[0]] = self.unreadable.get(row.error[0], 0) + 1
                 self.first_unreadable = self.first_unreadable or row.where
                 continue
-            key = None
+            key: _Key = None
             if self.field is not None:
                 value = self._value(row)
                 if value is _MISSING:
@@ -176,7 +210,8 @@ class _Reader:
 def _row_bytes(fmt: str, item: Any) -> bytes:
     """What a row's priority is the hash of: the JSONL line, the CSV fields, the Parquet row as JSON."""
     if fmt == "jsonl":
-        return item.encode("utf-8", "surrogatepass")
+        line: str = item
+        return line.encode("utf-8", "surrogatepass")
     if fmt == "csv":
         return "\x1f".join(item).encode("utf-8", "surrogateescape")
     return json.dumps(item, sort_keys=True, default=str).encode("utf-8", "surrogatepass")
@@ -198,7 +233,7 @@ def _progress(label: str) -> Callable[[int], None] | None:
     return show
 
 
-def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] | None = None) -> dict:
+def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] | None = None) -> SubsampleReport:
     """Draw `options.n` rows of `data` into `options.out` (and its counts into `out.json`); return the counts."""
     warn = warn or (lambda message: print(f"subsample: warning: {message}", file=sys.stderr))
     t0 = time.monotonic()
@@ -223,7 +258,7 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
             raise DataError(f"{corpus.files[0]}: no column {field!r} (columns: {', '.join(columns)})")
 
     # Pass 1 (stratified only): rows per value.
-    counts: dict[Any, int] = {}
+    counts: dict[_Key, int] = {}
     if field is not None:
         reader = _Reader(corpus, field)
         show = _progress("counting")
@@ -235,8 +270,8 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
     # Pass 2: the k rows of lowest priority per value, in bounded max-heaps (priorities negated).
     reader = _Reader(corpus, field)
     key_bytes = options.seed.to_bytes(8, "little")
-    heaps: dict[Any, list] = {}
-    seen: dict[Any, int] = {}
+    heaps: dict[_Key, list[tuple[int, int, Any]]] = {}  # (-priority, -index, item) per stratum
+    seen: dict[_Key, int] = {}
     show = _progress("drawing")
     blake = hashlib.blake2b
     fmt = corpus.format
@@ -281,7 +316,7 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
 
     total = sum(counts.values())
     equal = math.ceil(options.n / len(counts)) if counts else 0
-    rows_out: list[dict[str, Any]] = []
+    rows_out: list[CountRow] = []
     for key in counts:
         written = len(heaps.get(key, ()))
         share = (equal if options.balanced else options.n * counts[key] / total) if field is not None else options.n
@@ -296,7 +331,7 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
         )
     rows_out.sort(key=lambda r: (-r["rows"], json.dumps(r["value"], default=str)))
     seconds = time.monotonic() - t0
-    report = {
+    report: SubsampleReport = {
         "input": data,
         "out": options.out,
         "format": corpus.format,
@@ -336,7 +371,7 @@ def _show(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def render(report: dict) -> str:
+def render(report: SubsampleReport) -> str:
     """The counts per value as a table, and what was written."""
     how = "of all rows"
     if report["stratify"] is not None:

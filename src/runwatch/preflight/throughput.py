@@ -22,12 +22,15 @@ import json
 import math
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from ..errors import InsufficientRunError, InvalidRunError
 from ..schema import read_manifest, read_regular_file
 
-__all__ = ["DEFAULT_WARMUP", "MIN_STEADY_UPDATES", "measure", "session_records"]
+if TYPE_CHECKING:
+    from ..records import Record
+
+__all__ = ["DEFAULT_WARMUP", "MIN_STEADY_UPDATES", "Throughput", "measure", "session_records"]
 
 # The first updates hold compilation, autotuning, the data loader's start and allocator growth.
 DEFAULT_WARMUP = 3
@@ -39,7 +42,27 @@ MAX_BENCH_BYTES = 1 << 20
 _TSPS = "train_samples_per_second"
 
 
-def session_records(run_dir: str) -> tuple[dict, dict, Iterator[dict]]:
+class Throughput(TypedDict):
+    """What `measure` returns: the steady rate, and how it was measured."""
+
+    source: str  # "bench", "run", "telemetry" or "trainer_state"
+    samples_per_second: float
+    tokens_per_second: float | None
+    seq_len: int | None
+    steady_updates: int
+    warmup_updates: int
+    detail: str
+    eval_source: str | None  # "measured" (eval_fraction), "included" (in the rate), or None
+    after_step: NotRequired[int | float | None]  # not from a bench
+    # from a run only:
+    steady_records: NotRequired[int]
+    session_id: NotRequired[str]
+    last_step: NotRequired[int]
+    eval_fraction: NotRequired[float | None]
+    val_events: NotRequired[int]
+
+
+def session_records(run_dir: str) -> tuple[dict[str, Any], dict[str, Any], Iterator[dict[str, Any]]]:
     """(manifest, latest session, its records validated one at a time), streaming the log.
 
     The one place the preflight commands read a schema-v1 log: through `runwatch.records`, the
@@ -58,10 +81,10 @@ def session_records(run_dir: str) -> tuple[dict, dict, Iterator[dict]]:
         raise InvalidRunError(f"metrics.jsonl: missing ({os.path.join(run_dir, 'metrics.jsonl')})")
     sid = session["session_id"]
 
-    def torn(lineno: int) -> None:
+    def torn(lineno: int | str) -> None:
         raise InvalidRunError(f"Uncommitted metrics tail at line {lineno}")
 
-    def latest() -> Iterator[dict]:
+    def latest() -> Iterator[dict[str, Any]]:
         for rec in records.iter_records(target, on_torn=torn):
             if rec.session != sid:
                 continue
@@ -87,7 +110,7 @@ def _too_few(
     )
 
 
-def _from_bench(path: str, min_steady: int) -> dict:
+def _from_bench(path: str, min_steady: int) -> Throughput:
     name = os.path.join(path, "bench.json")
     data = read_regular_file(name, "bench.json", MAX_BENCH_BYTES)
     try:
@@ -125,7 +148,7 @@ def _from_bench(path: str, min_steady: int) -> dict:
     }
 
 
-def _from_run(path: str, warmup: int, min_steady: int) -> dict:
+def _from_run(path: str, warmup: int, min_steady: int) -> Throughput:
     """A schema-v1 run: the summary's steady rate after the warm-up, and the measured eval time."""
     from ..summary import summarize
 
@@ -191,7 +214,7 @@ def _from_run(path: str, warmup: int, min_steady: int) -> dict:
     }
 
 
-def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | None) -> dict:
+def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | None) -> Throughput:
     """Minimal telemetry, trainer_state.json, and whatever else `runwatch.records` reads."""
     from .. import records
 
@@ -200,7 +223,7 @@ def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | Non
         raise InvalidRunError(f"{path}: no bench.json, run.json with metrics.jsonl, trainer_state.json or log to read")
     name = os.path.basename(target.log_path)
     session = None
-    train: list[Any] = []
+    train: list[Record] = []
     tsps: float | None = None
     for rec in records.iter_records(target):  # a torn last line of a log being written waits
         if rec.kind == "invalid":
@@ -214,10 +237,10 @@ def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | Non
                 tsps = float(value)
     # Updates per record from the step counter; the first record counts from 0 in the first session.
     # The first record always closes the warm-up at the earliest: when its interval began is unknown.
-    prev = 0 if session == "session-1" else None
+    prev: int | float | None = 0 if session == "session-1" else None
     warm = warm_records = 0
-    warm_end: Any = None  # the record that closes the warm-up (set whenever `steady` is not empty)
-    steady: list[tuple[int, Any]] = []
+    warm_end: Record | None = None  # the record that closes the warm-up (set whenever `steady` is not empty)
+    steady: list[tuple[int, Record]] = []
     per_record = 1
     for rec in train:
         n = int(rec.step - prev) if prev is not None else 0
@@ -231,50 +254,56 @@ def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | Non
         elif n > 0:
             steady.append((n, rec))
     updates = sum(n for n, _ in steady)
-    base = {
-        "steady_updates": updates,
-        "warmup_updates": warm,
-        "tokens_per_second": None,
-        "seq_len": None,
-        "after_step": warm_end.step if warm_end is not None else None,
-        "eval_source": None,
-    }
+
+    def found(source: str, samples_per_second: float, detail: str, eval_source: str | None = None) -> Throughput:
+        return {
+            "steady_updates": updates,
+            "warmup_updates": warm,
+            "tokens_per_second": None,
+            "seq_len": None,
+            "after_step": warm_end.step if warm_end is not None else None,
+            "eval_source": eval_source,
+            "source": source,
+            "samples_per_second": samples_per_second,
+            "detail": detail,
+        }
+
     problem = None
-    if steady and all(r.throughput and r.throughput > 0 for _, r in steady):
+    timed = [(n, r.throughput) for n, r in steady if r.throughput and r.throughput > 0]  # (updates, sps)
+    clocked = [r.time for _, r in steady if r.time is not None]
+    if steady and len(timed) == len(steady):
         if updates >= min_steady:
-            rate = updates / sum(n / r.throughput for n, r in steady)  # Σ steps / Σ time, time ∝ steps / sps
-            return dict(
-                base,
-                source="telemetry",
-                samples_per_second=rate,
-                detail=f"`sps` of {len(steady)} records of {name} after step {warm_end.step}, {updates} updates"
+            assert warm_end is not None  # set before any record went to `steady`
+            rate = updates / sum(n / sps for n, sps in timed)  # Σ steps / Σ time, time ∝ steps / sps
+            return found(
+                "telemetry",
+                rate,
+                f"`sps` of {len(steady)} records of {name} after step {warm_end.step}, {updates} updates"
                 f" (the first {warm} left out as warm-up)",
             )
         problem = "few"
-    elif steady and warm_end.time is not None and all(r.time is not None for _, r in steady):
+    elif steady and warm_end is not None and warm_end.time is not None and len(clocked) == len(steady):
         if updates < min_steady:
             problem = "few"
         elif batch_size is None:
             problem = "batch"
         else:
-            seconds = steady[-1][1].time - warm_end.time
+            seconds = clocked[-1] - warm_end.time
             if seconds > 0:
-                return dict(
-                    base,
-                    source="telemetry",
-                    samples_per_second=batch_size * updates / seconds,
-                    detail=f"{batch_size} samples x {updates} updates in {seconds:.4g}s of wall time `t` of {name}"
+                return found(
+                    "telemetry",
+                    batch_size * updates / seconds,
+                    f"{batch_size} samples x {updates} updates in {seconds:.4g}s of wall time `t` of {name}"
                     f" after step {warm_end.step} (eval and checkpoints included)",
                 )
     elif steady and updates < min_steady:
         problem = "few"
     if tsps is not None:
-        return dict(
-            base,
-            source="trainer_state",
-            samples_per_second=tsps,
+        return found(
+            "trainer_state",
+            tsps,
+            f"{_TSPS} of {name}: the whole train() call, warm-up, evaluation and checkpoints included",
             eval_source="included",
-            detail=f"{_TSPS} of {name}: the whole train() call, warm-up, evaluation and checkpoints included",
         )
     if problem == "few" or (not steady and train and any(r.throughput or r.time is not None for r in train)):
         raise _too_few(path, warm + updates, updates, warm, warm_records, per_record, warmup, min_steady)
@@ -288,7 +317,7 @@ def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | Non
 
 def measure(
     path: str, warmup: int = DEFAULT_WARMUP, min_steady: int = MIN_STEADY_UPDATES, batch_size: int | None = None
-) -> dict:
+) -> Throughput:
     """The steady samples/s of `path` (a bench or run directory, or a log file) and how it was measured."""
     from .. import records
 
