@@ -26,11 +26,11 @@ lint: $(VENV)/.installed-$(EXTRAS)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# Two workers (pytest-xdist); a module's tests stay on one worker, so its fixtures (real trainings)
-# run once. TEST_WORKERS=0 runs the suite in this process.
+# Two workers (pytest-xdist); tests sharing a module-scoped fixture (real trainings) stay on one
+# worker (tests/conftest.py). TEST_WORKERS=0 runs the suite in this process.
 TEST_WORKERS ?= 2
 test: lint
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The long version of the fault and fuzz tests (docs/RELIABILITY.md): 200 SIGKILLs, 5000 examples a
 # property, a 2 GiB torn tail, the watchdog following a 10k-records/s writer for a minute.

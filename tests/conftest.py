@@ -13,3 +13,26 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# The longest modules (real torchrun, browser, trainings) are handed out first, so that the two
+# workers of `make test` finish together instead of one waiting on the last long module.
+FIRST = ("test_distributed.py", "test_serve.py", "test_smoke.py", "test_plot.py", "test_integrations_hf.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test`, `--dist loadgroup`): the tests of a module whose fixtures
+    outlive a test (a module's real trainings, the browser) stay together on one worker, so they
+    are set up once; every other test is handed out on its own, the longest modules first."""
+    if getattr(config.option, "dist", "no") == "no":
+        return
+    import pytest
+
+    def rank(item):
+        name = os.path.basename(str(item.fspath))
+        return FIRST.index(name) if name in FIRST else len(FIRST)
+
+    items.sort(key=rank)  # stable: the order within a module is kept
+    for item in items:
+        defs = [d for fd in item._fixtureinfo.name2fixturedefs.values() for d in fd]
+        if any(d.scope != "function" and d.func.__module__ == item.module.__name__ for d in defs):
+            item.add_marker(pytest.mark.xdist_group(os.path.basename(str(item.fspath))))
