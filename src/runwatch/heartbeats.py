@@ -16,6 +16,9 @@ sees every rank:
     lines = rank_status_lines(run_dir, now)   # at most 4 lines, whatever the number of ranks
 
 The rules are pure functions of the heartbeats, the time and a small JSON-serialisable state.
+
+Longer than 500 lines on purpose: the heartbeat's writer, its strict reader and the rank rules
+(`rank_stall`, `straggler`) that read it share one file format, checked in one place.
 """
 
 from __future__ import annotations

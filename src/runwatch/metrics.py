@@ -15,6 +15,10 @@ device. That conversion is the only host-device sync the logger adds. A single p
 of one rank: it takes the same window path as the ranks of a torch.distributed run (window.py,
 distributed.py). Standard library only; torch is used when the caller passes tensors (and then it
 is already imported).
+
+Longer than 500 lines on purpose: `RunLogger` is the public object of a training loop; its calls
+(step, val, checkpoint, phases, state_dict) share the open window and the journal. Conversion,
+the window, signals, hardware and the recipe are their own modules.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ The run is read through `records` (the one parser) and judged by `rules` (the wa
 rules); `load_run` is the only function that touches either. matplotlib is imported only when a
 picture is drawn (`pip install 'runwatch[plot]'`), and only its object API with the Agg canvas is
 used: no pyplot, no global backend switch.
+
+Longer than 500 lines on purpose: one short drawing function a panel, beside the layout they
+share (x range, labels, the marks of findings); the reading is `load_run` alone.
 """
 
 from __future__ import annotations

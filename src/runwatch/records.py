@@ -18,6 +18,10 @@ Whatever a run wrote, readers (the watchdog, `check`, `status`, plots) see the s
   telemetry (`Target.format` names the reader; `--format`, `--pattern`, `--run` are `readers.ReadOptions`).
 
 Standard library only (orjson is used for schema v1 when importable; same results).
+
+Longer than 500 lines on purpose: `RecordParser` turns every dialect (schema v1, minimal
+telemetry, trainer_state.json, the key maps, the readers' items) into the one `Record`; its
+branches share the session and step bookkeeping.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ Decisions where docs/FORMAT.md is silent (documented in docs/SCHEMA.md):
 - Unknown keys in records and manifests are allowed and ignored (forward compatibility).
 - `memory` values must be ints >= 0; their names are not checked.
 - The manifest's `recipe` must hold all four named keys (`qk_clip_threshold` may be null).
+
+Longer than 500 lines on purpose: the field-by-field checks and the fast check of a train window
+must agree on every record (a property test holds them to it), so they sit side by side.
 """
 
 from __future__ import annotations

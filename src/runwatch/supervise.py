@@ -14,6 +14,10 @@ Every action goes to `RUN_DIR/supervise.jsonl` (one JSON object a line); the las
 flock for the supervisor's life); a supervisor started again after it was killed adopts the
 training that still runs and continues its budgets from `supervise.jsonl`. Standard library only
 (Apprise for --notify, imported when asked for).
+
+Longer than 500 lines on purpose: one state machine (launch, watch, act on the class, adopt a
+running training, finish) whose steps share the supervisor's budgets and journal; its options,
+rollback choice and goodput live in their own places (`SuperviseOptions` here, `goodput.py`).
 """
 
 from __future__ import annotations

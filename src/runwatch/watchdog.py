@@ -7,6 +7,9 @@ Data flows one way: the log → `follow.LogFollower` (new bytes only) → `recor
 `rules.Rules` → a Verdict. Every poll also checks time (stall, startup grace, timeout), the
 process (`--pid` or `RUN_DIR/pid`), the `--done` sentinel and the checks in `POLL_CHECKS`.
 Only `watch()`'s caller decides the exit code (0 done, 7 anomaly). Standard library only.
+
+Longer than 500 lines on purpose: the watch's options (about 60 lines of declarations) and the
+`Watcher`'s one poll loop, whose steps (open, read, judge, time and process checks) share its state.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ callback reads each update's loss where the model returns it, through a forward 
 a device tensor, kept as it is until the window closes (no sync per step). A non-finite loss ends the
 session (`nonfinite_loss`), stops the training before its next evaluation or save, and makes
 `Trainer.train()` raise `NonFiniteLossError` once the Trainer has finished its own end of training.
+
+Longer than 500 lines on purpose: the Trainer's hooks in the order the Trainer calls them, with
+the state they hand each other (the loss hook, the pending updates, the phases, resume).
 """
 
 from __future__ import annotations

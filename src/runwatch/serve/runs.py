@@ -12,6 +12,9 @@ the watchdog's) per run, applies the watchdog's record rules to every record (th
 (`status.describe`) and one downsampled `Series` per chart. A refresh reads at most a bounded
 number of bytes, so a huge log is caught up over several refreshes and never holds the server.
 Standard library only.
+
+Longer than 500 lines on purpose: `RunView` is the whole of what the server knows of one run
+(its reading, rules, status facts and chart series) and is refreshed as one.
 """
 
 from __future__ import annotations
