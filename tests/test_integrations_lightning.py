@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 
@@ -206,6 +207,21 @@ def test_an_exception_ends_the_session_as_an_error(tmp_path):
         "RuntimeError: boom",
         30,
     )
+
+
+def test_a_real_sigterm_ends_the_session_as_interrupted(tmp_path):
+    """Lightning turns SIGTERM into its SIGTERMException at the next batch: a preemption, `transient`."""
+
+    class Preempt(Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 30:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(SystemExit):
+        fit(tmp_path, 200, [RunwatchCallback(), Preempt()])
+    end = records(tmp_path / "runwatch")[-1]
+    assert (end["event"], end["reason"], end["error"]) == ("session_end", "interrupted", "SIGTERM")
+    assert 30 <= end["step"] <= 31
 
 
 @pytest.fixture(scope="module")

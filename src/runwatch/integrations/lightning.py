@@ -13,7 +13,8 @@ What maps to what (docs/INTEGRATIONS.md has the whole story):
 - a checkpoint event per checkpoint file written, timed around the strategy's CheckpointIO; the
   logger's state goes into the checkpoint dict under `"runwatch"`, and `fit(ckpt_path=...)` from it
   starts a new session;
-- `session_end` at `on_fit_end`, or from `on_exception` (`error`, or `interrupted` for Ctrl-C);
+- `session_end` at `on_fit_end`, or from `on_exception` (`error`, or `interrupted` for Ctrl-C and
+  for SIGTERM, which Lightning turns into its `SIGTERMException`);
 - phase `eval` in the heartbeat from `on_validation_start` to `on_validation_end`, phase
   `checkpoint` from `on_save_checkpoint` until the file is written.
 
@@ -358,5 +359,7 @@ class RunwatchCallback(Callback):
             session.close("nonfinite_loss")  # already written by the logger; this only restores the IO
         elif isinstance(exception, KeyboardInterrupt):
             session.close("interrupted", type(exception).__name__)
+        elif trainer.received_sigterm:  # Lightning's SIGTERMException: a scheduler's preemption, a stop
+            session.close("interrupted", "SIGTERM")
         else:
             session.close("error", f"{type(exception).__name__}: {exception}")
