@@ -20,7 +20,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed-$(EXTRAS)
 demo: $(VENV)/.installed-$(EXTRAS)
 	OMP_NUM_THREADS=1 $(PY) -m runwatch demo
 
-# ruff (lint and format) and mypy (strict on the modules pyproject.toml lists); `make test` runs them first.
+# ruff (lint and format) and mypy (strict over the whole package); `make test` runs them first.
 lint: $(VENV)/.installed-$(EXTRAS)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
