@@ -1,6 +1,6 @@
 """`runwatch subsample` against pandas and DuckDB on one generated JSONL file; `runwatch bench`'s own CPU.
 
-    .venv/bin/python benchmarks/bench_subsample.py [--mb 1024] [--n 10000] [--repeats 1] [--dir DIR]
+    .venv/bin/python benchmarks/bench_subsample.py [--mb 1024] [--n 10000] [--repeats 1] [--dir DIR] [--peers PEER...]
     .venv/bin/python benchmarks/bench_subsample.py --bench-overhead [--steps 60] [--step-sleep 0.05]
 
 Subsample: generates a JSONL file of about `--mb` MB (rows `{"id", "label", "source", "text"}`,
@@ -139,9 +139,9 @@ def bench_subsample(args: argparse.Namespace) -> None:
         print(
             f"generated {rows:,} rows, {size_mb:,.0f} MB in {time.perf_counter() - t0:.0f}s; n = {args.n:,}", flush=True
         )
-        results: dict[str, list[dict]] = {name: [] for name in PEERS}
+        results: dict[str, list[dict]] = {name: [] for name in args.peers}
         for r in range(args.repeats):
-            for name in PEERS:
+            for name in args.peers:
                 out = os.path.join(work, "out.jsonl")
                 res = run_peer(name, path, out, args.n)
                 if os.path.exists(out):
@@ -235,6 +235,14 @@ def main() -> None:
     p.add_argument("--n", type=int, default=10000)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--dir", default=None, help="where to generate the data (default: the temp dir)")
+    p.add_argument(
+        "--peers",
+        nargs="+",
+        choices=list(PEERS),
+        default=list(PEERS),
+        metavar="PEER",
+        help="the peers to run (default: all); at 10 GB pandas needs ~80 GB of memory",
+    )
     p.add_argument("--bench-overhead", action="store_true")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--step-sleep", type=float, default=0.05)
