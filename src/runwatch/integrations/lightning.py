@@ -44,6 +44,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..errors import NonFiniteLossError
 from ..metrics import RunLogger
+from ..signals import Terminated
 from .session import NO_SESSION as _NO_SESSION
 from .session import STATE_KEY, CallbackOptions, PhaseHolder, check_state, folder_bytes, resume_from, resume_state
 
@@ -357,9 +358,11 @@ class RunwatchCallback(Callback):
         session, self._session = self._session, _NO_SESSION
         if isinstance(exception, NonFiniteLossError):
             session.close("nonfinite_loss")  # already written by the logger; this only restores the IO
+        elif isinstance(exception, Terminated) or trainer.received_sigterm:
+            # SIGTERM (a scheduler's preemption, a stop): Lightning raises its SIGTERMException at the
+            # next batch; if it landed while the logger committed a record, the logger raised Terminated
+            session.close("interrupted", "SIGTERM")
         elif isinstance(exception, KeyboardInterrupt):
             session.close("interrupted", type(exception).__name__)
-        elif trainer.received_sigterm:  # Lightning's SIGTERMException: a scheduler's preemption, a stop
-            session.close("interrupted", "SIGTERM")
         else:
             session.close("error", f"{type(exception).__name__}: {exception}")

@@ -257,11 +257,15 @@ class _Pool:
     """N worker processes, one task at a time each, killed and replaced when a row hangs."""
 
     def __init__(self, n: int, check: str, normalize: str, row_timeout: float) -> None:
-        self._ctx: multiprocessing.context.ForkContext | multiprocessing.context.SpawnContext = (
-            multiprocessing.get_context("fork")
-            if "fork" in multiprocessing.get_all_start_methods()
-            else multiprocessing.get_context("spawn")
-        )
+        # Workers come from a fork server (a clean, single-threaded process), not from a fork of this
+        # one: a fork of a process with threads (a notebook's, a test runner's, a logger's) can inherit
+        # a lock another thread held and hang before its first row. Spawned where there is no server.
+        self._ctx: multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            self._ctx = multiprocessing.get_context("forkserver")
+            self._ctx.set_forkserver_preload([__name__])  # each worker starts with this module imported
+        else:
+            self._ctx = multiprocessing.get_context("spawn")
         self._slots = self._ctx.RawArray(ctypes.c_double, 3 * n)  # per worker: row position, start time, stage
         self._check, self._normalize, self.row_timeout = check, normalize, row_timeout
         self._procs: list[multiprocessing.process.BaseProcess] = []
