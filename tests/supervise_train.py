@@ -6,7 +6,8 @@ No torch, so a launch takes a fraction of a second. It resumes through `runwatch
 and prints what it got (`resume path=... rollback=... skip=...`), so a test can see the environment
 a relaunch carried. Each `--fault KIND@STEP` fires once across relaunches (a marker file in RUN_DIR):
 kill (SIGKILL), crash (exit 3, no session_end), hang, nan, spike (logged loss 20x for 2 windows),
-error (an exception: session_error), sigterm, exit_hang (the run completes, the process lingers).
+error (an exception: session_error), error_hang (the same, then the process lingers), sigterm,
+exit_hang (the run completes, the process lingers).
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ def main() -> int:
                     loss *= 20
                 if _fires(args.run_dir, args.fault, "nan", step + 1):
                     loss = float("nan")
-                if _fires(args.run_dir, args.fault, "error", step + 1):
-                    raise RuntimeError(f"injected error at step {step + 1}")
+                for kind in ("error", "error_hang"):
+                    if _fires(args.run_dir, args.fault, kind, step + 1):
+                        raise RuntimeError(f"injected {kind} at step {step + 1}")
                 log.step(loss=loss, lr=1e-3, grad_norm=1.0)
                 step += 1
                 for kind, act in (
@@ -96,6 +98,10 @@ def main() -> int:
         return 1
     except KeyboardInterrupt:
         return 143
+    except RuntimeError as exc:
+        if "error_hang" not in str(exc):
+            raise
+        time.sleep(3600)  # the session ended with an error; the process never exits
     print(f"done at step {step}", flush=True)
     if _fires(args.run_dir, args.fault, "exit_hang", args.steps):
         time.sleep(3600)

@@ -135,6 +135,16 @@ def test_fatal_exits_7_without_a_relaunch(tmp_path):
     assert _journal(run)[-1]["class"] == "fatal"
 
 
+def test_a_process_lingering_after_its_session_ended_is_stopped_after_the_grace(tmp_path):
+    run = tmp_path / "run"
+    t0 = time.monotonic()
+    res = _supervise(run, opts=["--exit-grace", "1"], train=["--fault", "error_hang@13"])
+    assert res.returncode == 7 and time.monotonic() - t0 < 60
+    assert _events(run) == ["launch", "verdict", "stop", "gave_up"]
+    stop = next(r for r in _journal(run) if r["event"] == "stop")
+    assert "still running 1 s after its session ended (session_error)" in stop["message"]
+
+
 def test_divergence_without_a_checkpoint_before_it_is_fatal(tmp_path):
     run = tmp_path / "run"
     res = _supervise(run, train=["--ckpt-every", "100", "--fault", "nan@7"])

@@ -85,7 +85,7 @@ NOTIFY_TAIL_LINES = 20
 EVENTS = ("launch", "verdict", "stop", "relaunch", "rollback", "done", "gave_up", "notify_failed")
 _NOTIFIED = ("verdict", "rollback", "relaunch", "done", "gave_up")
 EXIT_USAGE = 2
-ENDED_GRACE_SECONDS = 30.0  # the longest a relaunch waits for a process whose session ended with an error
+ENDED_GRACE_SECONDS = 10.0  # how long a process whose session ended (error, interrupted) may take to exit by itself
 
 _SUP = ("supervise",)
 # A signal's handler as `signal.signal` takes and returns it (SIG_DFL and SIG_IGN are ints).
