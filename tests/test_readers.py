@@ -81,22 +81,34 @@ def test_grouper_groups_a_step_and_splits_train_from_eval():
     assert [r["step"] for _w, r in g.flush()] == [2]
 
 
-def test_grouper_a_repeated_key_is_a_second_record():
+def test_grouper_a_repeated_key_at_one_step_keeps_its_last_value():
+    """A logger that writes per batch under the epoch number: one record a step, the last value."""
     g = StepGrouper(KeyMap())
-    out = g.add(5, None, "loss", 1.0, "a") + g.add(5, None, "loss", 2.0, "b") + g.flush()
-    assert [(w, r["loss"]) for w, r in out] == [("a", 1.0), ("b", 2.0)]
+    out = g.add(5, 1.0, "loss", 1.0, "a") + g.add(5, 2.0, "loss", 2.0, "b") + g.flush()
+    assert [(w, r["loss"], r["t"]) for w, r in out] == [("a", 2.0, 2.0)]
 
 
-def test_grouper_settles_a_step_only_when_it_has_the_previous_steps_keys():
+def test_grouper_never_takes_a_tag_for_the_step_or_the_time():
+    g = StepGrouper(KeyMap())
+    out = g.add(3899, 9.0, "step", 0.0, "a") + g.add(3899, 9.0, "train/loss", 1.0, "a") + g.flush()
+    assert [(r["step"], r["t"]) for _w, r in out] == [(3899, 9.0)]
+
+
+def test_grouper_releases_a_step_when_the_source_is_idle():
     g = StepGrouper(KeyMap())
     g.add(1, None, "loss", 1.0, "")
-    g.add(1, None, "grad_norm", 1.0, "")
-    assert g.settled() == []  # the first step: no shape to compare with
-    g.add(2, None, "loss", 1.0, "")
-    assert g.settled() == []  # step 2 lacks grad_norm
-    g.add(2, None, "grad_norm", 1.0, "")
-    assert [r["step"] for _w, r in g.settled()] == [2]
-    assert not g.pending()
+    assert [r["step"] for _w, r in g.idle()] == [1]
+    assert not g.pending() and g.idle() == []
+    # values of the released step that come later: a record of their own without the keys applied,
+    # except a non-finite value, which is never dropped
+    assert g.add(1, None, "loss", 1.5, "") == []
+    g.add(1, None, "val/auroc", 0.8, "")
+    assert [r for _w, r in g.flush()] == [{"step": 1, "val/auroc": 0.8, "eval_auroc": 0.8}]
+    g.add(1, None, "loss", float("nan"), "")
+    assert math.isnan(g.flush()[0][1]["loss"])
+    # another step ends that: its values are its own
+    g.add(2, None, "loss", 0.5, "")
+    assert [r["loss"] for _w, r in g.flush()] == [0.5]
 
 
 def test_grouper_state_round_trips():

@@ -44,7 +44,9 @@ MINIMAL = [
         dict(kind="invalid", error="metrics.jsonl:7: eval_loss must be a number, got true"),
     ),
     ('{"step": "x", "loss": 1}', dict(kind="invalid", error="metrics.jsonl:7: step must be a number >= 0, got 'x'")),
-    ('{"loss": 1}', dict(kind="invalid", error="metrics.jsonl:7: missing step")),
+    # the first record of a log without steps: stepped by its record number (or its epoch)
+    ('{"loss": 1}', dict(kind="train", step=1)),
+    ('{"loss": 1, "epoch": 3}', dict(kind="train", step=3)),
     ("[1, 2]", dict(kind="invalid", error="metrics.jsonl:7: a record must be a JSON object, got array")),
     (
         '{"step": 1,',
@@ -228,3 +230,64 @@ def test_trainer_state_in_latest_checkpoint(tmp_path):
 def test_map_rejected_for_schema_v1():
     with pytest.raises(UsageError, match="not to a schema-v1 run"):
         RecordParser("v1", maps={"loss": "x"})
+
+
+def _parse(lines, **kw):
+    parser = RecordParser("minimal", name="m.jsonl", **kw)
+    return parser, [parser.parse_object(obj, f"m.jsonl:{i + 1}") for i, obj in enumerate(lines)]
+
+
+def test_a_log_without_steps_steps_by_epoch_and_says_so_once():
+    parser, recs = _parse(
+        [{"epoch": 1, "loss": 3.0}, {"epoch": 1, "val_x": 1}, {"epoch": 2, "loss": 2.0}, {"loss": 1.0}]
+    )
+    assert [(r.kind, r.step, r.session) for r in recs] == [
+        ("train", 1, "session-1"),
+        ("other", 1, "session-1"),
+        ("train", 2, "session-1"),
+        ("train", 2, "session-1"),  # a record without its epoch takes the last one; one epoch, one session
+    ]
+    assert parser.notes == ["m.jsonl has no step column or field: stepping by its epoch column"]
+
+
+def test_a_log_without_steps_or_epochs_steps_by_record_number():
+    parser, recs = _parse([{"loss": 3.0}, {"acc": 0.5}, {"loss": 2.0}])
+    assert [(r.kind, r.step) for r in recs] == [("train", 1), ("other", 2), ("train", 3)]
+    assert parser.notes == ["m.jsonl has no step column or field: stepping by record number"]
+
+
+def test_once_a_log_has_steps_a_record_without_one_is_invalid():
+    _parser, recs = _parse([{"step": 1, "loss": 3.0}, {"loss": 2.0}])
+    assert (recs[1].kind, recs[1].error) == ("invalid", "m.jsonl:2: missing step")
+
+
+@pytest.mark.parametrize(
+    "objs, key, losses",
+    [
+        ([{"step": 1, "Logloss": 0.6}, {"step": 2, "Logloss": 0.5}], "Logloss", [0.6, 0.5]),  # CatBoost
+        ([{"step": 1, "train/box_loss": 2.1, "val/box_loss": 2.0}], "train/box_loss", [2.1]),  # eval keys never count
+        ([{"step": 1, "train/box_loss": 2.1, "train/cls_loss": 5.6}], None, [None]),  # several: none is the loss
+        ([{"step": 1, "loss": 1.0, "aux_loss": 0.1}, {"step": 2, "aux_loss": 0.1}], None, [1.0, None]),  # `loss` exists
+        ([{"step": 1, "lr": 0.1}, {"step": 2, "total_loss": 0.9}], "total_loss", [None, 0.9]),  # decided when one shows
+    ],
+)
+def test_one_loss_key_is_read_as_the_loss(objs, key, losses):
+    parser, recs = _parse(objs)
+    assert (parser.loss_key or None) == key
+    assert [r.loss for r in recs] == losses
+    if key:
+        assert parser.notes == [f"m.jsonl has no loss key: reading the train loss from {key!r}"]
+
+
+def test_a_mapped_loss_is_never_guessed():
+    parser, recs = _parse([{"step": 1, "Logloss": 0.6, "other": 2.0}], maps={"loss": "other"})
+    assert (parser.loss_key, recs[0].loss) == ("", 2.0)
+
+
+def test_reading_state_round_trips():
+    parser, _ = _parse([{"epoch": 1, "Logloss": 0.6}])
+    state = json.loads(json.dumps(parser.state_dict()))
+    other = RecordParser("minimal")
+    other.load_state_dict(state)
+    assert other.state_dict() == parser.state_dict()
+    assert other.parse_object({"epoch": 2, "Logloss": 0.4}, "m.jsonl:2").loss == 0.4

@@ -220,7 +220,13 @@ def last_error(stdout_log: str) -> str | None:
 
 
 def watching_record(
-    pid: int, since: float, polled_at: float, step: Any, poll: float, state: dict[str, Any] | None = None
+    pid: int,
+    since: float,
+    polled_at: float,
+    step: Any,
+    poll: float,
+    state: dict[str, Any] | None = None,
+    warnings: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """What `watchdog.json` holds while a watch runs (replaced by the verdict when it ends)."""
     out = {
@@ -231,6 +237,7 @@ def watching_record(
         "polled_at": polled_at,
         "step": step,
         "poll": poll,
+        "warnings": warnings or [],
     }
     if state is not None:
         out["state"] = state

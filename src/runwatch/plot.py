@@ -155,9 +155,7 @@ def load_run(target: str, opts: RuleOptions, read: ReadOptions | None = None) ->
         s = sessions.get(rec.session)
         if s is None:
             s = sessions[rec.session] = SessionSeries(rec.session, parser.start_step(rec.session))
-        f = rules.observe(rec)
-        if f is not None:
-            findings.append(f)
+        findings.extend(rules.observe(rec))
         _add(s, rec)
     for key, s in sessions.items():
         s.baseline, s.baseline_set = _baseline(rules.engine(key))
@@ -425,11 +423,13 @@ def _grad(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: f
     )
     if latest:
         ax.set_yscale("log")
-        ax.axhline(opts.grad_max, color=_C["alert"], linestyle="--", linewidth=1, label=f"--grad-max {opts.grad_max:g}")
+        if opts.grad_max is not None:
+            label = f"--grad-max {opts.grad_max:g}"
+            ax.axhline(opts.grad_max, color=_C["alert"], linestyle="--", linewidth=1, label=label)
         ax.axhline(opts.grad_min, color=_C["alert"], linestyle=":", linewidth=1, label=f"--grad-min {opts.grad_min:g}")
         values = [v for ss in view.sessions for v in ss.grad_mean + ss.grad_max if math.isfinite(v) and v > 0]
         lo = min(values + [opts.grad_min])
-        hi = max(values + [opts.grad_max])
+        hi = max(values + [opts.grad_max if opts.grad_max is not None else opts.grad_min])
         ax.set_ylim(lo / 3, hi * 3)
 
 
@@ -495,11 +495,13 @@ def _metrics(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha
     if values and min(values) >= 0 and max(values) <= 1:
         ax.set_ylim(-0.02, 1.05)
     if any(opts.metric in ss.metrics for ss in view.sessions):
-        ax.axhline(0.5, color=_C["guide"], linestyle=":", linewidth=1, label="chance 0.5")
+        chance = opts.metric_chance
+        ax.axhline(chance, color=_C["guide"], linestyle=":", linewidth=1, label=f"chance {chance:g}")
         ax.axhline(
             opts.metric_min, color=_C["alert"], linestyle="--", linewidth=1, label=f"--metric-min {opts.metric_min:g}"
         )
-        ax.axhline(1 - opts.metric_min, color=_C["alert"], linestyle=":", linewidth=1)
+        if chance == 0.5:  # inverted_metric: a two-class metric only
+            ax.axhline(1 - opts.metric_min, color=_C["alert"], linestyle=":", linewidth=1)
         first = min(st for ss in view.sessions for st in ss.metrics.get(opts.metric, ([], []))[0])
         if first < opts.metric_after_step:
             ax.axvspan(min(first, 0), opts.metric_after_step, color="#000000", alpha=0.05, linewidth=0)

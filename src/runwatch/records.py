@@ -36,6 +36,7 @@ from typing import Any
 
 from .errors import InvalidRunError, UsageError
 from .readers import READER_FORMATS, ReadOptions, detect, open_reader, to_records
+from .readers.keys import EVAL_PREFIXES
 from .schema import SessionValidator, loads, orjson_misread, read_manifest, read_regular_file
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "load_sessions",
     "parser_for",
     "read_trainer_state",
+    "load_trainer_state",
     "MINIMAL_KEYS",
 ]
 
@@ -94,6 +96,7 @@ class Record:
     reason: str | None = None  # session_end reason
     error: str | None = None  # session_end error, FATAL text, or the invalid_log message
     raw: dict[str, Any] | None = field(default=None, repr=False)
+    seconds: float | None = None  # training seconds the record covers (schema v1's train_seconds)
 
     @property
     def has_eval(self) -> bool:
@@ -236,6 +239,7 @@ class RecordParser:
         refresh: Callable[[], dict[str, Any] | None] | None = None,
         name: str = "metrics.jsonl",
         apply_maps: bool = True,
+        same_step_continues: bool = False,
     ) -> None:
         if mode not in ("v1", "minimal"):
             raise ValueError(f"RecordParser.mode must be 'v1' or 'minimal', got {mode!r}")
@@ -243,6 +247,9 @@ class RecordParser:
             raise UsageError("watch.map applies to minimal telemetry and trainer_state.json, not to a schema-v1 run")
         self.mode = mode
         self.name = name
+        # A train record at the previous one's step continues the session (TensorBoard, MLflow: their
+        # sessions are files and runs, and a live watch may apply a step before its last value came).
+        self.same_step_continues = same_step_continues
         self.maps = maps or {}
         self.apply_maps = apply_maps
         self.refresh = refresh
@@ -254,6 +261,14 @@ class RecordParser:
         self._relaunches = 0
         self._finite_grad_session: str | None = None  # the minimal session that logged a finite grad_norm
         self.last_step: int | float = 0  # step of the last parsed record (invalid lines take it)
+        # A log without steps (docs/FORMATS.md): None until decided, then "step", "epoch" or "record".
+        self.step_by: str | None = None
+        self._counted = 0  # records numbered so far, and the last epoch seen (stepping by them)
+        self._epoch: int | float = 0
+        # The key read as the loss when the log has no `loss` (None: not decided, "": none).
+        self.loss_key: str | None = None
+        self.max_steps_hint: int | None = None  # trainer_state.json's max_steps
+        self.notes: list[str] = []  # things said once on stderr by the command (drained by it)
         if manifest is not None:
             self.set_manifest(manifest)
 
@@ -278,6 +293,10 @@ class RecordParser:
             "relaunches": self._relaunches,
             "last_step": self.last_step,
             "finite_grad_session": self._finite_grad_session,
+            "step_by": self.step_by,
+            "counted": self._counted,
+            "epoch": self._epoch,
+            "loss_key": self.loss_key,
             "validators": {
                 sid: {"step": v.step, "ended": v.ended}
                 for sid, v in self._validators.items()
@@ -294,6 +313,10 @@ class RecordParser:
         self._relaunches = int(state["relaunches"])
         self._finite_grad_session = state.get("finite_grad_session")
         self.last_step = state["last_step"]
+        self.step_by = state.get("step_by")
+        self._counted = int(state.get("counted") or 0)
+        self._epoch = state.get("epoch") or 0
+        self.loss_key = state.get("loss_key")
         for sid, v in state["validators"].items():
             validator = self._validators.get(sid)
             if validator is not None:
@@ -413,6 +436,7 @@ class RecordParser:
                 rec["tokens"] / rec["train_seconds"],
                 rec["tokens"],
                 raw=rec,
+                seconds=rec["train_seconds"],
             )
         if event == "val":
             return Record(
@@ -435,11 +459,24 @@ class RecordParser:
                     view[canon] = obj[source]
             obj = view
         step = obj.get("step")
+        if step is None and "step" not in obj and self.step_by != "step":
+            step = self._counted_step(obj)  # a log without steps: by epoch, else by record number
+        elif self.step_by != "step":
+            self.step_by = "step"
         if step is None or not _is_number(step) or not math.isfinite(step) or step < 0:
             what = "missing step" if "step" not in obj else f"step must be a number >= 0, got {_fmt(step)}"
             return self.invalid(where, f"{where}: {what}")
         if type(step) is float and step.is_integer():
             step = int(step)
+        if "loss" not in obj and self.loss_key != "":
+            if self.loss_key is None:
+                self._pick_loss_key(obj)
+            key = self.loss_key
+            if key and key in obj:
+                obj = dict(obj)
+                obj["loss"] = obj[key]
+        elif self.loss_key is None:
+            self.loss_key = ""  # the log names its loss: never guess one
         loss = obj.get("loss", _MISSING)
         if loss is not _MISSING:
             if loss is None:
@@ -503,12 +540,52 @@ class RecordParser:
             raw=obj,
         )
 
+    def _counted_step(self, obj: dict[str, Any]) -> int | float:
+        """The step of a record of a log that has none: its epoch when the log has epochs (the step
+        of the last record that had one), else its record number (1, 2, ...)."""
+        self._counted += 1
+        epoch = obj.get("epoch")
+        good = (type(epoch) is int or type(epoch) is float) and math.isfinite(epoch) and epoch >= 0
+        if self.step_by is None:
+            self.step_by = "epoch" if good else "record"
+            by = "its epoch column" if good else "record number"
+            self.notes.append(f"{self.name} has no step column or field: stepping by {by}")
+        if self.step_by == "epoch":
+            if good and epoch is not None:
+                self._epoch = int(epoch) if type(epoch) is float and epoch.is_integer() else epoch
+            return self._epoch
+        return self._counted
+
+    def _pick_loss_key(self, obj: dict[str, Any]) -> None:
+        """No `loss` key: when exactly one train key contains `loss` (any case: CatBoost's
+        `Logloss`, `train/box_loss`), it is the loss for the rest of the log; several: none is."""
+        if "loss" in self.maps:
+            self.loss_key = ""
+            return
+        found = [k for k in obj if "loss" in k.lower() and not k.startswith(_EVAL_KEY_PREFIXES)]
+        if len(found) == 1:
+            self.loss_key = found[0]
+            self.notes.append(f"{self.name} has no loss key: reading the train loss from {found[0]!r}")
+        elif found:
+            self.loss_key = ""
+
+    def max_steps(self, key: str | None) -> int | None:
+        """The session's `max_steps`: run.json's recipe (schema v1), trainer_state.json's; None unknown."""
+        entry = self._entries.get(key) if key else None
+        if entry is not None:
+            n = (entry.get("recipe") or {}).get("max_steps")
+            return n if type(n) is int and n > 0 else None
+        return self.max_steps_hint
+
     def _minimal_session(self, train_step: int | float | None) -> str:
         if self.session is None:
             self._relaunches = 1
             self.session = "session-1"
         if train_step is not None:
-            if self._last_train_step is not None and train_step <= self._last_train_step:
+            last = self._last_train_step
+            # stepping by epoch, several train records of one epoch are one session
+            same = self.step_by == "epoch" or self.same_step_continues
+            if last is not None and (train_step < last or (train_step == last and not same)):
                 self._relaunches += 1
                 self.session = f"session-{self._relaunches}"
             self._last_train_step = train_step
@@ -516,6 +593,8 @@ class RecordParser:
 
 
 _MISSING = object()
+# Keys that hold eval values (readers.keys: `eval/`, `val/`, `val_`, `validation/`), never the train loss.
+_EVAL_KEY_PREFIXES = ("eval_", *EVAL_PREFIXES)
 
 
 def _json_type(value: object) -> str:
@@ -531,13 +610,20 @@ def _json_type(value: object) -> str:
 
 def read_trainer_state(path: str) -> list[Any]:
     """The `log_history` list of a Hugging Face trainer_state.json (NaN tokens allowed)."""
+    return load_trainer_state(path)[0]
+
+
+def load_trainer_state(path: str) -> tuple[list[Any], int | None]:
+    """The `log_history` list of a Hugging Face trainer_state.json and its `max_steps` (None when
+    absent or not a positive int)."""
     name = os.path.basename(path)
     data = read_regular_file(path, name, MAX_STATE_BYTES)
     state = loads(data, name, strict=False)
     history = state.get("log_history") if isinstance(state, dict) else None
     if not isinstance(history, list):
         raise InvalidRunError(f"{name}: log_history must be a list, got {_json_type(history)}")
-    return history
+    max_steps = state.get("max_steps")
+    return history, max_steps if type(max_steps) is int and max_steps > 0 else None
 
 
 def parser_for(target: Target, maps: dict[str, str] | None = None) -> RecordParser:
@@ -545,8 +631,9 @@ def parser_for(target: Target, maps: dict[str, str] | None = None) -> RecordPars
     if target.format == "jsonl" and target.schema_v1():
         return RecordParser("v1", manifest=read_manifest(target.run_dir), maps=maps)
     name = os.path.basename(os.path.normpath(target.log_path))
-    if target.format in READER_FORMATS:
-        return RecordParser("minimal", maps=maps, name=name, apply_maps=False)  # the reader maps the keys
+    if target.format in READER_FORMATS:  # the reader maps the keys
+        same = target.format in ("tensorboard", "mlflow")
+        return RecordParser("minimal", maps=maps, name=name, apply_maps=False, same_step_continues=same)
     return RecordParser("minimal", maps=maps, name=name)
 
 
@@ -571,7 +658,8 @@ def iter_records(
         return
     if t.format == "trainer_state":
         name = os.path.basename(t.log_path)
-        for i, entry in enumerate(read_trainer_state(t.log_path)):
+        history, parser.max_steps_hint = load_trainer_state(t.log_path)
+        for i, entry in enumerate(history):
             rec = parser.parse_object(entry, f"{name}:log_history[{i}]")
             if rec is not None:
                 yield rec

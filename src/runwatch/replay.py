@@ -5,39 +5,52 @@ Standard library only. The command line is in `watchdog` (it shares the watch's 
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import EXIT_ANOMALY, EXIT_OK, InvalidRunError, UsageError
 from .readers import ReadOptions
-from .records import iter_records, parser_for, resolve_target
+from .records import Record, iter_records, parser_for, resolve_target
 from .rules import Finding, Replay, RuleOptions, fmt_step
 
-__all__ = ["CheckResult", "check"]
+__all__ = ["CheckResult", "check", "reached", "name_loss_key"]
 
 
 @dataclass(slots=True)
 class CheckResult:
-    """Every finding of a replay, and the step of the last record applied."""
+    """Every finding of a replay (stops and warnings, in log order), and the step the log reached."""
 
     findings: list[Finding]
     last_step: int | float
     torn_line: int | str | None = None  # a line number; other formats: where (a str)
+    notes: list[str] = field(default_factory=list)  # said once on stderr (how the log was read)
+
+    @property
+    def first_stop(self) -> Finding | None:
+        """The finding the verdict repeats: the first one whose severity is `stop`."""
+        return next((f for f in self.findings if f.stops), None)
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if not f.stops]
 
     @property
     def exit_code(self) -> int:
         return self.exit_code_with(None)
 
     def exit_code_with(self, exit_transient: int | None = None) -> int:
-        """0 clean; 7 findings, or `exit_transient` when the first finding is transient and it is given."""
-        if not self.findings:
+        """0 clean (warnings only); 7 a stop, or `exit_transient` when the first stop is transient and it is given."""
+        first = self.first_stop
+        if first is None:
             return EXIT_OK
-        first = self.findings[0]
         return exit_transient if exit_transient is not None and first.cls == "transient" else EXIT_ANOMALY
 
     def lines(self) -> list[str]:
-        out = [f.line("FINDING") for f in self.findings]
-        out.append(self.findings[0].line() if self.findings else f"OK clean step={fmt_step(self.last_step)}")
+        """`FINDING` (a stop) and `WARNING` lines in log order, then the verdict line."""
+        out = [f.line("FINDING" if f.stops else "WARNING") for f in self.findings]
+        first = self.first_stop
+        out.append(first.line() if first is not None else f"OK clean step={fmt_step(self.last_step)}")
         return out
 
 
@@ -57,15 +70,32 @@ def check(target: str, options: RuleOptions | None = None, read: ReadOptions | N
     except InvalidRunError as exc:
         return CheckResult([Finding("invalid_log", 0, str(exc))], 0)
     torn: list[int | str] = []
-    rules = Replay(opts, parser.start_step)
+    rules = Replay(opts, parser.start_step, parser.max_steps)
     last_step: int | float = parser.start_step(parser.latest_session()) or 0 if parser.mode == "v1" else 0
     try:
         for rec in iter_records(t, parser=parser, on_torn=torn.append):
-            if rec.kind != "invalid":
-                last_step = rec.step
-            f = rules.observe(rec)
-            if f is not None:
-                findings.append(f)
+            last_step = reached(last_step, rec)
+            findings.extend(rules.observe(rec))
     except InvalidRunError as exc:  # the log is not a regular file, trainer_state.json is broken, ...
         findings.append(Finding("invalid_log", last_step, str(exc)))
-    return CheckResult(findings, last_step, torn[0] if torn else None)
+    else:
+        findings.extend(rules.finish(last_step))
+    return CheckResult(name_loss_key(findings, parser.loss_key), last_step, torn[0] if torn else None, parser.notes)
+
+
+def reached(last_step: int | float, rec: Record) -> int | float:
+    """The step a log has reached after `rec`: its step, except that a record with neither a loss
+    nor eval values nor an event (a hyperparameter logged at step 0 at the end) never moves it back."""
+    if rec.kind == "invalid":
+        return last_step
+    if rec.kind == "other":
+        return rec.step if rec.step > last_step else last_step
+    return rec.step
+
+
+def name_loss_key(findings: list[Finding], loss_key: str | None) -> list[Finding]:
+    """The findings, the first one saying which key the train loss was read from (a log without `loss`)."""
+    if not findings or not loss_key:
+        return findings
+    first = findings[0]
+    return [dataclasses.replace(first, message=f"{first.message} (train loss read from {loss_key!r})"), *findings[1:]]

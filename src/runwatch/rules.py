@@ -1,23 +1,22 @@
-"""The watchdog's record rules (docs/WATCHDOG.md, "Rules on records"): records in, findings out.
+"""The watchdog's record rules as an engine (docs/WATCHDOG.md, "Rules on records"): records in,
+findings out.
 
-Each rule is a small unit with one method, `look(record)`, that says whether its condition holds
-at that record (a message), does not hold (None), or that the rule does not look at this record
-(`SKIP`: its condition is neither re-evaluated nor cleared there). `Rules` runs them in the order
-docs/WATCHDOG.md lists, reports a rule once when its condition starts to hold and again only after it has
-cleared, and reports at most one finding per record: the first in that order. Everything a rule
-remembers is plain JSON (`state_dict()` / `load_state_dict()`), so a watch can be saved and resumed.
+The rules themselves are small classes in `ruleset` (and `progress`, for the session as a whole).
+`Rules` runs them in the order docs/WATCHDOG.md lists, reports a rule once when its condition
+starts to hold and again only after it has cleared, and gives each finding its severity: `stop`
+(it ends a watch and drives `supervise`) or `warn` (reported, never acted on). On one record it
+reports at most the first stop and the first warning, in that order. Everything a rule remembers
+is plain JSON (`state_dict()` / `load_state_dict()`), so a watch can be saved and resumed.
 
 Rules never print or exit: the watchdog decides what a finding means. Standard library only.
 
-Longer than 500 lines on purpose: the rules' options (about 150 lines of declarations with
-their help), one short class a rule and the `Rules` that orders them are read together; a rule's
-option, its class and its place in the order change in one commit.
+Longer than 500 lines on purpose: the rules' options (about 250 lines of declarations with their
+help), the severities and classes of the kinds, and the `Rules` that orders them are read
+together; a rule's option, its class and its place in the order change in one commit.
 """
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +24,6 @@ from typing import Any
 from .errors import ConfigError
 from .options import (
     GREATER_1,
-    HALF_TO_1,
     INT_0,
     INT_1,
     NON_NEGATIVE,
@@ -34,10 +32,34 @@ from .options import (
     POSITIVE,
     TEXT,
     TEXTS,
+    Check,
     option,
     validate,
 )
+from .progress import NoProgress, NoSignal
 from .records import Record, parse_maps
+from .ruleset import (
+    SKIP,
+    EvalNonfiniteLoss,
+    GradCollapse,
+    GradExplosion,
+    Interrupted,
+    InvalidLog,
+    InvertedMetric,
+    LossAtChance,
+    LossCollapse,
+    LossSpike,
+    NonfiniteGrad,
+    NonfiniteLoss,
+    Overfitting,
+    Rule,
+    SessionError,
+    SessionFacts,
+    StuckMetric,
+    ThroughputDrop,
+    _Skip,
+    fmt_step,
+)
 
 __all__ = [
     "Finding",
@@ -48,12 +70,18 @@ __all__ = [
     "SKIP",
     "Replay",
     "CLASSES",
+    "SEVERITIES",
+    "DEFAULT_SEVERITY",
+    "RECORD_KINDS",
+    "ThroughputDrop",
     "verdict_class",
     "fmt_step",
     "replay",
 ]
 
 _RECORD_COMMANDS = ("watch", "check", "plot")
+# `--metric-min` is a number in (0, 1]; [0.5, 1] for a two-class metric (checked with its chance)
+_UNIT = Check("a number in (0, 1]", lambda v: type(v) in (int, float) and 0 < v <= 1)
 
 
 @dataclass(frozen=True)
@@ -64,15 +92,22 @@ class RuleOptions:
     metric: str = option(
         "auroc",
         TEXT,
-        "eval metric whose chance level is 0.5: metrics.NAME of a val record, eval_NAME in minimal telemetry",
+        "the eval metric judged: metrics.NAME of a val record, eval_NAME in minimal telemetry",
         metavar="NAME",
+        commands=_RECORD_COMMANDS,
+    )
+    metric_chance: float = option(
+        0.5,
+        OPEN_01,
+        "the metric's chance level (0.5: a two-class metric such as AUROC; 0.1: accuracy over 10 classes)",
+        metavar="C",
         commands=_RECORD_COMMANDS,
     )
     metric_min: float = option(
         0.70,
-        HALF_TO_1,
-        "at a val record from --metric-after-step: below 1-X is "
-        "inverted_metric (labels look inverted), below X stuck_metric",
+        _UNIT,
+        "at a val record from --metric-after-step: below X is stuck_metric; "
+        "at chance 0.5 below 1-X is inverted_metric (labels look inverted)",
         metavar="X",
         commands=_RECORD_COMMANDS,
     )
@@ -104,11 +139,37 @@ class RuleOptions:
     chance_tolerance: float = option(
         0.02, NON_NEGATIVE, "loss_at_chance: at chance means a loss >= X - T", metavar="T", commands=_RECORD_COMMANDS
     )
-    grad_max: float = option(
-        50.0, POSITIVE, "grad_explosion: pre-clip gradient norm above X", metavar="X", commands=_RECORD_COMMANDS
+    # Relative by default: warm-up norms (286, 67, 52 in a healthy speech fine-tune) and model
+    # families whose norms live at 1e5-1e6 make any absolute limit wrong for someone.
+    grad_factor: float = option(
+        10.0,
+        GREATER_1,
+        "grad_explosion: pre-clip gradient norm above F x the median of the records before",
+        metavar="F",
+        commands=_RECORD_COMMANDS,
+    )
+    grad_window: int = option(
+        20,
+        INT_1,
+        "grad_explosion: the median is over the W train records before (judged from the 6th norm)",
+        metavar="W",
+        commands=_RECORD_COMMANDS,
+    )
+    grad_max: float | None = option(
+        None,
+        POSITIVE,
+        "grad_explosion also when the norm is above X (an absolute limit, judged from the first record)",
+        none=True,
+        metavar="X",
+        commands=_RECORD_COMMANDS,
     )
     grad_min: float = option(
-        1e-3, NON_NEGATIVE, "grad_collapse: pre-clip gradient norm below Y", metavar="Y", commands=_RECORD_COMMANDS
+        1e-3,
+        NON_NEGATIVE,
+        "grad_collapse: pre-clip gradient norm below Y (after 5 records, while the loss is above half "
+        "the reference loss)",
+        metavar="Y",
+        commands=_RECORD_COMMANDS,
     )
     grad_patience: int = option(
         3,
@@ -132,7 +193,14 @@ class RuleOptions:
         commands=_RECORD_COMMANDS,
     )
     throughput_patience: int = option(
-        3, INT_1, "throughput_drop needs K consecutive slow train records", metavar="K", commands=_RECORD_COMMANDS
+        3, INT_1, "throughput_drop needs K consecutive slow spans", metavar="K", commands=_RECORD_COMMANDS
+    )
+    throughput_span: float = option(
+        30.0,
+        POSITIVE,
+        "throughput is judged over spans of at least S seconds of training (consecutive records merged)",
+        metavar="S",
+        commands=_RECORD_COMMANDS,
     )
     spike_factor: float = option(
         3.0,
@@ -146,6 +214,17 @@ class RuleOptions:
     )
     spike_patience: int = option(
         2, INT_1, "loss_spike needs K consecutive spiking train records", metavar="K", commands=_RECORD_COMMANDS
+    )
+    # 0.5: per-batch losses of a converged model are heavy-tailed (0.26 against a median of 0.012
+    # in a run whose reference is 0.52 is a hard batch, not a divergence); a spike that undoes half
+    # of what the session started from still is one.
+    spike_min_excess: float = option(
+        0.5,
+        NON_NEGATIVE,
+        "loss_spike: the loss must exceed the median by at least E x the reference loss (the median "
+        "of the session's first 20 train losses)",
+        metavar="E",
+        commands=_RECORD_COMMANDS,
     )
     collapse_patience: int = option(
         5,
@@ -164,6 +243,62 @@ class RuleOptions:
     overfit_patience: int = option(
         3, INT_1, "overfitting needs K consecutive such eval records", metavar="K", commands=_RECORD_COMMANDS
     )
+    overfit_min_rise: float = option(
+        0.1,
+        NON_NEGATIVE,
+        "overfitting: the eval loss must also rise above its best by G x what it had gained "
+        "(its first value - its best)",
+        metavar="G",
+        commands=_RECORD_COMMANDS,
+    )
+    progress_after: float = option(
+        0.25,
+        _UNIT,
+        "no_progress is judged once the session has reached F of its max_steps",
+        metavar="F",
+        commands=_RECORD_COMMANDS,
+    )
+    # 500: without max_steps a slow start cannot be told from a stuck run (a contrastive model whose
+    # loss falls 2.5 % in its first 200 records and 10 % by its 1500th); wait longer.
+    progress_after_records: int = option(
+        500,
+        INT_1,
+        "no_progress, when max_steps is unknown: judged after N train records",
+        metavar="N",
+        commands=_RECORD_COMMANDS,
+    )
+    progress_window: int = option(
+        20,
+        INT_1,
+        "no_progress: the median of the last W train losses against that of the first (up to 20); "
+        "needs 2 x W train records",
+        metavar="W",
+        commands=_RECORD_COMMANDS,
+    )
+    progress_min_drop: float = option(
+        0.05,
+        OPEN_01,
+        "no_progress: the last window's median is not below (1-D) x the first's",
+        metavar="D",
+        commands=_RECORD_COMMANDS,
+    )
+    max_steps: int | None = option(
+        None,
+        INT_1,
+        "the run's max_steps, for no_progress (default: run.json's recipe, trainer_state.json's)",
+        none=True,
+        metavar="N",
+        commands=_RECORD_COMMANDS,
+    )
+    severity: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "set a record rule's severity: stop (ends a watch, drives supervise), warn (reported only) "
+        "or off (overfitting and no_signal warn, every other kind stops)",
+        metavar="KIND=SEVERITY",
+        commands=_RECORD_COMMANDS,
+        expect="a list of KIND=stop|warn|off strings",
+    )
 
     map: tuple[str, ...] = option(
         (),
@@ -177,13 +312,25 @@ class RuleOptions:
     def __post_init__(self) -> None:
         validate(self)
         parse_maps(self.map)
-        if self.grad_min >= self.grad_max:
+        if self.grad_max is not None and self.grad_min >= self.grad_max:
             raise ConfigError(f"watch.grad_min must be < watch.grad_max {self.grad_max:g}, got {self.grad_min:g}")
+        if self.metric_chance == 0.5 and self.metric_min < 0.5:
+            raise ConfigError(f"watch.metric_min must be a number in [0.5, 1], got {self.metric_min:g}")
+        if self.metric_min <= self.metric_chance:
+            raise ConfigError(
+                f"watch.metric_min must be > watch.metric_chance {self.metric_chance:g}, got {self.metric_min:g}"
+            )
+        object.__setattr__(self, "_severities", parse_severities(self.severity))
 
     @property
     def maps(self) -> dict[str, str]:
         """`--map` as {canonical: source}."""
         return parse_maps(self.map)
+
+    @property
+    def severities(self) -> dict[str, str]:
+        """Every record kind's severity: the defaults, with `--severity` on top."""
+        return self.__dict__["_severities"]  # type: ignore[no-any-return]
 
 
 # What a relaunch can do about each kind of anomaly (docs/WATCHDOG.md, "Verdict classes").
@@ -208,40 +355,31 @@ def verdict_class(kind: str | None) -> str | None:
     return None if kind is None else CLASSES.get(kind, FATAL)
 
 
-class _Skip:
-    """The type of `SKIP`."""
-
-    def __repr__(self) -> str:
-        return "SKIP"
-
-
-SKIP = _Skip()  # `look` result: this rule does not look at this record
-Look = str | None | _Skip  # what `look` says: a message (the condition holds), None (it does not), SKIP
-
-
-def fmt_step(step: int | float) -> str:
-    """A step as verdict lines print it (`step=120`)."""
-    if type(step) is float and step.is_integer():
-        return str(int(step))
-    return f"{step:g}" if type(step) is float else str(step)
-
-
-def _g(x: float) -> str:
-    return f"{x:.4g}"
+# What a finding does (docs/WATCHDOG.md, "Severities"): `stop` ends a watch, drives `supervise` and
+# makes `check` exit 7; `warn` is reported and never acted on; `off` turns the rule off.
+STOP, WARN, OFF = "stop", "warn", "off"
+SEVERITIES = (STOP, WARN, OFF)
+# Kinds that warn by default (every other kind stops): a rising eval loss while the task metric
+# still improves is a fine-tune's usual course; a log without a loss says nothing about the run.
+DEFAULT_SEVERITY: dict[str, str] = {"overfitting": WARN, "no_signal": WARN}
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One anomaly: its kind (docs/WATCHDOG.md), the step of the triggering record, and a message."""
+    """One finding: its kind (docs/WATCHDOG.md), the step of the triggering record, a message, and
+    its severity (`stop` or `warn`)."""
 
     kind: str
     step: int | float
     message: str
     session: str | None = None
     onset: int | float | None = None  # the step of the streak's first record (None: `step`)
+    severity: str = STOP
 
-    def line(self, prefix: str = "ANOMALY") -> str:
-        """`ANOMALY <kind> step=N: <message>` (or with `FINDING`)."""
+    def line(self, prefix: str | None = None) -> str:
+        """`ANOMALY <kind> step=N: <message>` (`WARNING` for a warning; or with `prefix`)."""
+        if prefix is None:
+            prefix = "WARNING" if self.severity == WARN else "ANOMALY"
         return f"{prefix} {self.kind} step={fmt_step(self.step)}: {self.message}"
 
     @property
@@ -249,9 +387,14 @@ class Finding:
         """The verdict class of the kind: `transient`, `divergence` or `fatal`."""
         return verdict_class(self.kind) or FATAL
 
+    @property
+    def stops(self) -> bool:
+        return self.severity == STOP
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
+            "severity": self.severity,
             "class": self.cls,
             "step": self.step,
             "onset": self.step if self.onset is None else self.onset,
@@ -260,352 +403,8 @@ class Finding:
         }
 
 
-class Rule:
-    """One record rule. Subclasses set `kind`, `name` and implement `look`."""
-
-    kind = ""
-    name = ""
-    _fields: tuple[str, ...] = ()  # the attributes that make up the state
-    # The record kinds the rule may look at ("eval values": any record that carries eval values);
-    # `Rules` calls a rule only for these, so the others cost nothing. `look` may still SKIP.
-    looks_at: frozenset[str] = frozenset({"train"})
-
-    def __init__(self, opts: Any) -> None:
-        self.opts = opts
-
-    def look(self, rec: Record) -> Look:
-        raise NotImplementedError
-
-    def onset(self, rec: Record) -> int | float:
-        """The step where the condition that `look` just reported began (default: this record's)."""
-        return rec.step
-
-    def state_dict(self) -> dict[str, Any]:
-        out = {}
-        for f in self._fields:
-            v = getattr(self, f)
-            out[f] = list(v) if isinstance(v, deque) else v
-        return out
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for f in self._fields:
-            cur = getattr(self, f)
-            if f not in state:  # a state saved before the field existed
-                continue
-            v = state[f]
-            setattr(self, f, deque(v, maxlen=cur.maxlen) if isinstance(cur, deque) else v)
-
-
-class _Streak(Rule):
-    """K consecutive looked-at records for which `hit` holds."""
-
-    _fields: tuple[str, ...] = ("streak", "first")
-    patience = 1
-
-    def __init__(self, opts: Any) -> None:
-        super().__init__(opts)
-        self.streak = 0
-        self.first: int | float | None = None  # the step of the streak's first record
-
-    def step_streak(self, hit: bool, step: int | float) -> bool:
-        self.streak, self.first = _extend(self.streak, self.first, hit, step)
-        return self.streak >= self.patience
-
-    def onset(self, rec: Record) -> int | float:
-        return rec.step if self.first is None else self.first
-
-
-# --- train-record rules, in reporting order ---------------------------------------------------------
-
-
-class InvalidLog(Rule):
-    kind = name = "invalid_log"
-    looks_at = frozenset({"train", "eval", "checkpoint", "end", "fatal", "invalid", "other"})
-
-    def look(self, rec: Record) -> Look:
-        return rec.error if rec.kind == "invalid" else None
-
-
-class NonfiniteLoss(Rule):
-    kind = name = "nonfinite_loss"
-    looks_at = frozenset({"train", "fatal", "end"})
-
-    def look(self, rec: Record) -> Look:
-        kind = rec.kind
-        if kind == "train":
-            loss = rec.loss
-            if loss is None:
-                return None
-            if not math.isfinite(loss):
-                return f"train loss is {_show_nonfinite(loss)}"
-            if loss == 0 and rec.nonfinite_grads > 0:
-                return "train loss is exactly 0 with a non-finite gradient norm (a NaN loss filtered by the trainer)"
-            return None
-        if kind == "fatal":
-            return f"FATAL: {rec.error}"
-        if kind == "end":
-            if rec.reason == "nonfinite_loss":
-                return "session ended with reason nonfinite_loss" + (f": {rec.error}" if rec.error else "")
-            return None
-        return SKIP
-
-
-class NonfiniteGrad(_Streak):
-    kind = name = "nonfinite_grad"
-
-    def look(self, rec: Record) -> Look:
-        if rec.kind != "train":
-            return SKIP
-        self.patience = self.opts.grad_patience
-        if self.step_streak(rec.nonfinite_grads > 0, rec.step):
-            return f"non-finite gradient norms in {self.streak} consecutive train records"
-        return None
-
-
-class GradExplosion(_Streak):
-    kind = name = "grad_explosion"
-
-    def look(self, rec: Record) -> Look:
-        g = rec.grad_mean
-        if rec.kind != "train" or g is None:
-            return SKIP
-        self.patience = self.opts.grad_patience
-        if self.step_streak(g > self.opts.grad_max, rec.step):
-            return f"gradient norm {_g(g)} > {_g(self.opts.grad_max)} for {self.streak} consecutive train records"
-        return None
-
-
-class GradCollapse(_Streak):
-    kind = name = "grad_collapse"
-
-    def look(self, rec: Record) -> Look:
-        g = rec.grad_mean
-        if rec.kind != "train" or g is None:
-            return SKIP
-        self.patience = self.opts.grad_patience
-        if self.step_streak(g < self.opts.grad_min, rec.step):
-            return f"gradient norm {_g(g)} < {_g(self.opts.grad_min)} for {self.streak} consecutive train records"
-        return None
-
-
-# A loss spike is judged against at least this many earlier train records of the session (docs/WATCHDOG.md, `loss_spike`).
-SPIKE_MIN_HISTORY = 5
-
-
-class LossSpike(_Streak):
-    kind = name = "loss_spike"
-    _fields: tuple[str, ...] = ("window", "seen", "streak", "first")
-
-    def __init__(self, opts: Any) -> None:
-        super().__init__(opts)
-        self.window: deque[float] = deque(maxlen=opts.spike_window)
-        self.seen = 0
-
-    def look(self, rec: Record) -> Look:
-        loss = rec.loss
-        if rec.kind != "train" or loss is None or not math.isfinite(loss):
-            return SKIP
-        result: Look = SKIP
-        if self.seen >= SPIKE_MIN_HISTORY:
-            median = _median(self.window)
-            if median > 0:
-                limit = self.opts.spike_factor * median
-                self.streak, self.first = _extend(self.streak, self.first, loss > limit, rec.step)
-                result = None
-                if self.streak >= self.opts.spike_patience:
-                    result = (
-                        f"loss {_g(loss)} > {_g(self.opts.spike_factor)} x median {_g(median)} of the "
-                        f"previous {len(self.window)} train records for {self.streak} consecutive records"
-                    )
-        self.window.append(loss)
-        self.seen += 1
-        return result
-
-
-class LossCollapse(_Streak):
-    kind = name = "loss_collapse"
-
-    def look(self, rec: Record) -> Look:
-        if rec.kind != "train" or rec.loss is None:
-            return SKIP
-        self.patience = self.opts.collapse_patience
-        if self.step_streak(rec.loss == 0, rec.step):
-            return f"train loss exactly 0 for {self.streak} consecutive train records"
-        return None
-
-
-class LossAtChance(Rule):
-    kind = name = "loss_at_chance"
-    _fields: tuple[str, ...] = ("flags", "steps")
-
-    def __init__(self, opts: Any) -> None:
-        super().__init__(opts)
-        self.flags: deque[bool] = deque(maxlen=opts.chance_patience)
-        self.steps: deque[int | float] = deque(maxlen=opts.chance_patience)
-
-    def onset(self, rec: Record) -> int | float:
-        return self.steps[0] if self.steps else rec.step
-
-    def look(self, rec: Record) -> Look:
-        x = self.opts.chance_loss
-        if x is None or rec.kind != "train" or rec.loss is None:
-            return SKIP
-        floor = x - self.opts.chance_tolerance
-        # `not loss < floor`: a diverging (inf/NaN) loss counts as at or above chance
-        self.flags.append(rec.step >= self.opts.chance_after_step and not rec.loss < floor)
-        self.steps.append(rec.step)
-        if len(self.flags) == self.flags.maxlen and all(self.flags):
-            return (
-                f"loss {_g(rec.loss)} >= {_g(floor)} (chance {_g(x)} - tolerance {_g(self.opts.chance_tolerance)}) "
-                f"for the last {len(self.flags)} train records"
-            )
-        return None
-
-
-class ThroughputDrop(_Streak):
-    kind = name = "throughput_drop"
-    _fields: tuple[str, ...] = ("start_step", "first_seen", "samples", "baseline", "streak", "first")
-
-    def __init__(self, opts: Any, start_step: int | float | None = None) -> None:
-        super().__init__(opts)
-        self.start_step = start_step
-        self.first_seen = False
-        self.samples: list[float] = []
-        self.baseline: float | None = None
-
-    def look(self, rec: Record) -> Look:
-        tp = rec.throughput
-        if rec.kind != "train":
-            return SKIP
-        if not self.first_seen:  # the session's first train record: warm-up, compilation
-            self.first_seen = True
-            if self.start_step is None:
-                self.start_step = rec.step
-            return SKIP
-        if tp is None or not math.isfinite(tp):
-            return SKIP
-        if rec.step <= self.start_step + self.opts.throughput_baseline_steps:
-            self.samples.append(tp)
-            return SKIP
-        if self.baseline is None:
-            if not self.samples:
-                return SKIP  # no baseline in this session: the rule stays off
-            self.baseline = _median(self.samples)
-            self.samples = []
-        limit = (1 - self.opts.throughput_drop) * self.baseline
-        self.streak, self.first = _extend(self.streak, self.first, tp < limit, rec.step)
-        if self.streak >= self.opts.throughput_patience:
-            return (
-                f"throughput {_g(tp)} < {_g(limit)} ((1 - {_g(self.opts.throughput_drop)}) x baseline "
-                f"{_g(self.baseline)}) for {self.streak} consecutive train records"
-            )
-        return None
-
-
-class SessionError(Rule):
-    kind = name = "session_error"
-    looks_at = frozenset({"end"})
-    reason = "error"  # the session_end reason this rule reports
-
-    def look(self, rec: Record) -> Look:
-        if rec.kind != "end":
-            return SKIP
-        if rec.reason == self.reason:
-            return f"session ended with reason {rec.reason}" + (f": {rec.error}" if rec.error else "")
-        return None
-
-
-class Interrupted(SessionError):
-    """A session ended by a signal (a scheduler's preemption, Ctrl-C): `transient`, unlike an error."""
-
-    kind = name = "interrupted"
-    reason = "interrupted"
-
-
-# --- eval-value rules -----------------------------------------------------------------------------
-
-
-class EvalNonfiniteLoss(Rule):
-    kind = "nonfinite_loss"
-    name = "eval_nonfinite_loss"
-    looks_at = frozenset({"eval values"})
-
-    def look(self, rec: Record) -> Look:
-        v = rec.eval_loss
-        if v is None:
-            return SKIP
-        return None if math.isfinite(v) else f"eval loss is {_show_nonfinite(v)}"
-
-
-class Overfitting(_Streak):
-    kind = name = "overfitting"
-    looks_at = frozenset({"eval values"})
-    _fields: tuple[str, ...] = ("best", "streak", "first")
-
-    def __init__(self, opts: Any) -> None:
-        super().__init__(opts)
-        self.best: float | None = None
-
-    def look(self, rec: Record) -> Look:
-        v = rec.eval_loss
-        if v is None or not math.isfinite(v):
-            return SKIP
-        best = self.best
-        if best is None:
-            self.best = v
-            return None
-        limit = (1 + self.opts.overfit_tolerance) * best
-        self.streak, self.first = _extend(self.streak, self.first, v > limit, rec.step)
-        if v < best:
-            self.best = v
-        if self.streak >= self.opts.overfit_patience:
-            return (
-                f"eval loss {_g(v)} > {_g(limit)} ((1 + {_g(self.opts.overfit_tolerance)}) x best {_g(best)}) "
-                f"for {self.streak} consecutive eval records"
-            )
-        return None
-
-
-class _Metric(Rule):
-    looks_at = frozenset({"eval values"})
-
-    def value(self, rec: Record) -> float | _Skip:
-        m = rec.metrics
-        if not m or rec.step < self.opts.metric_after_step:
-            return SKIP
-        v = m.get(self.opts.metric)
-        if (type(v) is not float and type(v) is not int) or not math.isfinite(v):
-            return SKIP
-        return float(v)
-
-
-class InvertedMetric(_Metric):
-    kind = name = "inverted_metric"
-
-    def look(self, rec: Record) -> Look:
-        v = self.value(rec)
-        if isinstance(v, _Skip):
-            return SKIP
-        low = 1 - self.opts.metric_min
-        if v < low:
-            return f"{self.opts.metric} {_g(v)} < {_g(low)} (1 - metric-min {_g(self.opts.metric_min)}): labels look inverted"
-        return None
-
-
-class StuckMetric(_Metric):
-    kind = name = "stuck_metric"
-
-    def look(self, rec: Record) -> Look:
-        v = self.value(rec)
-        if isinstance(v, _Skip):
-            return SKIP
-        x = self.opts.metric_min
-        if 1 - x <= v < x:
-            return f"{self.opts.metric} {_g(v)} < metric-min {_g(x)}: the model looks stuck near chance"
-        return None
-
-
-# The reporting order on one record (docs/WATCHDOG.md, "Rules on records"): train rules, then eval-value rules.
+# The reporting order on one record (docs/WATCHDOG.md, "Rules on records"): train rules, then
+# eval-value rules, then what is judged of the log as a whole.
 RULE_ORDER: tuple[type[Rule], ...] = (
     InvalidLog,
     NonfiniteLoss,
@@ -615,6 +414,7 @@ RULE_ORDER: tuple[type[Rule], ...] = (
     LossSpike,
     LossCollapse,
     LossAtChance,
+    NoProgress,
     ThroughputDrop,
     SessionError,
     Interrupted,
@@ -622,32 +422,72 @@ RULE_ORDER: tuple[type[Rule], ...] = (
     Overfitting,
     InvertedMetric,
     StuckMetric,
+    NoSignal,
 )
+# The kinds the record rules report (what `--severity` accepts).
+RECORD_KINDS: tuple[str, ...] = tuple(dict.fromkeys(cls.kind for cls in RULE_ORDER))
+
+
+def parse_severities(items: Iterable[str]) -> dict[str, str]:
+    """`["overfitting=stop"]` over the defaults → every record kind's severity; ConfigError if bad."""
+    out = {kind: DEFAULT_SEVERITY.get(kind, STOP) for kind in RECORD_KINDS}
+    for item in items:
+        kind, eq, value = item.partition("=")
+        if not eq or value not in SEVERITIES:
+            raise ConfigError(f"watch.severity must be KIND=stop|warn|off, got {item!r}")
+        if kind not in out:
+            raise ConfigError(
+                f"watch.severity: {kind!r} is not a record rule's kind (expected one of {', '.join(RECORD_KINDS)})"
+            )
+        out[kind] = value
+    return out
+
+
+_NONE: tuple[Finding, ...] = ()
+_RECORD_KINDS = ("train", "eval", "checkpoint", "end", "fatal", "invalid", "other", "eval values")
 
 
 class Rules:
-    """All record rules of one session, run in order; `observe` returns at most one Finding."""
+    """All record rules of one session, run in order; `observe` returns its findings (at most the
+    first stop and the first warning). `live`: a watch (`no_signal` after 50 records); else a
+    replay, whose `Replay.finish` judges the log as a whole at its end."""
 
-    def __init__(self, opts: Any, start_step: int | float | None = None) -> None:
+    def __init__(
+        self, opts: Any, start_step: int | float | None = None, *, max_steps: int | None = None, live: bool = False
+    ) -> None:
         self.opts = opts
-        self.reset(start_step)
+        self.live = live
+        severities = getattr(opts, "severities", None) or parse_severities(())
+        self.severity = severities
+        self.reset(start_step, max_steps)
 
-    def reset(self, start_step: int | float | None = None) -> None:
+    def reset(self, start_step: int | float | None = None, max_steps: int | None = None) -> None:
         """A new session: every window, counter and best-so-far value starts over."""
         self.start_step = start_step
-        self.rules: list[Rule] = [
-            ThroughputDrop(self.opts, start_step) if cls is ThroughputDrop else cls(self.opts) for cls in RULE_ORDER
-        ]
+        given = getattr(self.opts, "max_steps", None)
+        self.facts = facts = SessionFacts(start_step, given if given is not None else max_steps)
+        self.rules: list[Rule] = [cls(self.opts, facts) for cls in RULE_ORDER]
         self.active: list[bool] = [False] * len(self.rules)
-        off = {"loss_at_chance"} if getattr(self.opts, "chance_loss", None) is None else set()
+        sev = self.severity
+        off = {r.name for r in self.rules if sev[r.kind] == OFF}
+        if getattr(self.opts, "chance_loss", None) is None:
+            off.add("loss_at_chance")
+        if not self.live:
+            off.add("no_signal")  # a replay judges the whole log at its end (Replay.finish)
+        self._stops = [sev[r.kind] == STOP for r in self.rules]
         by_kind: dict[str, list[tuple[int, Rule]]] = {}
-        for kind in ("train", "eval", "checkpoint", "end", "fatal", "invalid", "other", "eval values"):
+        for kind in _RECORD_KINDS:
             by_kind[kind] = [(i, r) for i, r in enumerate(self.rules) if kind in r.looks_at and r.name not in off]
         self._by_kind = by_kind
+        self._final: list[tuple[int, NoProgress]] = [
+            (i, r) for i, r in enumerate(self.rules) if r.name not in off and isinstance(r, NoProgress)
+        ]
+        self.last_step: int | float | None = None  # of the session's last train record
 
-    def observe(self, rec: Record) -> Finding | None:
-        """Apply the rules to `rec`; the first rule in order whose condition started here, or None."""
-        found: Finding | None = None
+    def observe(self, rec: Record) -> tuple[Finding, ...]:
+        """Apply the rules to `rec`: the first stop and the first warning whose condition started here."""
+        stop: Finding | None = None
+        warn: Finding | None = None
         active = self.active
         rules = self._by_kind[rec.kind]
         if rec.eval_loss is not None or rec.metrics or rec.kind == "eval":
@@ -660,20 +500,53 @@ class Rules:
                 active[i] = False
             elif not active[i]:
                 active[i] = True
-                if found is None:
-                    found = Finding(rule.kind, rec.step, msg, rec.session, rule.onset(rec))
-        return found
+                if self._stops[i]:
+                    if stop is None:
+                        stop = Finding(rule.kind, rec.step, msg, rec.session, rule.onset(rec))
+                elif warn is None:
+                    warn = Finding(rule.kind, rec.step, msg, rec.session, rule.onset(rec), WARN)
+        if rec.kind == "train":
+            self.last_step = rec.step
+            loss = rec.loss
+            if loss is not None and loss == loss and abs(loss) != float("inf"):
+                self.facts.add_loss(loss)
+        if stop is None and warn is None:
+            return _NONE
+        if warn is None:
+            return (stop,)  # type: ignore[return-value]
+        return (warn,) if stop is None else (warn, stop)
+
+    def finish(self, session: str | None = None, step: int | float | None = None) -> list[Finding]:
+        """The findings of the session judged once more on its whole length (a replay's end)."""
+        out: list[Finding] = []
+        at = self.last_step if self.last_step is not None else step
+        for i, rule in self._final:
+            if self.active[i] or at is None:
+                continue
+            msg = rule.final()
+            if msg is not None:
+                self.active[i] = True
+                severity = STOP if self._stops[i] else WARN
+                out.append(
+                    Finding(rule.kind, at, msg, session, rule.onset(Record("train", session or "", at)), severity)
+                )
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         """Every rule's memory as plain JSON."""
         return {
             "start_step": self.start_step,
+            "max_steps": self.facts.max_steps,
+            "facts": self.facts.state_dict(),
+            "last_step": self.last_step,
             "rules": {r.name: {"active": a, **r.state_dict()} for r, a in zip(self.rules, self.active)},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()` (same options)."""
-        self.reset(state["start_step"])
+        self.reset(state["start_step"], state.get("max_steps"))
+        self.facts.load_state_dict(state.get("facts") or {})
+        self.last_step = state.get("last_step")
         for i, rule in enumerate(self.rules):
             s = state["rules"].get(rule.name)
             if s is None:  # a rule added since the state was saved starts fresh
@@ -684,47 +557,58 @@ class Rules:
 
 class Replay:
     """The rules of every session of a log as it stands (`check`, `plot`, `smoke`): each session is
-    judged on its own, from its first record, by its own `Rules`."""
+    judged on its own, from its first record, by its own `Rules`; `finish` judges what is judged at
+    the end (each session's whole length, and the log's signal)."""
 
-    def __init__(self, opts: Any, start_step: Callable[[str], int | None] | None = None) -> None:
+    def __init__(
+        self,
+        opts: Any,
+        start_step: Callable[[str], int | None] | None = None,
+        max_steps: Callable[[str], int | None] | None = None,
+    ) -> None:
         self.opts = opts
         self.start_step = start_step or (lambda session: None)
+        self.max_steps = max_steps or (lambda session: None)
         self.engines: dict[str, Rules] = {}
+        self.signal = NoSignal(opts, limit=None)
+        self.last: Record | None = None
 
     def engine(self, session: str) -> Rules:
         """The rules of `session` (created at its first record)."""
         eng = self.engines.get(session)
         if eng is None:
-            eng = self.engines[session] = Rules(self.opts, self.start_step(session))
+            eng = self.engines[session] = Rules(self.opts, self.start_step(session), max_steps=self.max_steps(session))
         return eng
 
-    def observe(self, rec: Record) -> Finding | None:
+    def observe(self, rec: Record) -> tuple[Finding, ...]:
+        self.last = rec
+        signal = self.signal
+        if not signal.loss_seen and rec.kind != "invalid":
+            signal.look(rec)
         return self.engine(rec.session).observe(rec)
+
+    def finish(self, step: int | float | None = None) -> list[Finding]:
+        """What the end of the log decides: `no_progress` of each session on its whole length, and
+        `no_signal` when no record gave a train loss. `step`: the step the log reached."""
+        out: list[Finding] = []
+        for session, eng in self.engines.items():
+            out.extend(eng.finish(session, step))
+        severities: dict[str, str] = getattr(self.opts, "severities", DEFAULT_SEVERITY)
+        severity = severities.get("no_signal", WARN)
+        msg = self.signal.final()
+        if msg is not None and severity != OFF:
+            last = self.last.session if self.last is not None else None
+            out.append(Finding("no_signal", step if step is not None else 0, msg, last, None, severity))
+        return out
 
 
 def replay(records: Iterable[Record], opts: Any, start_steps: dict[str, int | None] | None = None) -> list[Finding]:
-    """Every finding of `records` (all sessions; a new session restarts the rules)."""
+    """Every finding of `records` (all sessions; a new session restarts the rules), then those of the end."""
     r = Replay(opts, (start_steps or {}).get)
-    return [f for f in map(r.observe, records) if f is not None]
-
-
-def _extend(streak: int, first: int | float | None, hit: bool, step: int | float) -> tuple[int, int | float | None]:
-    """A streak counter and the step of its first record, after one more looked-at record."""
-    if not hit:
-        return 0, None
-    return streak + 1, step if streak == 0 else first
-
-
-def _median(values: Any) -> float:
-    s = sorted(values)
-    n = len(s)
-    if n == 0:
-        return 0.0
-    mid = n // 2
-    return float(s[mid]) if n % 2 else (s[mid - 1] + s[mid]) / 2
-
-
-def _show_nonfinite(x: float) -> str:
-    if math.isnan(x):
-        return "NaN"
-    return "Infinity" if x > 0 else "-Infinity"
+    out: list[Finding] = []
+    step: int | float | None = None
+    for rec in records:
+        out.extend(r.observe(rec))
+        if rec.kind != "invalid":
+            step = rec.step
+    return out + r.finish(step)

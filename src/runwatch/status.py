@@ -36,6 +36,7 @@ from .records import (
     read_trainer_state,
     resolve_target,
 )
+from .replay import reached
 from .rules import RuleOptions, fmt_step, verdict_class
 from .schema import read_manifest, read_regular_file
 from .supervise import supervise_status
@@ -76,6 +77,7 @@ class StatusHead(TypedDict):
     sessions: int | None  # how many run.json lists
     max_steps: int | None
     torn_tail: bool
+    loss_key: NotRequired[str | None]  # the key the loss is read from when the log has no `loss`
 
 
 class GradNorm(TypedDict):
@@ -137,6 +139,7 @@ class Status(StatusHead):
     gpus: list[GpuInfo] | str | None  # a str: why there is no list ("no GPU"); None: not asked
     ranks: list[str]
     supervise: Mapping[str, Any] | None  # supervise.supervise_status
+    warnings: list[dict[str, Any]]  # watchdog.json's warnings: {"kind", "step", "message"}
 
 
 def _read_json(path: str) -> Any:
@@ -175,12 +178,14 @@ def status(
         # Binary and grouped formats cannot be read back from their end: read them through, keep the tail.
         tail: collections.deque[Record] = collections.deque(maxlen=TAIL_RECORDS)
         torn_where: list[int | str] = []
-        for rec in iter_records(t, parser=parser_for(t, maps), on_torn=torn_where.append):
+        reader_parser = parser_for(t, maps)
+        for rec in iter_records(t, parser=reader_parser, on_torn=torn_where.append):
             if rec.kind != "invalid":
                 if tail and tail[-1].session != rec.session:
                     tail.clear()
                 tail.append(rec)
         recs, torn = list(tail), bool(torn_where)
+        out["loss_key"] = reader_parser.loss_key or None
         mtime = os.stat(t.log_path).st_mtime
     elif t.format == "trainer_state" and os.path.exists(t.log_path):
         history = read_trainer_state(t.log_path)
@@ -217,6 +222,7 @@ def status(
             parsed = [r for r in (parser.parse_line(0, raw) for raw in lines) if r is not None and r.kind != "invalid"]
             last_session = parsed[-1].session if parsed else None
             recs = [r for r in parsed if r.session == last_session]
+            out["loss_key"] = parser.loss_key or None
     out["torn_tail"] = torn
     return describe(t, out, recs, mtime, now, gpus=gpus)
 
@@ -231,7 +237,9 @@ def describe(
     evals = [r for r in recs if r.has_eval]
     last = recs[-1] if recs else None
     lt = trains[-1] if trains else None
-    step = last.step if last else None
+    step: int | float | None = None
+    for r in recs:  # the step reached: a late record of no kind (a hyperparameter at step 0) never moves it back
+        step = r.step if step is None else reached(step, r)
     when = last.time if last is not None and (t.schema_v1() or t.format in READER_FORMATS and last.time) else mtime
     grad_norm: GradNorm | None = (
         {"mean": _num(lt.grad_mean), "max": _num(lt.grad_max)} if lt and lt.grad_mean is not None else None
@@ -282,6 +290,7 @@ def describe(
                 "before_current_launch": bool(stale),
             }
     watchdog = verdict if isinstance(verdict, dict) else None
+    warnings = verdict.get("warnings") if isinstance(verdict, dict) else None
     error: str | None = verdict.get("last_error") if isinstance(verdict, dict) else None
     if error is None and process and process["alive"] is False and not (ended and ended["reason"] == "normal"):
         error = last_error(os.path.join(t.run_dir, "stdout.log"))
@@ -303,6 +312,8 @@ def describe(
         "gpus": gpu_info() if gpus else None,
         "ranks": rank_status_lines(t.run_dir, now),  # multi-rank runs: at most 4 lines; else []
         "supervise": supervise_status(t.run_dir),  # a supervised run: attempt, restarts, rollbacks; else None
+        "warnings": [w for w in warnings if isinstance(w, dict)] if isinstance(warnings, list) else [],
+        "loss_key": out.get("loss_key"),
     }
 
 
@@ -415,7 +426,8 @@ def format_status(st: Status) -> list[str]:
         age = f", {_dur(st['age_seconds'])} ago" if st["age_seconds"] is not None else ""
         lines.append(f"step     {fmt_step(st['step'])}{total}{age}")
     if st["loss"] is not None:
-        lines.append(f"loss     {_v(st['loss'])}   lr {_v(st['lr'])}")
+        key = st.get("loss_key")
+        lines.append(f"loss     {_v(st['loss'])}{f' (from {key})' if key else ''}   lr {_v(st['lr'])}")
     if st["grad_norm"]:
         lines.append(f"grad     mean {_v(st['grad_norm']['mean'])}  max {_v(st['grad_norm']['max'])}")
     if st["tokens_per_second"] is not None:
@@ -446,6 +458,11 @@ def format_status(st: Status) -> list[str]:
         lines.append(f"watchdog {what} step={w.get('step')}: {w.get('message')}{old}"[:160])
     else:
         lines.append("watchdog no verdict")
+    warnings = st.get("warnings") or []
+    if warnings:
+        shown = ", ".join(f"{w.get('kind')} step={w.get('step')}" for w in warnings[:3])
+        more = f" (+{len(warnings) - 3} more)" if len(warnings) > 3 else ""
+        lines.append(f"warnings {len(warnings)}: {shown}{more}"[:160])
     if st.get("last_error"):
         lines.append(f"error    {st['last_error']}"[:160])
     sv = st.get("supervise")

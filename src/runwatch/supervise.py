@@ -82,8 +82,8 @@ MAX_BACKOFF_SECONDS = 600.0
 MIN_FREE_BYTES = 16 * 2**20
 # Lines of stdout.log that go with an anomaly's notification.
 NOTIFY_TAIL_LINES = 20
-EVENTS = ("launch", "verdict", "stop", "relaunch", "rollback", "done", "gave_up", "notify_failed")
-_NOTIFIED = ("verdict", "rollback", "relaunch", "done", "gave_up")
+EVENTS = ("launch", "verdict", "warning", "stop", "relaunch", "rollback", "done", "gave_up", "notify_failed")
+_NOTIFIED = ("verdict", "warning", "rollback", "relaunch", "done", "gave_up")
 EXIT_USAGE = 2
 ENDED_GRACE_SECONDS = 10.0  # how long a process whose session ended (error, interrupted) may take to exit by itself
 
@@ -213,6 +213,7 @@ class Supervisor:
         self.new_process = False  # the next watch is of a newly launched process
         self.interrupted: int | None = None
         self.notifier: Notifier | None = None
+        self.warned = 0  # warnings of the watch journaled (and notified) so far: each once
         self._lock_fd: int | None = None
 
     # --- the run directory ---------------------------------------------------------------------
@@ -277,6 +278,7 @@ class Supervisor:
             rollbacks=self.rollbacks,
             budgets={"restarts": self.opts.restarts, "rollbacks": self.opts.rollbacks},
             streak=self.streak,
+            warned=self.warned,
             env=self.env,
             checkpoints_at_launch=self.checkpoints_at_launch,
             supervisor=os.getpid(),
@@ -390,7 +392,7 @@ class Supervisor:
 
     def _watch(self) -> Verdict | None:
         """Watch the current attempt from where the last watch left the log (no re-reading)."""
-        w = Watcher(self.run_dir, dataclasses.replace(self.watch, pid=self.pid), log=self.log)
+        w = Watcher(self.run_dir, dataclasses.replace(self.watch, pid=self.pid), log=self.log, out=self.out)
         if self.state is not None and w.load_state_dict(self.state) and self.new_process:
             w.expect_new_session()
         self.new_process = False
@@ -399,6 +401,9 @@ class Supervisor:
         while True:
             v = w.poll_once()
             self.fresh = w.applied
+            for f in w.warnings[self.warned :]:  # a warning is journaled and notified once
+                self.warned += 1
+                self._record("warning", kind=f.kind, step=f.step, message=f.message, line=f.line())
             if v is not None:
                 return v
             w.heartbeat()  # watchdog.json: the supervisor's liveness and the state to resume from
@@ -515,6 +520,7 @@ class Supervisor:
             self.restarts = int(ongoing.get("restarts") or 0)
             self.rollbacks = int(ongoing.get("rollbacks") or 0)
             self.streak = int(ongoing.get("streak") or 0)
+            self.warned = int(ongoing.get("warned") or 0)
             self.env = dict(ongoing.get("env") or {})
             self.checkpoints_at_launch = int(ongoing.get("checkpoints_at_launch") or 0)
         pid = _proc.read_pid_file(os.path.join(self.run_dir, "pid"))

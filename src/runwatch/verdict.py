@@ -34,6 +34,7 @@ class Verdict:
     time: float
     onset: int | float | None = None  # the step where the trouble began (None: `step`)
     last_error: str | None = None  # a dead process's last error line from stdout.log
+    warnings: tuple[dict[str, Any], ...] = ()  # the watch's warnings: {"kind", "step", "message"}, the first 20
 
     @property
     def cls(self) -> str | None:
@@ -64,6 +65,7 @@ class Verdict:
             "onset": None if self.verdict == "done" else (self.step if self.onset is None else self.onset),
             "message": self.message,
             "time": self.time,
+            "warnings": list(self.warnings),
         }
         if self.last_error is not None:
             out["last_error"] = self.last_error

@@ -34,14 +34,16 @@ from .liveness import PhaseLimits, parse_phase_limits
 from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, add_flags, build, given_options, option
 from .readers import READER_FORMATS, Reader, ReadOptions, open_reader, read_options, to_records
 from .readers import add_arguments as add_read_arguments
-from .records import Record, RecordParser, Target, parser_for, read_trainer_state, resolve_target
-from .replay import CheckResult, check
+from .records import Record, RecordParser, Target, load_trainer_state, parser_for, read_trainer_state, resolve_target
+from .replay import CheckResult, check, name_loss_key, reached
 from .rules import Finding, RuleOptions, Rules, fmt_step
 from .verdict import Verdict, write_verdict
 
 __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
 
 _WATCH = ("watch",)
+# watchdog.json keeps the first this many warnings of a watch (more are printed, not kept).
+MAX_WARNINGS = 20
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ class Watcher:
         clock: Callable[[], float] = time.time,
         log: Callable[[str], None] | None = None,
         read: ReadOptions | None = None,
+        out: Callable[[str], None] | None = None,
     ) -> None:
         self.opts = opts or Options()
         self.target_arg = os.fspath(target)
@@ -156,9 +159,10 @@ class Watcher:
         self.poll_checks = list(POLL_CHECKS if poll_checks is None else poll_checks)
         self.clock = clock
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.out = out or (lambda line: print(line, flush=True))  # WARNING lines, on stdout
         self.started = clock()
         self.grace_anchor = self.started
-        self.rules = Rules(self.opts)
+        self.rules = Rules(self.opts, live=True)
         self.parser: RecordParser | None = None
         self.manifest: ManifestFollower | None = None
         self.follower: LogFollower | None = None
@@ -179,6 +183,11 @@ class Watcher:
         self.checkpoints = 0  # checkpoint events read so far (carried in the state)
         self._watching_at, self._watching_count = -math.inf, -1
         self._rank_monitor: RankMonitor | None = None  # set up by the first `_rank_check`
+        # Warnings reported so far (the first MAX_WARNINGS; watchdog.json keeps them), and those
+        # of the session being caught up with (minimal telemetry: dropped if a relaunch follows).
+        self.warnings: list[Finding] = []
+        self.pending_warnings: list[Finding] = []
+        self.named_loss_key = False  # the first finding said which key the loss is read from
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -235,9 +244,14 @@ class Watcher:
         ):
             self.log(f"runwatch watch: new session {session} in run.json; rules restart")
         self.current = session
-        self.rules.reset(self.parser.start_step(session) if self.parser and session else None)
+        parser = self.parser
+        self.rules.reset(
+            parser.start_step(session) if parser and session else None,
+            parser.max_steps(session) if parser and session else None,
+        )
         self.have_record = False
         self.pending = None
+        self.pending_warnings = []
         self.grace_anchor = self.clock()
         start = self.parser.start_step(session) if self.parser else None
         self.last_step = start if start is not None else 0
@@ -303,7 +317,7 @@ class Watcher:
         if self._state_seen is not None and not self.catching_up:
             self.last_growth = self.clock()
         self._state_seen = sig
-        history = read_trainer_state(self.target.log_path)
+        history, max_steps = load_trainer_state(self.target.log_path)
         name = os.path.basename(self.target.log_path)
         if len(history) < self._state_count:
             self.log(f"runwatch watch: {self.target.log_path} lost entries; reading it again from the start")
@@ -311,6 +325,10 @@ class Watcher:
             self.parser = RecordParser("minimal", maps=self.opts.maps, name=name)
         parser = self.parser
         assert parser is not None  # set up by `_open`
+        if max_steps != parser.max_steps_hint:
+            parser.max_steps_hint = max_steps
+            if self.opts.max_steps is None:
+                self.rules.facts.max_steps = max_steps
         start, self._state_count = self._state_count, len(history)
         for i in range(start, len(history)):
             rec = parser.parse_object(history[i], f"{name}:log_history[{i}]")
@@ -341,13 +359,22 @@ class Watcher:
                 self.log(f"runwatch watch: relaunch at step {fmt_step(rec.step)} ({rec.session}); rules restart")
             self._switch(rec.session)
         self.have_record = True
-        self.last_step = rec.step
+        self.last_step = reached(self.last_step, rec)
         self.applied += 1
         if rec.kind == "checkpoint":
             self.checkpoints += 1
-        finding = self.rules.observe(rec)
-        if finding is not None:
-            if self.catching_up and parser.mode == "minimal":
+        if parser.notes:
+            for note in parser.notes:
+                self.log(f"runwatch watch: {note}")
+            parser.notes.clear()
+        for finding in self.rules.observe(rec):
+            finding = self._name_loss_key(finding)
+            if not finding.stops:
+                if self.catching_up and parser.mode == "minimal":
+                    self.pending_warnings.append(finding)
+                else:
+                    self._warn(finding)
+            elif self.catching_up and parser.mode == "minimal":
                 if self.pending is None:
                     self.pending = finding
             else:
@@ -358,11 +385,29 @@ class Watcher:
             )
         return None
 
+    def _name_loss_key(self, f: Finding) -> Finding:
+        """The watch's first finding says which key the train loss is read from (a log without `loss`)."""
+        key = self.parser.loss_key if self.parser is not None else None
+        if self.named_loss_key or not key:
+            return f
+        self.named_loss_key = True
+        return name_loss_key([f], key)[0]
+
+    def _warn(self, f: Finding) -> None:
+        """Report a warning: its `WARNING` line on stdout; watchdog.json keeps the first MAX_WARNINGS."""
+        self.out(f.line())
+        if len(self.warnings) < MAX_WARNINGS:
+            self.warnings.append(f)
+
+    def warning_dicts(self) -> list[dict[str, Any]]:
+        """The warnings as watchdog.json holds them: kind, step, message."""
+        return [{"kind": f.kind, "step": f.step, "message": f.message} for f in self.warnings]
+
     def _verdict(self, verdict: str, kind: str | None, step: int | float, message: str) -> Verdict:
-        return Verdict(verdict, kind, step, message, self.clock())
+        return Verdict(verdict, kind, step, message, self.clock(), warnings=tuple(self.warning_dicts()))
 
     def _anomaly(self, kind: str, step: int | float, message: str, onset: int | float | None = None) -> Verdict:
-        return Verdict("anomaly", kind, step, message, self.clock(), onset)
+        return Verdict("anomaly", kind, step, message, self.clock(), onset, warnings=tuple(self.warning_dicts()))
 
     def _found(self, f: Finding) -> Verdict:
         if f.kind in ("session_error", "interrupted"):
@@ -378,7 +423,7 @@ class Watcher:
         last = liveness.last_error(os.path.join(self.run_dir, "stdout.log"))
         if last is not None and last not in message:
             message = f"{message}; last error: {last}"
-        return Verdict("anomaly", kind, step, message, self.clock(), onset, last)
+        return Verdict("anomaly", kind, step, message, self.clock(), onset, last, tuple(self.warning_dicts()))
 
     def _read(self, final: bool = False) -> Verdict | None:
         """Read and judge new records; a Verdict when one decides the watch (`final`: the
@@ -412,6 +457,9 @@ class Watcher:
             return v
         if self.catching_up and self.parser is not None:
             self.catching_up = False
+            for w in self.pending_warnings:
+                self._warn(w)
+            self.pending_warnings = []
             if self.pending is not None:
                 p = self.pending
                 return self._found(p)
@@ -562,7 +610,7 @@ class Watcher:
     def _write_watching(self, now: float) -> None:
         """The watchdog's own heartbeat in watchdog.json, with the state a restarted watch resumes from."""
         record = liveness.watching_record(
-            os.getpid(), self.started, now, self.last_step, self.opts.poll, self.state_dict()
+            os.getpid(), self.started, now, self.last_step, self.opts.poll, self.state_dict(), self.warning_dicts()
         )
         try:
             atomic_write_text(os.path.join(self.run_dir, "watchdog.json"), json.dumps(record, allow_nan=False) + "\n")
@@ -583,6 +631,8 @@ class Watcher:
             "rules": self.rules.state_dict(),
             "trainer_state_entries": self._state_count,
             "checkpoints": self.checkpoints,
+            "warnings": [f.to_json() for f in self.warnings],
+            "named_loss_key": self.named_loss_key,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
@@ -601,8 +651,15 @@ class Watcher:
         self.rules.load_state_dict(state["rules"])
         self.have_record = bool(state["have_record"])
         self.last_step = state["last_step"]
+        self.warnings = [_finding(w) for w in state.get("warnings") or ()]
+        self.named_loss_key = bool(state.get("named_loss_key"))
         self.catching_up = False
         return True
+
+
+def _finding(d: dict[str, Any]) -> Finding:
+    """A Finding from its `to_json()` (a saved watch's warnings)."""
+    return Finding(d["kind"], d["step"], d["message"], d.get("session"), d.get("onset"), d.get("severity", "warn"))
 
 
 def watch(target: str, options: Options | None = None, **kwargs: Any) -> Verdict:
@@ -644,16 +701,19 @@ def run_check(args: argparse.Namespace) -> int:
     read = read_options(args)
     opts = options_from_args(args, resolve_target(args.target, read).run_dir, "check")
     result = check(args.target, opts, read)
+    for note in result.notes:
+        print(f"runwatch check: {note}", file=sys.stderr)
     if isinstance(result.torn_line, str):
         print(f"runwatch check: left out {result.torn_line} (not complete yet)", file=sys.stderr)
     elif result.torn_line is not None:
         print(f"runwatch check: left out the torn last line {result.torn_line} (no newline yet)", file=sys.stderr)
     if getattr(args, "json", False):
-        first = result.findings[0] if result.findings else None
+        first = result.first_stop
         print(
             json.dumps(
                 {
                     "findings": [f.to_json() for f in result.findings],
+                    "warnings": len(result.warnings),
                     "last_step": result.last_step,
                     "torn_line": result.torn_line,
                     "verdict": result.lines()[-1],

@@ -159,6 +159,7 @@ class _Reader:
         self.first_unreadable: str | None = None
         self.missing = 0
         self.first_missing: str | None = None
+        self.keys_seen: dict[str, None] = {}  # the fields of rows without FIELD (named when none has it)
         self.display: dict[_Key, Any] = {}  # stratum key -> the value as JSON data
 
     def _value(self, row: Row) -> Any:
@@ -202,9 +203,17 @@ class _Reader:
                 if value is _MISSING:
                     self.missing += 1
                     self.first_missing = self.first_missing or row.where
+                    if len(self.keys_seen) < MAX_KEYS_SHOWN and isinstance(row.payload, (dict, tuple)):
+                        fields = row.payload[1] if self.corpus.format == "jsonl" else row.payload
+                        if isinstance(fields, dict):
+                            self.keys_seen.update(dict.fromkeys(list(fields)[:MAX_KEYS_SHOWN]))
                     continue
                 key = self._key(value)
             yield index, key, row.payload[0] if self.corpus.format == "jsonl" else row.payload
+
+
+# How many keys a "no row has the field" message names.
+MAX_KEYS_SHOWN = 20
 
 
 def _row_bytes(fmt: str, item: Any) -> bytes:
@@ -266,6 +275,9 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
             counts[key] = counts.get(key, 0) + 1
             if show is not None and not i % 65536:
                 show(i)
+        if not counts and reader.missing:  # a typo in the label's name must not look like success
+            keys = list(reader.keys_seen)[:MAX_KEYS_SHOWN]
+            raise DataError(f"{data}: no row has the field {field!r} (keys seen: {', '.join(keys) or 'none'})")
         alloc = allocate(counts, options.n, options.balanced)
     # Pass 2: the k rows of lowest priority per value, in bounded max-heaps (priorities negated).
     reader = _Reader(corpus, field)

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import Item
 
-__all__ = ["ALIASES", "EVAL_PREFIXES", "KeyMap", "StepGrouper", "split_train_eval"]
+__all__ = ["ALIASES", "EVAL_PREFIXES", "KeyMap", "StepGrouper", "split_train_eval", "original_keys"]
 
 # canonical key -> the names read for it when no --map names it, in order (first present wins)
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -124,6 +124,23 @@ class KeyMap:
         return plan
 
 
+def original_keys(rec: dict[str, Any]) -> list[str]:
+    """The keys of a record as its log wrote them: without the canonical keys that `KeyMap` set
+    beside the names they were read from (`t` beside `time`, `eval_box_loss` beside `val/box_loss`)."""
+    added: set[str] = set()
+    for canon, names in ALIASES.items():
+        if canon in rec and any(n != canon and n in rec for n in names):
+            added.add(canon)
+    for key in rec:
+        if key.startswith("lr-"):
+            added.add("lr")
+        for prefix in EVAL_PREFIXES:
+            if key.startswith(prefix) and len(key) > len(prefix):
+                added.add("eval_" + key[len(prefix) :].replace("/", "_"))
+                break
+    return [k for k in rec if k not in added]
+
+
 def split_train_eval(rec: dict[str, Any], is_eval: Callable[[str], bool]) -> list[dict[str, Any]]:
     """A step's grouped values as the records a JSONL producer writes: the train part (with `loss`)
     and the eval part (the eval values, under both names) apart, so that rules see them as they
@@ -145,10 +162,12 @@ def split_train_eval(rec: dict[str, Any], is_eval: Callable[[str], bool]) -> lis
 class StepGrouper:
     """Collects (step, wall time, key, value) into one record a step, in arrival order.
 
-    A step's record is complete when a value of another step arrives (`add` returns it), or a
-    value of a key the step already has (a repeated step: two records, as a JSONL log would hold),
-    or at the end (`flush`). `settled()` releases a held step early when the source has gone
-    quiet and the step already has every non-eval key that the step before it had.
+    A step's record is complete when a value of another step arrives (`add` returns it), or at the
+    end (`flush`). A key repeated at one step (a logger that writes per batch under the epoch
+    number) keeps its last value: one record, not a new session. `idle()` releases the held step
+    when the source has gone quiet for a poll (a live watch cannot wait for the next step to
+    know that one is whole); values of that step that arrive later form a record of their own,
+    without the keys already applied (a non-finite value is always kept: it is never lost).
     """
 
     def __init__(self, keys: KeyMap) -> None:
@@ -157,17 +176,21 @@ class StepGrouper:
         self.values: dict[str, Any] = {}
         self.where = ""
         self.wall: float | None = None
-        self._prev: dict[str, Any] | None = None  # the values of the last step closed by a later one
         self._is_eval: dict[str, bool] = {}
         self.eval_wall: float | None = None  # the latest wall time of the step's eval values
         self.eval_where = ""  # where the step's first eval value was
+        self.released: int | float | None = None  # the step `idle()` released, and its keys
+        self.released_keys: set[str] = set()
 
     def add(self, step: int | float, wall: float | None, key: str, value: Any, where: str) -> list[Item]:
         out: list[Item] = []
-        if self.step is not None and (step != self.step or key in self.values):
-            if step != self.step:
-                self._prev = self.values  # its shape is worked out only if `settled` asks
+        if self.step is not None and step != self.step:
             out = self._emit()
+        if self.released is not None:
+            if step != self.released:
+                self.released, self.released_keys = None, set()
+            elif key in self.released_keys and type(value) is float and math.isfinite(value):
+                return out  # a value of a step already applied: the applied one stands
         if self.step is None:
             self.step, self.where = step, where
         self.values[key] = value
@@ -193,32 +216,30 @@ class StepGrouper:
         """The held step's records (at the end of a replay)."""
         return self._emit() if self.step is not None else []
 
+    def idle(self) -> list[Item]:
+        """The held step's records, now that the source was quiet for a poll (a live watch)."""
+        if self.step is None:
+            return []
+        step, keys = self.step, set(self.values)
+        out = self._emit()
+        if self.released == step:
+            self.released_keys |= keys
+        else:
+            self.released, self.released_keys = step, keys
+        return out
+
     def _eval_key(self, key: str) -> bool:
         known = self._is_eval.get(key)
         return known if known is not None else self.keys.eval_name(key) is not None
-
-    @property
-    def shape(self) -> frozenset[str] | None:
-        """The non-eval keys of the last step that a later step closed (None before one did)."""
-        if self._prev is None:
-            return None
-        return frozenset(k for k in self._prev if self.keys.eval_name(k) is None)
-
-    def settled(self) -> list[Item]:
-        """The held step's records if it already has the previous step's non-eval keys; else []."""
-        shape = self.shape
-        if self.step is None or shape is None:
-            return []
-        if not all(k in self.values for k in shape):
-            return []
-        return self._emit()
 
     def _emit(self) -> list[Item]:
         rec: dict[str, Any] = {"step": self.step}
         wall = self.wall if self.wall is not None else self.eval_wall
         if wall is not None:
             rec["t"] = wall
-        rec.update(self.values)
+        for key, value in self.values.items():
+            if key != "step" and key != "t":  # the event's own step and time are the record's
+                rec[key] = value
         parts = split_train_eval(self.keys.canonical(rec), self._eval_key)
         out: list[Item] = [(self.where, parts[0])]
         if len(parts) == 2:
@@ -237,7 +258,8 @@ class StepGrouper:
             "wall": self.wall,
             "eval_wall": self.eval_wall,
             "eval_where": self.eval_where,
-            "shape": sorted(self.shape) if self.shape is not None else None,
+            "released": self.released,
+            "released_keys": sorted(self.released_keys),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -247,7 +269,8 @@ class StepGrouper:
         self.wall = state["wall"]
         self.eval_wall = state["eval_wall"]
         self.eval_where = state["eval_where"]
-        self._prev = dict.fromkeys(state["shape"]) if state["shape"] is not None else None
+        self.released = state.get("released")
+        self.released_keys = set(state.get("released_keys") or ())
 
 
 def _enc(v: Any) -> Any:

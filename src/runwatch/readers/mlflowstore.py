@@ -111,7 +111,7 @@ class SqliteReader:
         wal = self.path + "-wal"
         sig = (st.st_ino, st.st_size, st.st_mtime_ns, os.path.getsize(wal) if os.path.exists(wal) else -1)
         if sig == self._sig and self.locked is None:
-            chunk.items.extend(self.grouper.settled())
+            chunk.items.extend(self.grouper.idle())
             return chunk  # the idle poll: one stat, no query
         try:
             self._query(chunk)
@@ -242,7 +242,7 @@ class FileStoreReader:
             if emitted:
                 chunk.items.extend(emitted)
         if not chunk.grew and not chunk.more:
-            chunk.items.extend(self.grouper.settled())
+            chunk.items.extend(self.grouper.idle())
         return chunk
 
     def finish(self) -> list[Item]:

@@ -282,7 +282,7 @@ class TensorBoardReader:
                     out.extend(self.grouper.flush())
                     out.append((f"{ef.name}:@{ef.offset}", error))
         if not chunk.grew and not chunk.more:
-            chunk.items.extend(self.grouper.settled())
+            chunk.items.extend(self.grouper.idle())
         return chunk
 
     def finish(self) -> list[Item]:

@@ -72,7 +72,7 @@ class RunSummary(Status):
 
     path: str  # relative to the served folder, "/" separated
     verdict: ListVerdict
-    findings: int  # the rules' findings so far
+    findings: int  # the rules' findings so far that stop (warnings are in `warnings`)
     first_finding: dict[str, Any] | None
     records: int
     error: str | None  # the first of `errors`
@@ -459,11 +459,12 @@ class RunView:
         self.records += 1
         if rec.session != self.rules_session or self.rules is None:
             start = self.parser.start_step(rec.session) if self.parser is not None else None
-            self.rules = Rules(self.opts, start)
+            max_steps = self.parser.max_steps(rec.session) if self.parser is not None else None
+            self.rules = Rules(self.opts, start, max_steps=max_steps, live=True)
             self.rules_session = rec.session
-        f = self.rules.observe(rec)
-        if f is not None:
-            self.findings_total += 1
+        for f in self.rules.observe(rec):
+            if f.stops:
+                self.findings_total += 1
             if len(self.findings) < MAX_FINDINGS:
                 self.findings.append({**f.to_json(), "session": rec.session})
         if rec.kind == "invalid":
@@ -524,12 +525,23 @@ class RunView:
         now = time.time() if now is None else now
         st = self._status(now)
         errors = [e for e in (self.error, self.invalid, self.options_error) if e]
+        stops = [f for f in self.findings if f["severity"] == "stop"]
+        # the watch's warnings (watchdog.json), else those of the page's own replay of the rules
+        warnings = (
+            st["warnings"]
+            or [
+                {"kind": f["kind"], "step": f["step"], "message": f["message"]}
+                for f in self.findings
+                if f["severity"] == "warn"
+            ][:20]
+        )
         return {
             **st,
             "path": self.rel,
             "verdict": verdict_of(st["watchdog"], now),
             "findings": self.findings_total,
-            "first_finding": self.findings[0] if self.findings else None,
+            "first_finding": stops[0] if stops else None,
+            "warnings": warnings,
             "records": self.records,
             "error": errors[0] if errors else None,
             "errors": errors,

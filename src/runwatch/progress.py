@@ -1,0 +1,151 @@
+"""The rules about a session's learning as a whole: `no_progress` and `no_signal`.
+
+- `no_progress` (stop): a session whose train loss has not fallen. Once it has reached
+  `--progress-after` of its `max_steps` (unknown: `--progress-after-records` train records) and
+  has at least 2 x `--progress-window` train records, the median of its last window is not below
+  (1 - `--progress-min-drop`) x the median of its first (up to 20) train losses — nor, unless it
+  has risen a fifth above the first window's (it gave its progress back), below (1 - drop) x the
+  median of its first 5, so a session that
+  made its progress in its first few records (a fine-tune's quick first descent) and kept it is not
+  called stuck. `check` judges it once more at
+  the end of each session on its whole length (its first and last halves when shorter).
+- `no_signal` (warn): a log that gives no train loss at all (`check`: the whole log; `watch`: its
+  first 50 records), naming the keys it saw so that `--map loss=KEY` can fix it.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from .readers.keys import original_keys
+from .records import Record
+from .ruleset import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median
+
+__all__ = ["NoProgress", "NoSignal", "NO_SIGNAL_RECORDS", "PROGRESS_EARLY_RECORDS", "PROGRESS_MIN_HALF"]
+
+# `watch` says `no_signal` after this many records without a train loss.
+NO_SIGNAL_RECORDS = 50
+# Progress made within a session's first few records counts (the median of this many).
+PROGRESS_EARLY_RECORDS = 5
+# A last window this far above the first is a loss that rose: progress made early was given back.
+GIVEN_BACK = 1.2
+# The end-of-session judgment of a short session compares its halves, of at least this many records.
+PROGRESS_MIN_HALF = 8
+# Keys named in a no_signal message (more are summed up as "...").
+SHOWN_KEYS = 12
+KEPT_KEYS = 64
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+class NoProgress(Rule):
+    kind = name = "no_progress"
+    _fields: tuple[str, ...] = ("head", "tail", "count")
+
+    def __init__(self, opts: Any, facts: SessionFacts | None = None) -> None:
+        super().__init__(opts, facts)
+        self.head: list[list[float]] = []  # [step, loss] of the session's first (up to 20) train losses
+        self.tail: deque[list[float]] = deque(maxlen=opts.progress_window)  # and of its last window
+        self.count = 0
+        self._onset: int | float | None = None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.head = [list(x) for x in self.head]
+
+    def onset(self, rec: Record) -> int | float:
+        return rec.step if self._onset is None else self._onset
+
+    def look(self, rec: Record) -> Look:
+        loss = rec.loss
+        if rec.kind != "train" or loss is None or not math.isfinite(loss):
+            return SKIP
+        self.count += 1
+        pair = [rec.step, loss]
+        if len(self.head) < REFERENCE_RECORDS:
+            self.head.append(pair)
+        self.tail.append(pair)
+        opts = self.opts
+        if self.count < 2 * opts.progress_window:
+            return SKIP
+        max_steps = self.facts.max_steps
+        if max_steps is not None:
+            if rec.step < opts.progress_after * max_steps:
+                return SKIP
+        elif self.count < opts.progress_after_records:
+            return SKIP
+        return self._judge(opts.progress_window)
+
+    def final(self) -> str | None:
+        """The judgment at the end of the session, on its whole length (halves when short)."""
+        w = min(self.opts.progress_window, self.count // 2)
+        if w < min(PROGRESS_MIN_HALF, self.opts.progress_window):
+            return None
+        return self._judge(w)
+
+    def _judge(self, w: int) -> str | None:
+        head = self.head[: min(w, REFERENCE_RECORDS)]
+        tail = list(self.tail)[-w:]
+        drop = self.opts.progress_min_drop
+        first = median(x[1] for x in head)
+        last = median(x[1] for x in tail)
+        early = median(x[1] for x in head[:PROGRESS_EARLY_RECORDS])
+        if last < (1 - drop) * first:
+            return None
+        if last < (1 - drop) * early and last < GIVEN_BACK * first:  # progress made early, and kept
+            return None
+        self._onset = tail[0][0]
+        return (
+            f"median train loss {_g(last)} over steps {fmt_step(tail[0][0])}-{fmt_step(tail[-1][0])} is not below "
+            f"(1 - {_g(drop)}) x the median {_g(first)} over steps {fmt_step(head[0][0])}-{fmt_step(head[-1][0])}: "
+            f"the loss has not fallen"
+        )
+
+
+class NoSignal(Rule):
+    """No train loss in the log: after `limit` records (watch), or at its end (`final`, check)."""
+
+    kind = name = "no_signal"
+    looks_at = frozenset({"train", "eval", "checkpoint", "end", "fatal", "other"})
+    _fields: tuple[str, ...] = ("records", "keys", "loss_seen", "log")
+
+    def __init__(self, opts: Any, facts: SessionFacts | None = None, limit: int | None = NO_SIGNAL_RECORDS) -> None:
+        super().__init__(opts, facts)
+        self.limit = limit
+        self.records = 0
+        self.keys: list[str] = []
+        self.loss_seen = False
+        self.log = ""
+
+    def look(self, rec: Record) -> Look:
+        if self.loss_seen:
+            return SKIP
+        if rec.kind == "train" and rec.loss is not None:
+            self.loss_seen = True
+            return SKIP
+        self.records += 1
+        if not self.log:
+            self.log = rec.where.split(":", 1)[0]
+        if rec.raw and len(self.keys) < KEPT_KEYS:
+            keys = self.keys
+            for k in original_keys(rec.raw):
+                if k != "step" and k != "t" and k not in keys:
+                    keys.append(k)
+        if self.limit is not None and self.records >= self.limit:
+            return self.message()
+        return SKIP
+
+    def final(self) -> str | None:
+        """At the end of the log: the finding when no record gave a train loss."""
+        return self.message() if self.records and not self.loss_seen else None
+
+    def message(self) -> str:
+        shown = ", ".join(self.keys[:SHOWN_KEYS]) + (", ..." if len(self.keys) > SHOWN_KEYS else "")
+        where = f" in {self.log}" if self.log else ""
+        return f"no train loss{where}; keys seen: {shown or 'none'}; use --map loss=KEY"
