@@ -1,7 +1,8 @@
 """Benchmarks of the watchdog's reading path (see benchmarks/README.md, section "Watchdog").
 
     python benchmarks/bench_watchdog.py poll      # per-poll cost: follower vs naive re-read, 10 MB/100 MB/1 GB
-    python benchmarks/bench_watchdog.py catchup   # catch-up on a 1 GB log vs a bare json.loads loop
+    python benchmarks/bench_watchdog.py catchup [MB]  # catch-up on a 1 GB (or MB) log vs a bare json.loads loop
+    python benchmarks/bench_watchdog.py rules     # the record rules alone: microseconds a record, in a watch
     python benchmarks/bench_watchdog.py status    # runwatch status on a 1 GB log
     python benchmarks/bench_watchdog.py latency   # bad record written -> watchdog exit, --poll 5 and 0.2
     python benchmarks/bench_watchdog.py idle      # CPU of an idle watchdog over 60 s, per hour
@@ -157,7 +158,8 @@ def bench_poll() -> None:
 def bench_catchup() -> None:
     from runwatch.watchdog import Options, Watcher, check
 
-    d = make_run(2**30)
+    mb = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
+    d = make_run(mb * 2**20)
     path = os.path.join(d, "metrics.jsonl")
     try:
         n = 0
@@ -177,12 +179,64 @@ def bench_catchup() -> None:
         check_s = time.perf_counter() - t
         assert not res.findings
         print(
-            f"| 1 GB, {n} records | bare json.loads loop {bare:.1f} s ({n / bare / 1e3:.0f} k rec/s) "
-            f"| watch catch-up {watch_s:.1f} s ({n / watch_s / 1e3:.0f} k rec/s, {bare / watch_s:.2f}x) "
-            f"| check {check_s:.1f} s ({bare / check_s:.2f}x) |"
+            f"| {mb} MB, {n} records | bare json.loads loop {bare:.1f} s ({n / bare / 1e3:.0f} k rec/s) "
+            f"| watch catch-up {watch_s:.1f} s ({n / watch_s / 1e3:.0f} k rec/s, {bare / watch_s:.2f}x, "
+            f"{watch_s / n * 1e6:.2f} us/record) | check {check_s:.1f} s ({bare / check_s:.2f}x) |"
         )
     finally:
         shutil.rmtree(d)
+
+
+def bench_rules(records: int = 200_000, rounds: int = 5) -> None:
+    """The record rules alone, as a watch applies them: a schema-v1-like session (a train record a
+    window with loss, lr, gradient norms, throughput and its seconds, an eval record every 100),
+    observed record by record; the median of `rounds` passes, in microseconds a record."""
+    import inspect
+    import random
+
+    from runwatch.records import Record
+    from runwatch.rules import Rules
+    from runwatch.watchdog import Options
+
+    rng = random.Random(0)
+    has_seconds = "seconds" in inspect.signature(Record).parameters
+    recs = []
+    for i in range(1, records + 1):
+        loss = 2.0 * (1 + i / 5000) ** -0.5 * (1 + rng.uniform(-0.05, 0.05))
+        g = 1.0 + rng.uniform(-0.2, 0.2)
+        extra = {"seconds": 1.0} if has_seconds else {}
+        recs.append(
+            Record(
+                "train",
+                "s",
+                i * 10,
+                time=1e9 + i,
+                loss=loss,
+                lr=1e-4,
+                grad_mean=g,
+                grad_max=g * 1.5,
+                throughput=4096.0 * (1 + rng.uniform(-0.02, 0.02)),
+                tokens=4096,
+                **extra,
+            )
+        )
+        if i % 100 == 0:
+            recs.append(Record("eval", "s", i * 10, eval_loss=loss * 1.1, metrics={"auroc": 0.9}))
+    opts = Options()
+    live = "live" in inspect.signature(Rules).parameters
+    times = []
+    for _ in range(rounds):
+        rules = Rules(opts, 0, live=True) if live else Rules(opts, 0)
+        observe = rules.observe
+        t = time.perf_counter()
+        for rec in recs:
+            observe(rec)
+        times.append(time.perf_counter() - t)
+    med = statistics.median(times)
+    print(
+        f"| rules, {len(recs)} records | median of {rounds}: {med:.2f} s, {med / len(recs) * 1e6:.2f} us/record "
+        f"(min {min(times) / len(recs) * 1e6:.2f}, max {max(times) / len(recs) * 1e6:.2f}) |"
+    )
 
 
 def bench_status() -> None:
@@ -331,6 +385,7 @@ if __name__ == "__main__":
     {
         "poll": bench_poll,
         "catchup": bench_catchup,
+        "rules": bench_rules,
         "status": bench_status,
         "latency": bench_latency,
         "idle": bench_idle,

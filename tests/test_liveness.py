@@ -361,6 +361,8 @@ def test_every_kind_has_a_class():
         "overfitting",
         "rank_stall",
         "straggler",
+        "no_progress",
+        "no_signal",
     ]
     assert set(CLASSES) <= set(kinds)
     assert {k: verdict_class(k) for k in kinds if verdict_class(k) != "fatal"} == CLASSES
@@ -368,12 +370,12 @@ def test_every_kind_has_a_class():
 
 
 def test_onset_is_the_first_record_of_the_streak():
-    rules = Rules(Options(grad_patience=3))
+    rules = Rules(Options(grad_patience=3, grad_max=50.0))
     found = [
         rules.observe(Record("train", "s", step, loss=1.0, grad_mean=g, grad_max=g))
         for step, g in [(10, 1.0), (20, 99.0), (30, 99.0), (40, 99.0)]
     ]
-    f = found[-1]
+    (f,) = found[-1]
     assert (f.kind, f.step, f.onset, f.cls) == ("grad_explosion", 40, 20, "divergence")
     assert f.to_json()["onset"] == 20 and f.to_json()["class"] == "divergence"
 

@@ -361,3 +361,132 @@ def test_hf_trainer_report_to_tensorboard(tmp_path):
         assert got == pytest.approx(exp, rel=1e-6)
     assert check(str(tmp_path / "runs"), Options(metric_after_step=10**6)).findings == []
     shutil.rmtree(tmp_path / "runs")
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_hf_trainer_with_several_eval_sets_has_one_eval_loss_series_each(tmp_path, capsys):
+    """A real Trainer.train() with `eval_dataset={"g0": ..., "g1": ...}` logs `eval_g0_loss` and
+    `eval_g1_loss` (no `eval_loss`): each series is judged, and the one that rises (its labels are the
+    train labels inverted) is named in the overfitting warning."""
+    pytest.importorskip("transformers", reason="the [hf] extra is not installed")
+    pytest.importorskip("accelerate", reason="the [hf] extra is not installed")
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+    class Sequences(torch.utils.data.Dataset):
+        def __init__(self, n: int, seed: int, inverted: bool = False) -> None:
+            g = torch.Generator().manual_seed(seed)
+            self.x = torch.randint(0, 16, (n, 16), generator=g)
+            y = ((self.x == 1).sum(1) > (self.x == 2).sum(1)).long()
+            self.y = 1 - y if inverted else y
+
+        def __len__(self) -> int:
+            return len(self.x)
+
+        def __getitem__(self, i: int) -> dict:
+            return {"input_ids": self.x[i], "labels": self.y[i]}
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=16,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        num_labels=2,
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=120,
+        per_device_train_batch_size=16,
+        logging_steps=10,
+        eval_strategy="steps",
+        eval_steps=20,
+        save_strategy="steps",
+        save_steps=120,
+        learning_rate=3e-3,
+        use_cpu=True,
+        disable_tqdm=True,
+        report_to="none",
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    trainer = Trainer(
+        model=BertForSequenceClassification(config),
+        args=args,
+        train_dataset=Sequences(2000, 0),
+        eval_dataset={"g0": Sequences(128, 1, inverted=True), "g1": Sequences(128, 2)},
+    )
+    trainer.train()
+    keys = {k for h in trainer.state.log_history for k in h}
+    assert {"eval_g0_loss", "eval_g1_loss"} <= keys and "eval_loss" not in keys
+    capsys.readouterr()  # the Trainer's own printed logs
+    assert main(["check", str(tmp_path), "--json"]) == 0  # a warning only: exit 0
+    out = json.loads(capsys.readouterr().out)
+    warnings = [f for f in out["findings"] if f["kind"] == "overfitting"]
+    assert warnings and warnings[0]["severity"] == "warn"
+    assert warnings[0]["message"].startswith("eval_g0_loss ")
+    assert out["verdict"].startswith("OK clean step=120")
+
+
+def _write_csv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return str(path)
+
+
+# Ultralytics' results.csv: one row an epoch, no step column; three train losses, no `loss`.
+YOLO_HEADER = [
+    "epoch",
+    "time",
+    "train/box_loss",
+    "train/cls_loss",
+    "train/dfl_loss",
+    "metrics/mAP50(B)",
+    "val/box_loss",
+    "val/cls_loss",
+    "val/dfl_loss",
+    "lr/pg0",
+]
+
+
+def test_a_csv_with_an_epoch_column_and_no_step_steps_by_epoch(tmp_path, capsys):
+    rows = [[e, 10.0 * e, 1.2 - e / 100, 1.1, 1.0, 0.5 + e / 100, 1.3, 1.2, 1.1, 1e-3] for e in range(1, 11)]
+    path = _write_csv(tmp_path / "results.csv", YOLO_HEADER, rows)
+    assert main(["check", path]) == 0
+    out, err = capsys.readouterr()
+    assert err == "runwatch check: results.csv has no step column or field: stepping by its epoch column\n"
+    assert out.splitlines() == [
+        "WARNING no_signal step=10: no train loss in results.csv; keys seen: epoch, time, train/box_loss, "
+        "train/cls_loss, train/dfl_loss, metrics/mAP50(B), val/box_loss, val/cls_loss, val/dfl_loss, lr/pg0; "
+        "use --map loss=KEY",
+        "OK clean step=10",
+    ]
+    # --map names the loss: then it is judged (and the eval losses, val/<name>_loss, each too)
+    assert main(["check", path, "--map", "loss=train/box_loss", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["findings"], doc["verdict"]) == ([], "OK clean step=10")
+
+
+def test_a_csv_without_steps_or_epochs_steps_by_row(tmp_path, capsys):
+    path = _write_csv(tmp_path / "log.csv", ["loss", "acc"], [[1.0 / i, 0.5] for i in range(1, 6)])
+    assert main(["check", path]) == 0
+    out, err = capsys.readouterr()
+    assert "log.csv has no step column or field: stepping by record number" in err
+    assert out.splitlines() == ["OK clean step=5"]
+
+
+def test_a_catboost_like_logloss_csv_is_read_and_named(tmp_path, capsys):
+    rows = [[i, 0.69 - i / 100 if i < 40 else 0.29 + (i - 40) / 10] for i in range(60)]
+    path = _write_csv(tmp_path / "learn_error.csv", ["iter", "Logloss"], rows)
+    assert main(["check", path, "--json"]) == 7
+    doc = json.loads(capsys.readouterr().out)
+    first = doc["findings"][0]
+    assert first["kind"] == "loss_spike"
+    assert first["message"].endswith("(train loss read from 'Logloss')")
+    assert main(["status", path]) == 0
+    assert "(from Logloss)" in capsys.readouterr().out

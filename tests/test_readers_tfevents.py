@@ -310,33 +310,108 @@ def test_watch_follows_a_growing_event_file_to_the_nan(tmp_path):
     assert verdict.message == "train loss is NaN"
 
 
-def test_watch_waits_for_the_held_step_until_it_is_complete(tmp_path):
-    """A step whose values came only in part is not applied early: the rest joins it."""
+def test_watch_applies_a_step_once_the_file_was_idle_for_a_poll(tmp_path):
+    """A NaN written at the last step (nothing after it) is caught within two polls."""
     clock = Clock()
     w = SummaryWriter(str(tmp_path), max_queue=1000)
-    for s in (1, 2):
-        w.add_scalar("train/loss", 1.0, s)
-        w.add_scalar("train/grad_norm", 100.0, s)
-    w.add_scalar("train/loss", 1.0, 3)
+    for s in range(1, 11):
+        w.add_scalar("train/loss", 1.0 / s, s)
+        w.add_scalar("train/grad_norm", 1.0, s)
     w.flush()
     watcher = Watcher(
-        str(tmp_path),
-        Options(grad_patience=3, stall=1e6, startup_grace=1e6),
-        clock=clock,
-        log=lambda m: None,
-        poll_checks=[],
+        str(tmp_path), Options(stall=1e6, startup_grace=1e6), clock=clock, log=lambda m: None, poll_checks=[]
     )
-    for _ in range(3):
-        clock.now += 1
-        assert watcher.poll_once() is None
-    w.add_scalar("train/grad_norm", 100.0, 3)
+    clock.now += 1
+    assert watcher.poll_once() is None  # catches up: steps 1-9 applied, step 10 held while the file may grow
+    w.add_scalar("train/loss", float("nan"), 11)
     w.flush()
     clock.now += 1
-    assert watcher.poll_once() is None  # grown: step 3 is now whole but may still grow
+    assert watcher.poll_once() is None  # grown: step 11 may still get values
     clock.now += 1
-    v = watcher.poll_once()  # idle: step 3 has every key step 2 had, so it is applied
+    v = watcher.poll_once()  # idle for a poll: step 11 is applied
     w.close()
-    assert v is not None and (v.kind, v.step) == ("grad_explosion", 3)
+    assert v is not None and (v.kind, v.step, v.message) == ("nonfinite_loss", 11, "train loss is NaN")
+
+
+def test_values_of_an_applied_step_that_come_later_are_not_a_relaunch(tmp_path):
+    """Eval values logged after an idle poll, at the step of the train values already applied."""
+    clock = Clock()
+    w = SummaryWriter(str(tmp_path), max_queue=1000)
+    for s in range(1, 4):
+        w.add_scalar("train/loss", 1.0, s)
+    w.flush()
+    watcher = Watcher(
+        str(tmp_path), Options(stall=1e6, startup_grace=1e6), clock=clock, log=lambda m: None, poll_checks=[]
+    )
+    for _ in range(2):
+        clock.now += 1
+        assert watcher.poll_once() is None
+    w.add_scalar("val/loss", 0.5, 3)
+    w.add_scalar("train/loss", 0.9, 3)  # a repeated value of an applied step: the applied one stands
+    w.add_scalar("train/loss", 0.8, 4)
+    w.flush()
+    w.close()
+    for _ in range(2):
+        clock.now += 1
+        assert watcher.poll_once() is None
+    assert (watcher.current, watcher.last_step, watcher.parser.session) == ("session-1", 4, "session-1")
+
+
+def test_per_batch_values_under_the_epoch_number_are_one_record_an_epoch(tmp_path):
+    """A logger that writes each batch's loss at the epoch number (Ultralytics YOLO's TensorBoard):
+    one record an epoch with the last value, one session; its three `*loss*` keys are not guessed
+    at: `no_signal` names them."""
+    w = SummaryWriter(str(tmp_path), max_queue=1000)
+    for epoch in range(1, 6):
+        for batch in range(30):
+            for key in ("box", "cls", "dfl"):
+                w.add_scalar(f"train/{key}_loss", 2.0 - epoch / 10 + batch / 1000, epoch)
+        w.add_scalar("val/box_loss", 1.5, epoch)
+    w.close()
+    t = resolve_target(str(tmp_path))
+    recs = list(iter_records(t))
+    assert {r.session for r in recs} == {"session-1"}
+    assert [r.step for r in recs] == [1, 2, 3, 4, 5]
+    assert recs[0].raw["train/box_loss"] == pytest.approx(1.9 + 29 / 1000)
+    [f] = check(str(tmp_path)).findings
+    name = os.path.basename(glob.glob(os.path.join(str(tmp_path), "*tfevents*"))[0])
+    assert (f.kind, f.severity, f.step) == ("no_signal", "warn", 5)
+    assert f.message == (
+        f"no train loss in {name}; keys seen: train/box_loss, train/cls_loss, train/dfl_loss, val/box_loss; "
+        "use --map loss=KEY"
+    )
+
+
+def test_catboost_logloss_is_read_as_the_loss_and_named(tmp_path, capsys):
+    """One train key with `loss` in its name (CatBoost's `Logloss`): it is the loss; the first finding
+    and `status` say so."""
+    w = SummaryWriter(str(tmp_path), max_queue=1000)
+    for s in range(0, 30):
+        w.add_scalar("Logloss", 0.7 - s / 100 if s != 25 else float("nan"), s)
+    w.close()
+    assert main(["check", str(tmp_path)]) == 7
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "ANOMALY nonfinite_loss step=25: train loss is NaN (train loss read from 'Logloss')"
+    assert "has no loss key: reading the train loss from 'Logloss'" in err
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert (st["loss_key"], st["step"]) == ("Logloss", 29)
+    assert main(["status", str(tmp_path)]) == 0
+    assert "(from Logloss)" in capsys.readouterr().out
+
+
+def test_a_hyperparameter_at_step_0_at_the_end_does_not_move_the_step_back(tmp_path, capsys):
+    """Lightning writes `hp_metric` at step 0 when it ends: the log reached its last train step."""
+    w = SummaryWriter(str(tmp_path), max_queue=1000)
+    w.add_scalar("hp_metric", -1.0, 0)
+    for s in range(49, 400, 50):
+        w.add_scalar("train_loss_step", 1.0 - s / 1000, s)
+    w.add_scalar("hp_metric", -1.0, 0)
+    w.close()
+    assert main(["check", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "OK clean step=399"
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step"] == 399
 
 
 def test_format_tensorboard_overrides_detection(tmp_path):

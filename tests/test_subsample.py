@@ -249,6 +249,18 @@ def test_unreadable_inputs(tmp_path, capsys):
     assert (tmp_path / "s.csv").read_text() == "earlier output\n"  # untouched
 
 
+def test_stratify_on_a_field_no_row_has_is_an_error(tmp_path, capsys):
+    """A typo in the label's name: exit 1, one line naming the field and the keys seen; nothing written."""
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": f"t{i}", "label": i % 2}) + "\n" for i in range(50)))
+    out = tmp_path / "s.jsonl"
+    assert main(["subsample", str(data), "--n", "5", "--stratify", "category", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"runwatch: {data}: no row has the field 'category' (keys seen: text, label)\n"
+    assert not out.exists() and not (tmp_path / "s.jsonl.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["d.jsonl"]
+
+
 def test_options_dataclass():
     with pytest.raises(UsageError) as e:
         SubsampleOptions(n=True, out="x.jsonl")

@@ -177,7 +177,10 @@ def test_check_empty_log_and_latest_start(tmp_path, capsys):
         (["watch", "{d}", "--stall", "-5"], "watch.stall must be a number > 0, got -5\n"),
         (["watch", "{d}", "--grad-patience", "0"], "watch.grad_patience must be an int >= 1, got 0\n"),
         (["watch", "{d}", "--metric-min", "0.2"], "watch.metric_min must be a number in [0.5, 1], got 0.2\n"),
-        (["watch", "{d}", "--grad-min", "60"], "watch.grad_min must be < watch.grad_max 50, got 60\n"),
+        (
+            ["watch", "{d}", "--grad-min", "60", "--grad-max", "50"],
+            "watch.grad_min must be < watch.grad_max 50, got 60\n",
+        ),
         (["check", "{d}/x.jsonl", "--map", "los=x"], None),
     ],
 )
@@ -273,7 +276,9 @@ def test_watch_latest_session_anomaly(tmp_path, capsys):
     make_run(tmp_path, val=0.2, steps=600, window=100)
     code, lines, _ = cli(capsys, "watch", tmp_path, "--poll", "0.05")
     assert code == 7
-    assert lines == ["ANOMALY inverted_metric step=600: auroc 0.2 < 0.3 (1 - metric-min 0.7): labels look inverted"]
+    assert lines == [
+        "ANOMALY inverted_metric step=600: auroc 0.2 < 0.3 (1 - metric-min 0.7): labels look inverted (chance 0.5)"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -330,7 +335,7 @@ def test_live_run_completes_without_false_stall(tmp_path, writer):
 
 
 def test_schema_v1_decided_once_the_log_has_bytes(tmp_path, writer):
-    w = watch_proc(tmp_path / "run", "--poll", "0.05", "--stall", "5")
+    w = watch_proc(tmp_path / "run", "--poll", "0.05", "--stall", "5", "--grad-max", "50")
     time.sleep(0.3)
     writer("v1-explode", tmp_path / "run", 8, 0.05)
     code, last, err = finish(w)
@@ -486,7 +491,7 @@ def test_truncated_log_is_read_again_once(tmp_path):
     log = tmp_path / "m.jsonl"
     log.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 1.0}\n')
     notes = []
-    w = Watcher(str(log), Options(poll=0.05, grad_patience=1), log=notes.append)
+    w = Watcher(str(log), Options(poll=0.05, grad_patience=1, grad_max=50.0), log=notes.append)
     assert w.poll_once() is None and w.last_step == 2
     log.write_text('{"step": 1, "loss": 1.0, "grad_norm": 99}\n')  # replaced: a new inode or a shrink
     v = w.poll_once()

@@ -198,9 +198,11 @@ def _baseline(engine: Rules) -> tuple[float | None, bool]:
     rule = next(r for r in engine.rules if isinstance(r, ThroughputDrop))
     if rule.baseline is not None:
         return rule.baseline, True
-    if not rule.samples:
-        return None, False
-    return statistics.median(rule.samples), False
+    if rule.samples:
+        return statistics.median(rule.samples), False
+    if not rule.closed and rule.span_seconds > 0:  # the baseline steps so far, shorter than one span
+        return rule.span_work / rule.span_seconds, False
+    return None, False
 
 
 # --- drawing --------------------------------------------------------------------------------------

@@ -46,18 +46,21 @@ def _g(x: float) -> str:
 
 class NoProgress(Rule):
     kind = name = "no_progress"
-    _fields: tuple[str, ...] = ("head", "tail", "count")
+    _fields: tuple[str, ...] = ("head", "tail_steps", "tail", "count")
 
     def __init__(self, opts: Any, facts: SessionFacts | None = None) -> None:
         super().__init__(opts, facts)
         self.head: list[list[float]] = []  # [step, loss] of the session's first (up to 20) train losses
-        self.tail: deque[list[float]] = deque(maxlen=opts.progress_window)  # and of its last window
+        self.tail: deque[float] = deque(maxlen=opts.progress_window)  # the losses of its last window
+        self.tail_steps: deque[int | float] = deque(maxlen=opts.progress_window)  # and their steps
         self.count = 0
         self._onset: int | float | None = None
+        self._heads: dict[int, tuple[float, float]] = {}  # window -> the medians of the full head (fixed)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.head = [list(x) for x in self.head]
+        self._heads = {}
 
     def onset(self, rec: Record) -> int | float:
         return rec.step if self._onset is None else self._onset
@@ -67,10 +70,10 @@ class NoProgress(Rule):
         if rec.kind != "train" or loss is None or not math.isfinite(loss):
             return SKIP
         self.count += 1
-        pair = [rec.step, loss]
         if len(self.head) < REFERENCE_RECORDS:
-            self.head.append(pair)
-        self.tail.append(pair)
+            self.head.append([rec.step, loss])
+        self.tail.append(loss)
+        self.tail_steps.append(rec.step)
         opts = self.opts
         if self.count < 2 * opts.progress_window:
             return SKIP
@@ -90,21 +93,31 @@ class NoProgress(Rule):
         return self._judge(w)
 
     def _judge(self, w: int) -> str | None:
-        head = self.head[: min(w, REFERENCE_RECORDS)]
-        tail = list(self.tail)[-w:]
+        n = min(w, REFERENCE_RECORDS)
+        medians = self._heads.get(w)
+        if medians is None:  # the first window and the first 5 records are fixed once the head is full
+            head = self.head[:n]
+            medians = (median([x[1] for x in head]), median([x[1] for x in head[:PROGRESS_EARLY_RECORDS]]))
+            if len(self.head) >= n:
+                self._heads[w] = medians
+        first, early = medians
+        losses: Any = self.tail
+        steps: Any = self.tail_steps
+        if w < len(losses):  # the end of a short session: its last half
+            losses, steps = list(losses)[-w:], list(steps)[-w:]
         drop = self.opts.progress_min_drop
-        first = median(x[1] for x in head)
-        last = median(x[1] for x in tail)
-        early = median(x[1] for x in head[:PROGRESS_EARLY_RECORDS])
+        if max(losses) < (1 - drop) * first:  # the whole window below: progress (and cheap)
+            return None
+        last = median(losses)
         if last < (1 - drop) * first:
             return None
         if last < (1 - drop) * early and last < GIVEN_BACK * first:  # progress made early, and kept
             return None
-        self._onset = tail[0][0]
+        self._onset = steps[0]
         return (
-            f"median train loss {_g(last)} over steps {fmt_step(tail[0][0])}-{fmt_step(tail[-1][0])} is not below "
-            f"(1 - {_g(drop)}) x the median {_g(first)} over steps {fmt_step(head[0][0])}-{fmt_step(head[-1][0])}: "
-            f"the loss has not fallen"
+            f"median train loss {_g(last)} over steps {fmt_step(steps[0])}-{fmt_step(steps[-1])} is not below "
+            f"(1 - {_g(drop)}) x the median {_g(first)} over steps {fmt_step(self.head[0][0])}-"
+            f"{fmt_step(self.head[n - 1][0])}: the loss has not fallen"
         )
 
 

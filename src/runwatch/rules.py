@@ -17,6 +17,7 @@ together; a rule's option, its class and its place in the order change in one co
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ from .options import (
 from .progress import NoProgress, NoSignal
 from .records import Record, parse_maps
 from .ruleset import (
+    REFERENCE_RECORDS,
     SKIP,
     EvalNonfiniteLoss,
     GradCollapse,
@@ -508,8 +510,9 @@ class Rules:
         if rec.kind == "train":
             self.last_step = rec.step
             loss = rec.loss
-            if loss is not None and loss == loss and abs(loss) != float("inf"):
-                self.facts.add_loss(loss)
+            facts = self.facts
+            if len(facts.first) < REFERENCE_RECORDS and loss is not None and math.isfinite(loss):
+                facts.add_loss(loss)
         if stop is None and warn is None:
             return _NONE
         if warn is None:

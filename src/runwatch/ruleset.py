@@ -232,9 +232,10 @@ class GradExplosion(_Streak):
         absolute = limit is not None and g > limit
         relative = False
         med = 0.0
-        if self.seen >= GRAD_MIN_HISTORY:
+        # above the largest of the window first: a max is cheap, and the median is then rarely needed
+        if self.seen >= GRAD_MIN_HISTORY and g > max(self.window):
             med = median(self.window)
-            relative = med > 0 and g > opts.grad_factor * med and g > max(self.window)
+            relative = med > 0 and g > opts.grad_factor * med
         if not relative:
             self.window.append(g)
         self.seen += 1
@@ -296,14 +297,18 @@ class LossSpike(_Streak):
         result: Look = SKIP
         if self.seen:  # a session's first record is never a spike
             opts = self.opts
-            med = median(self.window)
-            limit = opts.spike_factor * med
-            hit = med > 0 and loss > limit
+            factor = opts.spike_factor
+            # the median is at least the window's lowest: a loss below F x that is no spike (and cheap)
+            if loss <= factor * min(self.window):
+                med, hit = 0.0, False
+            else:
+                med = median(self.window)
+                hit = med > 0 and loss > factor * med
             if hit and self.seen < SPIKE_MIN_HISTORY:  # a normal fast first descent is not a spike
-                hit = loss > opts.spike_factor * (self.lowest or 0.0)
-            ref = self.facts.reference
-            floor = opts.spike_min_excess * ref if ref is not None and ref > 0 else 0.0
-            hit = hit and loss - med >= floor
+                hit = loss > factor * (self.lowest or 0.0)
+            if hit:  # a spike that matters: by at least E x the session's reference loss
+                ref = self.facts.reference
+                hit = loss - med >= (opts.spike_min_excess * ref if ref is not None and ref > 0 else 0.0)
             self.streak, self.first = _extend(self.streak, self.first, hit, rec.step)
             result = None
             if self.streak >= opts.spike_patience:

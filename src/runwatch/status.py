@@ -3,6 +3,9 @@
 Reads only the end of the log (`follow.tail_lines`), `run.json`, `pid`, `launch.json` and
 `watchdog.json`; asks NVML (pynvml, if importable) or `nvidia-smi` (if on PATH) about GPUs.
 At most ~20 short lines; `--json` prints the same facts as JSON. Standard library only.
+
+Longer than 500 lines on purpose: the check-in's facts (typed dicts), how they are gathered from
+each kind of log, and the lines that show them are read together; a fact changes in all three.
 """
 
 from __future__ import annotations
@@ -296,6 +299,7 @@ def describe(
         error = last_error(os.path.join(t.run_dir, "stdout.log"))
     return {
         **out,
+        "loss_key": out.get("loss_key"),
         "step": step,
         "age_seconds": round(now - when, 1) if last is not None and when is not None else None,
         "loss": _num(lt.loss) if lt else None,
@@ -313,7 +317,6 @@ def describe(
         "ranks": rank_status_lines(t.run_dir, now),  # multi-rank runs: at most 4 lines; else []
         "supervise": supervise_status(t.run_dir),  # a supervised run: attempt, restarts, rollbacks; else None
         "warnings": [w for w in warnings if isinstance(w, dict)] if isinstance(warnings, list) else [],
-        "loss_key": out.get("loss_key"),
     }
 
 

@@ -118,7 +118,7 @@ class SuperviseOptions:
     notify: tuple[str, ...] = option(
         (),
         TEXTS,
-        "an Apprise URL to notify of each verdict, relaunch, rollback and the end (runwatch[notify])",
+        "an Apprise URL to notify of each verdict, warning (once), relaunch, rollback and the end (runwatch[notify])",
         metavar="URL",
         commands=_SUP,
     )
