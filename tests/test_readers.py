@@ -228,6 +228,33 @@ def test_nanogpt_preset(tmp_path):
     assert math.isnan(recs[3].loss)
 
 
+def _nanogpt_iterations(ms_per_iter) -> str:
+    return "".join(
+        f"iter {i}: loss {3.0 - i / 1e5:.4f}, time {ms:.2f}ms, mfu 1.00%\n" for i, ms in enumerate(ms_per_iter)
+    )
+
+
+@pytest.mark.parametrize(
+    "ms, expected",
+    [
+        # three one-iteration lines at 14-22 ms among lines at 10 ms: a few ms inside a 30 s span
+        ([10.0] * 6000 + [22.0, 14.0, 18.0] + [10.0] * 6000, "OK clean step=12002"),
+        # a sustained slowdown to 20 ms: spans of 30 s at half the baseline
+        (
+            [10.0] * 6000 + [20.0] * 6000,
+            "ANOMALY throughput_drop step=10603: throughput 50 < 75 ((1 - 0.25) x baseline 100) "
+            "for 3 consecutive spans of >= 30 s",
+        ),
+    ],
+    ids=["a few slow iterations", "a sustained slowdown"],
+)
+def test_a_per_iteration_text_log_is_judged_over_spans(tmp_path, capsys, ms, expected):
+    path = tmp_path / "train.log"
+    path.write_text(_nanogpt_iterations(ms))
+    assert main(["check", str(path), "--format", "nanogpt", "--severity", "no_progress=off"]) in (0, 7)
+    assert capsys.readouterr().out.splitlines()[-1] == expected
+
+
 def test_megatron_preset(tmp_path):
     path = tmp_path / "megatron.log"
     path.write_text(MEGATRON)

@@ -388,6 +388,32 @@ def test_notifications_reach_a_local_server_and_failures_do_not_stop_supervision
     assert f"notification to json://127.0.0.1:{closed}/hook failed:" in res.stderr
 
 
+def test_a_warning_is_journaled_and_notified_once_and_never_acted_on(tmp_path):
+    """`--severity loss_spike=warn`: the spike is a warning — a `warning` record and one
+    notification — and the run goes on to completion without a rollback."""
+    pytest.importorskip("apprise")
+    server, hook = _server(200)
+    try:
+        run = tmp_path / "run"
+        opts = ["--severity", "loss_spike=warn", "--notify", f"json://127.0.0.1:{server.server_port}/hook"]
+        res = _supervise(run, opts, train=["--steps", "40", "--fault", "spike@12"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[-1] == "OK done step=40"
+    assert [line.split(":")[0] for line in lines if line.startswith("WARNING")] == ["WARNING loss_spike step=20"]
+    assert _events(run) == ["launch", "warning", "verdict", "done"]
+    warning = _journal(run)[1]
+    assert (warning["kind"], warning["step"], warning["warned"]) == ("loss_spike", 20, 1)
+    bodies = [msg["message"] for _path, msg in hook.received]
+    assert [b.splitlines()[1].split(" ")[1] for b in bodies] == ["warning", "verdict", "done"]
+    assert bodies[0].startswith("WARNING loss_spike step=20: loss ")
+    verdict = json.loads((run / "watchdog.json").read_text())
+    assert [(w["kind"], w["step"]) for w in verdict["warnings"]] == [("loss_spike", 20)]
+
+
 @pytest.mark.parametrize(
     "url, shown",
     [

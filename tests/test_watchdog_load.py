@@ -76,7 +76,9 @@ def test_watch_follows_a_10k_records_per_second_writer(tmp_path):
                 str(writer.pid),
                 "--throughput-patience",
                 str(10**9),
-            ],  # the pacing sleeps look like slow steps
+                "--severity",
+                "no_progress=off",
+            ],  # the pacing sleeps look like slow steps; the copied record's loss never falls
             capture_output=True,
             text=True,
             timeout=SECONDS * 10 + 120,

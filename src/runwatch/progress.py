@@ -54,7 +54,7 @@ class NoProgress(Rule):
         self.tail: deque[float] = deque(maxlen=opts.progress_window)  # the losses of its last window
         self.tail_steps: deque[int | float] = deque(maxlen=opts.progress_window)  # and their steps
         self.count = 0
-        self._onset: int | float | None = None
+        self.onset_step: int | float | None = None  # the first step of the last window judged
         self._heads: dict[int, tuple[float, float]] = {}  # window -> the medians of the full head (fixed)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -63,7 +63,7 @@ class NoProgress(Rule):
         self._heads = {}
 
     def onset(self, rec: Record) -> int | float:
-        return rec.step if self._onset is None else self._onset
+        return rec.step if self.onset_step is None else self.onset_step
 
     def look(self, rec: Record) -> Look:
         loss = rec.loss
@@ -113,7 +113,7 @@ class NoProgress(Rule):
             return None
         if last < (1 - drop) * early and last < GIVEN_BACK * first:  # progress made early, and kept
             return None
-        self._onset = steps[0]
+        self.onset_step = steps[0]
         return (
             f"median train loss {_g(last)} over steps {fmt_step(steps[0])}-{fmt_step(steps[-1])} is not below "
             f"(1 - {_g(drop)}) x the median {_g(first)} over steps {fmt_step(self.head[0][0])}-"

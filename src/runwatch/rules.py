@@ -530,9 +530,7 @@ class Rules:
             if msg is not None:
                 self.active[i] = True
                 severity = STOP if self._stops[i] else WARN
-                out.append(
-                    Finding(rule.kind, at, msg, session, rule.onset(Record("train", session or "", at)), severity)
-                )
+                out.append(Finding(rule.kind, at, msg, session, rule.onset_step, severity))
         return out
 
     def state_dict(self) -> dict[str, Any]:
