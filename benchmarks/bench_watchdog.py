@@ -3,6 +3,7 @@
     python benchmarks/bench_watchdog.py poll      # per-poll cost: follower vs naive re-read, 10 MB/100 MB/1 GB
     python benchmarks/bench_watchdog.py catchup [MB]  # catch-up on a 1 GB (or MB) log vs a bare json.loads loop
     python benchmarks/bench_watchdog.py rules     # the record rules alone: microseconds a record, in a watch
+    python benchmarks/bench_watchdog.py versus OTHER/src [MB]  # this tree against another, in one process
     python benchmarks/bench_watchdog.py status    # runwatch status on a 1 GB log
     python benchmarks/bench_watchdog.py latency   # bad record written -> watchdog exit, --poll 5 and 0.2
     python benchmarks/bench_watchdog.py idle      # CPU of an idle watchdog over 60 s, per hour
@@ -80,7 +81,7 @@ def make_run(size_bytes: int) -> str:
                 "attempted": 10,
                 "tokens": 40960,
                 "train_seconds": 1.0,
-                "loss": 2.0 + (step % 97) / 1000,
+                "loss": 2.0 * (1 + step / 20000) ** -0.5 + (step % 97) / 1000,  # a falling loss (no_progress)
                 "lr": 3e-4,
                 "grad_norm": {"mean": 0.8, "max": 1.3},
                 "nonfinite_grad_norms": 0,
@@ -239,6 +240,54 @@ def bench_rules(records: int = 200_000, rounds: int = 5) -> None:
     )
 
 
+def bench_versus() -> None:
+    """This tree's watch against another tree's (OTHER/src: e.g. a checkout of the main branch), side
+    by side in one process: the other package is loaded under another name (runwatch imports itself
+    relatively), and both read the same generated schema-v1 log, in turn, 10 rounds: the catch-up
+    (follower, parser, rules) and the record rules alone, in microseconds a record."""
+    import gc
+    import importlib
+
+    other = sys.argv[2]
+    mb = int(sys.argv[3]) if len(sys.argv) > 3 else 32
+    tmp = tempfile.mkdtemp(prefix="rw-peer-", dir="/tmp")
+    shutil.copytree(os.path.join(other, "runwatch"), os.path.join(tmp, "runwatch_peer"))
+    sys.path.insert(0, tmp)
+    trees = {}
+    for name, pkg in (("this tree", "runwatch"), ("other tree", "runwatch_peer")):
+        trees[name] = tuple(importlib.import_module(f"{pkg}.{m}") for m in ("watchdog", "rules", "records", "schema"))
+    d = make_run(mb * 2**20)
+    try:
+        with open(os.path.join(d, "metrics.jsonl"), "rb") as f:
+            lines = f.read().split(b"\n")[:-1]
+        recs = {}
+        for name, (_w, _r, records, schema) in trees.items():
+            parser = records.RecordParser("v1", manifest=schema.read_manifest(d))
+            recs[name] = [parser.parse_line(i, raw) for i, raw in enumerate(lines)]
+        out: dict[str, dict[str, list[float]]] = {name: {"catch-up": [], "rules": []} for name in trees}
+        for _ in range(10):
+            for name, (watchdog, rules, _records, _schema) in trees.items():
+                gc.collect()
+                w = watchdog.Watcher(d, watchdog.Options(stall=10**6), log=lambda m: None)
+                t = time.perf_counter()
+                assert w.poll_once() is None and w.last_step == len(lines) * 10
+                out[name]["catch-up"].append((time.perf_counter() - t) / len(lines) * 1e6)
+                engine = rules.Rules(watchdog.Options(), 0)
+                observe = engine.observe
+                t = time.perf_counter()
+                for rec in recs[name]:
+                    observe(rec)
+                out[name]["rules"].append((time.perf_counter() - t) / len(lines) * 1e6)
+        for name, figures in out.items():
+            cells = [
+                f"{what}: min {min(v):.2f}, median {statistics.median(v):.2f} us/record" for what, v in figures.items()
+            ]
+            print(f"| {name} | {len(lines)} records ({mb} MB) | " + " | ".join(cells) + " |")
+    finally:
+        shutil.rmtree(d)
+        shutil.rmtree(tmp)
+
+
 def bench_status() -> None:
     from runwatch.status import status
 
@@ -386,6 +435,7 @@ if __name__ == "__main__":
         "poll": bench_poll,
         "catchup": bench_catchup,
         "rules": bench_rules,
+        "versus": bench_versus,
         "status": bench_status,
         "latency": bench_latency,
         "idle": bench_idle,

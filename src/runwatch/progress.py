@@ -23,7 +23,7 @@ from typing import Any
 
 from .readers.keys import original_keys
 from .records import Record
-from .ruleset import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median
+from .ruleset import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median, slide
 
 __all__ = ["NoProgress", "NoSignal", "NO_SIGNAL_RECORDS", "PROGRESS_EARLY_RECORDS", "PROGRESS_MIN_HALF"]
 
@@ -54,6 +54,7 @@ class NoProgress(Rule):
         self.tail: deque[float] = deque(maxlen=opts.progress_window)  # the losses of its last window
         self.tail_steps: deque[int | float] = deque(maxlen=opts.progress_window)  # and their steps
         self.count = 0
+        self._largest: float | None = None  # the last window's largest loss (None: to be worked out)
         self.onset_step: int | float | None = None  # the first step of the last window judged
         self._heads: dict[int, tuple[float, float]] = {}  # window -> the medians of the full head (fixed)
 
@@ -61,29 +62,38 @@ class NoProgress(Rule):
         super().load_state_dict(state)
         self.head = [list(x) for x in self.head]
         self._heads = {}
+        self._largest = None
 
     def onset(self, rec: Record) -> int | float:
         return rec.step if self.onset_step is None else self.onset_step
 
     def look(self, rec: Record) -> Look:
         loss = rec.loss
-        if rec.kind != "train" or loss is None or not math.isfinite(loss):
+        if loss is None or not math.isfinite(loss):
             return SKIP
-        self.count += 1
-        if len(self.head) < REFERENCE_RECORDS:
+        self.count = count = self.count + 1
+        if count <= REFERENCE_RECORDS:
             self.head.append([rec.step, loss])
-        self.tail.append(loss)
+        self._largest = slide(self.tail, loss, self._largest, True)
         self.tail_steps.append(rec.step)
         opts = self.opts
-        if self.count < 2 * opts.progress_window:
+        w = opts.progress_window
+        if count < 2 * w:
             return SKIP
         max_steps = self.facts.max_steps
         if max_steps is not None:
             if rec.step < opts.progress_after * max_steps:
                 return SKIP
-        elif self.count < opts.progress_after_records:
+        elif count < opts.progress_after_records:
             return SKIP
-        return self._judge(opts.progress_window)
+        medians = self._heads.get(w)
+        if medians is not None:
+            largest = self._largest
+            if largest is None:
+                largest = self._largest = max(self.tail)
+            if largest < (1 - opts.progress_min_drop) * medians[0]:
+                return None  # the whole last window below the first's median: progress (the common case, cheap)
+        return self._judge(w)
 
     def final(self) -> str | None:
         """The judgment at the end of the session, on its whole length (halves when short)."""
@@ -125,7 +135,8 @@ class NoSignal(Rule):
     """No train loss in the log: after `limit` records (watch), or at its end (`final`, check)."""
 
     kind = name = "no_signal"
-    looks_at = frozenset({"train", "eval", "checkpoint", "end", "fatal", "other"})
+    # A train record always carries a loss: `Rules` marks `loss_seen` for it without a call.
+    looks_at = frozenset({"eval", "checkpoint", "end", "fatal", "other"})
     _fields: tuple[str, ...] = ("records", "keys", "loss_seen", "log")
 
     def __init__(self, opts: Any, facts: SessionFacts | None = None, limit: int | None = NO_SIGNAL_RECORDS) -> None:

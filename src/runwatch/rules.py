@@ -477,10 +477,15 @@ class Rules:
         if not self.live:
             off.add("no_signal")  # a replay judges the whole log at its end (Replay.finish)
         self._stops = [sev[r.kind] == STOP for r in self.rules]
-        by_kind: dict[str, list[tuple[int, Rule]]] = {}
+        # (index, bound `look`, rule) of the rules that look at each record kind
+        by_kind: dict[str, list[tuple[int, Callable[[Record], Any], Rule]]] = {}
         for kind in _RECORD_KINDS:
-            by_kind[kind] = [(i, r) for i, r in enumerate(self.rules) if kind in r.looks_at and r.name not in off]
+            by_kind[kind] = [
+                (i, r.look, r) for i, r in enumerate(self.rules) if kind in r.looks_at and r.name not in off
+            ]
         self._by_kind = by_kind
+        signal = next(r for r in self.rules if isinstance(r, NoSignal))
+        self._signal = None if signal.name in off else signal
         self._final: list[tuple[int, NoProgress]] = [
             (i, r) for i, r in enumerate(self.rules) if r.name not in off and isinstance(r, NoProgress)
         ]
@@ -494,8 +499,8 @@ class Rules:
         rules = self._by_kind[rec.kind]
         if rec.eval_loss is not None or rec.metrics or rec.kind == "eval":
             rules = rules + self._by_kind["eval values"]
-        for i, rule in rules:
-            msg = rule.look(rec)
+        for i, look, rule in rules:
+            msg = look(rec)
             if isinstance(msg, _Skip):
                 continue
             if msg is None:
@@ -510,6 +515,9 @@ class Rules:
         if rec.kind == "train":
             self.last_step = rec.step
             loss = rec.loss
+            if self._signal is not None and loss is not None:
+                self._signal.loss_seen = True
+                self._signal = None
             facts = self.facts
             if len(facts.first) < REFERENCE_RECORDS and loss is not None and math.isfinite(loss):
                 facts.add_loss(loss)

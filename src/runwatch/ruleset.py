@@ -33,6 +33,7 @@ __all__ = [
     "GRAD_MIN_HISTORY",
     "fmt_step",
     "median",
+    "slide",
 ]
 
 # The session's reference loss is the median of its first (up to) this many train losses.
@@ -222,6 +223,11 @@ class GradExplosion(_Streak):
         super().__init__(opts, facts)
         self.window: deque[float] = deque(maxlen=opts.grad_window)
         self.seen = 0  # finite norms of the session so far
+        self._largest: float | None = None  # the window's largest (None: to be worked out)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._largest = None
 
     def look(self, rec: Record) -> Look:
         g = rec.grad_mean
@@ -231,14 +237,20 @@ class GradExplosion(_Streak):
         limit = opts.grad_max
         absolute = limit is not None and g > limit
         relative = False
+        window = self.window
+        largest = self._largest
+        if largest is None and window:
+            largest = self._largest = max(window)
+        # above the window's largest first (kept as the window moves): the median is then rarely needed
         med = 0.0
-        # above the largest of the window first: a max is cheap, and the median is then rarely needed
-        if self.seen >= GRAD_MIN_HISTORY and g > max(self.window):
-            med = median(self.window)
+        if self.seen >= GRAD_MIN_HISTORY and largest is not None and g > largest:
+            med = median(window)
             relative = med > 0 and g > opts.grad_factor * med
         if not relative:
-            self.window.append(g)
+            self._largest = slide(window, g, largest, True)
         self.seen += 1
+        if not (absolute or relative) and not self.streak:
+            return None  # the common case, without the streak's bookkeeping
         self.patience = opts.grad_patience
         if not self.step_streak(absolute or relative, rec.step):
             return None
@@ -246,7 +258,7 @@ class GradExplosion(_Streak):
             return f"gradient norm {_g(g)} > {_g(limit)} for {self.streak} consecutive train records"
         return (
             f"gradient norm {_g(g)} > {_g(opts.grad_factor)} x median {_g(med)} of the previous "
-            f"{len(self.window)} train records (and above their largest) for {self.streak} consecutive train records"
+            f"{len(window)} train records (and above their largest) for {self.streak} consecutive train records"
         )
 
 
@@ -268,6 +280,8 @@ class GradCollapse(_Streak):
         self.seen += 1
         if self.seen <= GRAD_MIN_HISTORY:
             return SKIP
+        if g >= self.opts.grad_min and not self.streak:
+            return None  # the common case, without the streak's bookkeeping
         ref = self.facts.reference
         loss = rec.loss
         learning = ref is None or loss is None or not loss <= 0.5 * ref  # a NaN loss is not "low"
@@ -289,6 +303,11 @@ class LossSpike(_Streak):
         self.window: deque[float] = deque(maxlen=opts.spike_window)
         self.seen = 0
         self.lowest: float | None = None  # the lowest finite train loss of the session so far
+        self._smallest: float | None = None  # the window's smallest (None: to be worked out)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._smallest = None
 
     def look(self, rec: Record) -> Look:
         loss = rec.loss
@@ -298,8 +317,11 @@ class LossSpike(_Streak):
         if self.seen:  # a session's first record is never a spike
             opts = self.opts
             factor = opts.spike_factor
-            # the median is at least the window's lowest: a loss below F x that is no spike (and cheap)
-            if loss <= factor * min(self.window):
+            # the median is at least the window's smallest: a loss below F x that is no spike (and cheap)
+            smallest = self._smallest
+            if smallest is None:
+                smallest = self._smallest = min(self.window)
+            if loss <= factor * smallest:
                 med, hit = 0.0, False
             else:
                 med = median(self.window)
@@ -316,7 +338,7 @@ class LossSpike(_Streak):
                     f"loss {_g(loss)} > {_g(opts.spike_factor)} x median {_g(med)} of the previous "
                     f"{len(self.window)} train records for {self.streak} consecutive records"
                 )
-        self.window.append(loss)
+        self._smallest = slide(self.window, loss, self._smallest, False)
         self.seen += 1
         if self.lowest is None or loss < self.lowest:
             self.lowest = loss
@@ -606,6 +628,19 @@ class StuckMetric(_Metric):
         if v < x and (chance != 0.5 or v >= 1 - x):  # below 1 - x at chance 0.5: inverted_metric
             return f"{self.opts.metric} {_g(v)} < metric-min {_g(x)}: the model looks stuck near chance ({_g(chance)})"
         return None
+
+
+def slide(window: deque[float], x: float, extreme: float | None, largest: bool) -> float | None:
+    """Append `x` to `window` and return the window's largest (or smallest) value kept up to date
+    without scanning it (`max` of 20 floats costs more than all the rest of a rule); None when the
+    value that left was the extreme: the caller works it out again when it needs it."""
+    if extreme is not None and window.maxlen is not None and len(window) == window.maxlen and window[0] == extreme:
+        window.append(x)  # the extreme leaves: x is the new one if it is at least as extreme
+        return x if (x >= extreme if largest else x <= extreme) else None
+    window.append(x)
+    if extreme is None:
+        return x if len(window) == 1 else None
+    return x if (x > extreme if largest else x < extreme) else extreme
 
 
 def _extend(streak: int, first: int | float | None, hit: bool, step: int | float) -> tuple[int, int | float | None]:
