@@ -556,3 +556,47 @@ def test_every_flag_has_a_help_line():
             if action.option_strings and action.dest != "help":
                 text = action.help or ""
                 assert text and not text.startswith("("), f"runwatch {name} {action.option_strings[0]}: {text!r}"
+
+
+def test_a_warning_is_printed_kept_in_watchdog_json_and_never_ends_the_watch(tmp_path):
+    """overfitting warns: its WARNING line on stdout when it starts, `warnings` in the watching
+    record and in the verdict; the watch goes on to its end."""
+    log = tmp_path / "m.jsonl"
+    recs = []
+    for s in range(1, 41):
+        recs.append({"step": s, "loss": 2.0 - s / 40})
+        if s % 10 == 0:
+            recs.append({"step": s, "eval_loss": {10: 1.0, 20: 1.2, 30: 1.3, 40: 1.4}[s]})
+    log.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out: list[str] = []
+    w = Watcher(str(log), Options(poll=0.01, done="DONE"), log=lambda m: None, out=out.append, poll_checks=[])
+    assert w.poll_once() is None
+    w.heartbeat()
+    warning = {
+        "kind": "overfitting",
+        "step": 40,
+        "message": "eval loss 1.4 > 1.1 ((1 + 0.1) x best 1) for 3 consecutive eval records",
+    }
+    watching = json.loads((tmp_path / "watchdog.json").read_text())
+    assert (watching["verdict"], watching["warnings"]) == ("watching", [warning])
+    (tmp_path / "DONE").write_text("")
+    v = w.run()
+    assert out == ["WARNING overfitting step=40: " + warning["message"]]
+    assert v.line() == "OK done step=40"
+    done = json.loads((tmp_path / "watchdog.json").read_text())
+    assert (done["verdict"], done["warnings"]) == ("done", [warning])
+
+
+def test_check_with_warnings_only_is_clean(tmp_path, capsys):
+    log = tmp_path / "m.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "eval_loss": 1.0 + s / 10}) + "\n" for s in range(1, 6)))
+    assert main(["check", str(log), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(f["kind"], f["severity"]) for f in doc["findings"]] == [("overfitting", "warn"), ("no_signal", "warn")]
+    assert (doc["warnings"], doc["verdict"], doc["class"]) == (2, "OK clean step=5", None)
+    assert main(["check", str(log), "--severity", "overfitting=stop"]) == 7
+    assert capsys.readouterr().out.splitlines() == [
+        "FINDING overfitting step=5: eval loss 1.5 > 1.21 ((1 + 0.1) x best 1.1) for 3 consecutive eval records",
+        "WARNING no_signal step=5: no train loss in m.jsonl; keys seen: eval_loss; use --map loss=KEY",
+        "ANOMALY overfitting step=5: eval loss 1.5 > 1.21 ((1 + 0.1) x best 1.1) for 3 consecutive eval records",
+    ]
