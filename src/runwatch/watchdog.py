@@ -35,7 +35,7 @@ from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, a
 from .readers import READER_FORMATS, Reader, ReadOptions, open_reader, read_options, to_records
 from .readers import add_arguments as add_read_arguments
 from .records import Record, RecordParser, Target, load_trainer_state, parser_for, read_trainer_state, resolve_target
-from .replay import CheckResult, check, name_loss_key, reached
+from .replay import CheckResult, check, name_loss_key
 from .rules import Finding, RuleOptions, Rules, fmt_step
 from .verdict import Verdict, write_verdict
 
@@ -359,7 +359,9 @@ class Watcher:
                 self.log(f"runwatch watch: relaunch at step {fmt_step(rec.step)} ({rec.session}); rules restart")
             self._switch(rec.session)
         self.have_record = True
-        self.last_step = reached(self.last_step, rec)
+        # the step reached (replay.reached, inline: this runs for every record)
+        if rec.kind != "other" or rec.step > self.last_step:
+            self.last_step = rec.step
         self.applied += 1
         if rec.kind == "checkpoint":
             self.checkpoints += 1
