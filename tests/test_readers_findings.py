@@ -289,22 +289,20 @@ def test_lightning_tensorboard_and_csv_loggers_read_alike(tmp_path):
     assert check(str(tmp_path / "tb")).findings == [] and check(csv_path).findings == []
 
 
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.filterwarnings("ignore::FutureWarning")
-def test_hf_trainer_report_to_tensorboard(tmp_path):
-    """A real Trainer.train() with report_to="tensorboard": its event files read as its log_history."""
+def _tiny_bert():
+    """A dataset class (token sequences; the label: is token 1 more frequent than token 2, or the
+    reverse with `inverted`) and a one-layer BERT config, for a real Trainer on the CPU in seconds."""
     pytest.importorskip("transformers", reason="the [hf] extra is not installed")
     pytest.importorskip("accelerate", reason="the [hf] extra is not installed")
     import torch
-    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
-
-    from runwatch.integrations.hf import auroc_metrics
+    from transformers import BertConfig
 
     class Sequences(torch.utils.data.Dataset):
-        def __init__(self, n: int, seed: int) -> None:
+        def __init__(self, n: int, seed: int, inverted: bool = False) -> None:
             g = torch.Generator().manual_seed(seed)
             self.x = torch.randint(0, 16, (n, 16), generator=g)
-            self.y = ((self.x == 1).sum(1) > (self.x == 2).sum(1)).long()
+            y = ((self.x == 1).sum(1) > (self.x == 2).sum(1)).long()
+            self.y = 1 - y if inverted else y
 
         def __len__(self) -> int:
             return len(self.x)
@@ -322,6 +320,18 @@ def test_hf_trainer_report_to_tensorboard(tmp_path):
         max_position_embeddings=16,
         num_labels=2,
     )
+    return Sequences, config
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_hf_trainer_report_to_tensorboard(tmp_path):
+    """A real Trainer.train() with report_to="tensorboard": its event files read as its log_history."""
+    Sequences, config = _tiny_bert()
+    from transformers import BertForSequenceClassification, Trainer, TrainingArguments
+
+    from runwatch.integrations.hf import auroc_metrics
+
     args = TrainingArguments(
         output_dir=str(tmp_path),
         max_steps=20,
@@ -369,34 +379,9 @@ def test_hf_trainer_with_several_eval_sets_has_one_eval_loss_series_each(tmp_pat
     """A real Trainer.train() with `eval_dataset={"g0": ..., "g1": ...}` logs `eval_g0_loss` and
     `eval_g1_loss` (no `eval_loss`): each series is judged, and the one that rises (its labels are the
     train labels inverted) is named in the overfitting warning."""
-    pytest.importorskip("transformers", reason="the [hf] extra is not installed")
-    pytest.importorskip("accelerate", reason="the [hf] extra is not installed")
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+    Sequences, config = _tiny_bert()
+    from transformers import BertForSequenceClassification, Trainer, TrainingArguments
 
-    class Sequences(torch.utils.data.Dataset):
-        def __init__(self, n: int, seed: int, inverted: bool = False) -> None:
-            g = torch.Generator().manual_seed(seed)
-            self.x = torch.randint(0, 16, (n, 16), generator=g)
-            y = ((self.x == 1).sum(1) > (self.x == 2).sum(1)).long()
-            self.y = 1 - y if inverted else y
-
-        def __len__(self) -> int:
-            return len(self.x)
-
-        def __getitem__(self, i: int) -> dict:
-            return {"input_ids": self.x[i], "labels": self.y[i]}
-
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=16,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=16,
-        num_labels=2,
-    )
     args = TrainingArguments(
         output_dir=str(tmp_path),
         max_steps=120,
