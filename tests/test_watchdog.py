@@ -585,6 +585,11 @@ def test_a_warning_is_printed_kept_in_watchdog_json_and_never_ends_the_watch(tmp
     assert v.line() == "OK done step=40"
     done = json.loads((tmp_path / "watchdog.json").read_text())
     assert (done["verdict"], done["warnings"]) == ("done", [warning])
+    from runwatch.status import format_status, status
+
+    st = status(str(log), gpus=False)
+    assert st["watchdog"]["warnings"] == [warning]
+    assert "warnings 1: overfitting step=40" in format_status(st)
 
 
 def test_check_with_warnings_only_is_clean(tmp_path, capsys):

@@ -142,7 +142,6 @@ class Status(StatusHead):
     gpus: list[GpuInfo] | str | None  # a str: why there is no list ("no GPU"); None: not asked
     ranks: list[str]
     supervise: Mapping[str, Any] | None  # supervise.supervise_status
-    warnings: list[dict[str, Any]]  # watchdog.json's warnings: {"kind", "step", "message"}
 
 
 def _read_json(path: str) -> Any:
@@ -293,7 +292,6 @@ def describe(
                 "before_current_launch": bool(stale),
             }
     watchdog = verdict if isinstance(verdict, dict) else None
-    warnings = verdict.get("warnings") if isinstance(verdict, dict) else None
     error: str | None = verdict.get("last_error") if isinstance(verdict, dict) else None
     if error is None and process and process["alive"] is False and not (ended and ended["reason"] == "normal"):
         error = last_error(os.path.join(t.run_dir, "stdout.log"))
@@ -316,7 +314,6 @@ def describe(
         "gpus": gpu_info() if gpus else None,
         "ranks": rank_status_lines(t.run_dir, now),  # multi-rank runs: at most 4 lines; else []
         "supervise": supervise_status(t.run_dir),  # a supervised run: attempt, restarts, rollbacks; else None
-        "warnings": [w for w in warnings if isinstance(w, dict)] if isinstance(warnings, list) else [],
     }
 
 
@@ -461,9 +458,9 @@ def format_status(st: Status) -> list[str]:
         lines.append(f"watchdog {what} step={w.get('step')}: {w.get('message')}{old}"[:160])
     else:
         lines.append("watchdog no verdict")
-    warnings = st.get("warnings") or []
-    if warnings:
-        shown = ", ".join(f"{w.get('kind')} step={w.get('step')}" for w in warnings[:3])
+    warnings = [x for x in (w.get("warnings") or []) if isinstance(x, dict)] if w else []
+    if warnings:  # watchdog.json's warnings
+        shown = ", ".join(f"{x.get('kind')} step={x.get('step')}" for x in warnings[:3])
         more = f" (+{len(warnings) - 3} more)" if len(warnings) > 3 else ""
         lines.append(f"warnings {len(warnings)}: {shown}{more}"[:160])
     if st.get("last_error"):

@@ -72,7 +72,8 @@ class RunSummary(Status):
 
     path: str  # relative to the served folder, "/" separated
     verdict: ListVerdict
-    findings: int  # the rules' findings so far that stop (warnings are in `warnings`)
+    findings: int  # the rules' findings so far
+    warnings: int  # those of them of severity warn
     first_finding: dict[str, Any] | None
     records: int
     error: str | None  # the first of `errors`
@@ -250,6 +251,7 @@ class RunView:
         self.rules_session: str | None = None
         self.findings: list[dict[str, Any]] = []
         self.findings_total = 0
+        self.warnings_total = 0  # those of the findings that warn
         self.records = 0
         self.invalid: str | None = None  # the latest invalid line's message
         self.tail: deque[Record] = deque(maxlen=TAIL_RECORDS)
@@ -463,8 +465,8 @@ class RunView:
             self.rules = Rules(self.opts, start, max_steps=max_steps, live=True)
             self.rules_session = rec.session
         for f in self.rules.observe(rec):
-            if f.stops:
-                self.findings_total += 1
+            self.findings_total += 1
+            self.warnings_total += not f.stops
             if len(self.findings) < MAX_FINDINGS:
                 self.findings.append({**f.to_json(), "session": rec.session})
         if rec.kind == "invalid":
@@ -525,23 +527,13 @@ class RunView:
         now = time.time() if now is None else now
         st = self._status(now)
         errors = [e for e in (self.error, self.invalid, self.options_error) if e]
-        stops = [f for f in self.findings if f["severity"] == "stop"]
-        # the watch's warnings (watchdog.json), else those of the page's own replay of the rules
-        warnings = (
-            st["warnings"]
-            or [
-                {"kind": f["kind"], "step": f["step"], "message": f["message"]}
-                for f in self.findings
-                if f["severity"] == "warn"
-            ][:20]
-        )
         return {
             **st,
             "path": self.rel,
             "verdict": verdict_of(st["watchdog"], now),
             "findings": self.findings_total,
-            "first_finding": stops[0] if stops else None,
-            "warnings": warnings,
+            "warnings": self.warnings_total,
+            "first_finding": self.findings[0] if self.findings else None,
             "records": self.records,
             "error": errors[0] if errors else None,
             "errors": errors,

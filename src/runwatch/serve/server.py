@@ -136,7 +136,7 @@ class Catalog:
 
         def key(s: RunSummary) -> tuple[int, str]:
             state = s["verdict"]["state"]
-            if state != "anomaly" and (s["error"] or s["findings"]):
+            if state != "anomaly" and (s["error"] or s["findings"] > s["warnings"]):  # a warning never moves a run up
                 state = "error"
             return (_ORDER.get(state, 9), s["path"])
 

@@ -58,11 +58,6 @@
       return el("span", "finding", r.findings + (r.findings === 1 ? " finding" : " findings") +
         (f ? ": " + f.kind + " at step " + num(f.step) : ""));
     }
-    if (r.warnings && r.warnings.length) {
-      var w = r.warnings[0];
-      return el("span", "warning", r.warnings.length + (r.warnings.length === 1 ? " warning" : " warnings") +
-        ": " + w.kind + " at step " + num(w.step));
-    }
     if (r.catching_up) return el("span", "muted", "reading the log…");
     if (r.ended) return el("span", "muted", "ended: " + r.ended.reason);
     return null;
@@ -147,12 +142,10 @@
     add(svg, sv("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }));
     (findings || []).slice(0, 200).forEach(function (f) {
       if (typeof f.step !== "number" || f.step < x0 || f.step > x1) return;
-      var severity = f.severity === "warn" ? "warn" : "stop";
-      var g = sv("g", { class: "marker marker-" + severity });
+      var g = sv("g", { class: "marker" });
       g.setAttribute("data-kind", f.kind);
-      g.setAttribute("data-severity", severity);
       var title = document.createElementNS(SVGNS, "title");
-      title.textContent = f.kind + " (" + severity + ") step=" + num(f.step) + ": " + f.message;
+      title.textContent = f.kind + " step=" + num(f.step) + ": " + f.message;
       add(g, title, sv("line", { x1: X(f.step), x2: X(f.step), y1: T, y2: H - B }),
         sv("path", { d: "M" + (X(f.step) - 5) + " " + T + "h10l-5 7z" }));
       add(svg, g);
@@ -235,9 +228,7 @@
     if (!d.findings_list.length) add(fs, el("p", "muted", "none: the record rules found nothing"));
     var ul = el("ul", "findings");
     d.findings_list.forEach(function (f) {
-      var what = f.severity === "warn" ? " (warning)" : "";
-      add(ul, add(el("li", f.severity === "warn" ? "warn" : ""), el("b", "", f.kind + what),
-        document.createTextNode(" step=" + num(f.step) + ": " + f.message)));
+      add(ul, add(el("li"), el("b", "", f.kind), document.createTextNode(" step=" + num(f.step) + ": " + f.message)));
     });
     add(box, add(fs, ul));
     if (d.supervise) add(box, drawSupervision(d.supervise));
