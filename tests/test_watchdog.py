@@ -439,7 +439,7 @@ def test_sigterm_ignored_then_sigkill(tmp_path, writer):
     notes = []
     v = Watcher(str(log), Options(poll=0.05, pid=p.pid, stop_on_anomaly=True), stop_grace=0.5, log=notes.append).run()
     assert v.kind == "nonfinite_loss"
-    assert notes[-1] == f"runwatch watch: process {p.pid} ignored SIGTERM for 0.5 s; sent SIGKILL"
+    assert notes[-1] == "runwatch watch: stopped after a nonfinite_loss: SIGTERM, then SIGKILL after 0.5 s (1 process)"
     from runwatch.process import alive, exit_status
 
     assert not alive(p.pid) and exit_status(p.pid) == "killed by SIGKILL"  # reaped by the watchdog

@@ -56,7 +56,7 @@ READER_FORMATS = ("tensorboard", "mlflow", "csv", "text")
 
 # One line a record; a named group a key. Values that parse as numbers become numbers.
 FORMAT_CHECK = Check(f"one of {', '.join(FORMATS)}", lambda v: v in FORMATS, str)
-READ_COMMANDS = ("watch", "check", "plot", "status")
+READ_COMMANDS = ("watch", "check", "plot", "status", "launch", "supervise")
 PRESETS: dict[str, tuple[str, ...]] = {
     # nanoGPT train.py: `iter 200: loss 2.3456, time 12.34ms, mfu 1.23%` and
     # `step 200: train loss 2.3456, val loss 2.4567` at each eval
@@ -136,6 +136,15 @@ class ReadOptions:
         metavar="ID",
         commands=READ_COMMANDS,
     )
+    log: str | None = option(
+        None,
+        TEXT,
+        "the log to watch, relative to RUN_DIR (default: metrics.jsonl, else the one log of another "
+        "tool found there, else stdout.log with --format text, nanogpt, megatron or --pattern)",
+        none=True,
+        metavar="PATH",
+        commands=("launch", "supervise"),
+    )
 
     def __post_init__(self) -> None:
         validate(self, "read")
@@ -158,9 +167,10 @@ class ReadOptions:
         return self.pattern or PRESETS.get(self.format or "", ())
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Declare --format, --pattern and --run on a command that reads logs (watch, check, status, plot)."""
-    add_flags(p, ReadOptions, "check")
+def add_arguments(p: argparse.ArgumentParser, command: str = "check") -> None:
+    """Declare --format, --pattern and --run on a command that reads logs (watch, check, status,
+    plot), and --log too on one that launches the program (launch, supervise)."""
+    add_flags(p, ReadOptions, command)
 
 
 def read_options(args: argparse.Namespace) -> ReadOptions:
@@ -181,12 +191,26 @@ def _head(path: str, n: int) -> bytes:
         return b""
 
 
+def _one_csv(directory: str) -> str | None:
+    """The one `*.csv` file directly in `directory` (a run directory holding one CSV log), else None."""
+    try:
+        found = [n for n in os.listdir(directory) if n.endswith(".csv")]
+    except OSError:
+        return None
+    return (
+        os.path.join(directory, found[0])
+        if len(found) == 1 and os.path.isfile(os.path.join(directory, found[0]))
+        else None
+    )
+
+
 def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
     """(format, log path, run dir) of a log this package reads, or None (JSONL and the rest).
 
     `read.format` decides when given; else by name and content: `*tfevents*` files or directories
     holding them, an SQLite file (`mlflow.db`) or a directory holding `mlflow.db`, an MLflow
-    file-store run directory (`meta.yaml` and `metrics/`), `*.csv`, and `--pattern`/presets → text.
+    file-store run directory (`meta.yaml` and `metrics/`), `*.csv` (or a directory holding exactly
+    one), and `--pattern`/presets → text.
     """
     from .tfevents import event_files, is_event_file
 
@@ -207,6 +231,8 @@ def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
                 return ("mlflow", os.path.join(path, "mlflow.db"), run_dir)
             elif event_files(path):
                 fmt = "tensorboard"
+            elif (csv := _one_csv(path)) is not None:
+                return ("csv", csv, run_dir)
             else:
                 return None
         else:
@@ -225,6 +251,8 @@ def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
         return ("mlflow", os.path.join(path, "mlflow.db"), run_dir)
     if fmt == "mlflow" and is_dir and read.run is not None:
         raise UsageError(f"read.run applies to an SQLite store; {path} is a file-store run directory (one run)")
+    if fmt == "csv" and is_dir and (csv := _one_csv(path)) is not None:
+        return ("csv", csv, run_dir)
     if fmt in ("csv", "text") and is_dir:
         raise UsageError(f"read.format {fmt}: {path} is a directory, expected a file")
     return (fmt, path, run_dir)
