@@ -38,7 +38,7 @@ from .records import (
 )
 from .rules import RuleOptions, fmt_step, verdict_class
 from .schema import read_manifest, read_regular_file
-from .supervise import supervise_status
+from .supervision import supervise_status
 from .verdict import read_verdict
 
 __all__ = [
@@ -126,8 +126,9 @@ class Status(StatusHead):
     loss: Shown
     lr: Shown
     grad_norm: GradNorm | None
-    tokens_per_second: Shown
-    steps_per_second: float | None
+    tokens_per_second: Shown  # null unless the log counts tokens (schema v1)
+    steps_per_second: float | None  # updates a second, from the records' times (a text log: its ms an iteration)
+    samples_per_second: Shown  # the log's own `sps` (minimal telemetry), when it is not an iteration rate
     eta_seconds: int | None
     ended: Ended | None
     last_eval: LastEval | None
@@ -136,7 +137,7 @@ class Status(StatusHead):
     last_error: str | None
     gpus: list[GpuInfo] | str | None  # a str: why there is no list ("no GPU"); None: not asked
     ranks: list[str]
-    supervise: Mapping[str, Any] | None  # supervise.supervise_status
+    supervise: Mapping[str, Any] | None  # supervision.supervise_status
 
 
 def _read_json(path: str) -> Any:
@@ -237,11 +238,18 @@ def describe(
         {"mean": _num(lt.grad_mean), "max": _num(lt.grad_max)} if lt and lt.grad_mean is not None else None
     )
     tps: float | None = None
-    if last is not None and last.raw and isinstance(last.raw.get("session"), dict):
-        tps = last.raw["session"].get("tokens_per_second")
-    if tps is None and lt is not None:
-        tps = lt.throughput
+    sps: float | None = None
+    if t.schema_v1():  # tokens are counted: tokens / s
+        if last is not None and last.raw and isinstance(last.raw.get("session"), dict):
+            tps = last.raw["session"].get("tokens_per_second")
+        if tps is None and lt is not None:
+            tps = lt.throughput
+    elif lt is not None:
+        sps = lt.throughput  # the log's `sps`: samples a second, or a text log's iterations a second
     steps_per_second = _rate(trains)
+    if sps is not None and _iteration_rate(t):
+        steps_per_second = steps_per_second or sps
+        sps = None
     eta = None
     if out["max_steps"] and steps_per_second and step is not None:
         eta = max(0.0, (out["max_steps"] - step) / steps_per_second)
@@ -294,6 +302,7 @@ def describe(
         "grad_norm": grad_norm,
         "tokens_per_second": _num(tps),
         "steps_per_second": steps_per_second,
+        "samples_per_second": _num(sps),
         "eta_seconds": round(eta) if eta is not None else None,
         "ended": ended,
         "last_eval": last_eval,
@@ -310,6 +319,12 @@ def _num(v: float | None) -> Shown:
     if (type(v) is int or type(v) is float) and not math.isfinite(v):
         return str(v)  # strict JSON has no NaN: show it as text
     return v
+
+
+def _iteration_rate(t: Target) -> bool:
+    """A text log whose `sps` is 1000 / its milliseconds an iteration: updates a second (nanoGPT),
+    not samples (a pattern or preset with a `batch_size` group, Megatron's)."""
+    return t.format == "text" and not any("(?P<batch_size>" in p for p in t.read.patterns())
 
 
 def _rate(trains: list[Record]) -> float | None:
@@ -415,11 +430,17 @@ def format_status(st: Status) -> list[str]:
         age = f", {_dur(st['age_seconds'])} ago" if st["age_seconds"] is not None else ""
         lines.append(f"step     {fmt_step(st['step'])}{total}{age}")
     if st["loss"] is not None:
-        lines.append(f"loss     {_v(st['loss'])}   lr {_v(st['lr'])}")
+        lr = f"   lr {_v(st['lr'])}" if st["lr"] is not None else ""  # not logged: not shown
+        lines.append(f"loss     {_v(st['loss'])}{lr}")
     if st["grad_norm"]:
         lines.append(f"grad     mean {_v(st['grad_norm']['mean'])}  max {_v(st['grad_norm']['max'])}")
+    # the rate as measured: tokens when the log counts them, else updates, else the log's samples
     if st["tokens_per_second"] is not None:
         lines.append(f"rate     {_v(st['tokens_per_second'])} tokens/s")
+    elif st["steps_per_second"] is not None:
+        lines.append(f"rate     {_v(st['steps_per_second'])} updates/s")
+    elif st["samples_per_second"] is not None:
+        lines.append(f"rate     {_v(st['samples_per_second'])} samples/s")
     if st["eta_seconds"] is not None:
         lines.append(f"eta      {_dur(st['eta_seconds'])} ({_v(st['steps_per_second'])} steps/s)")
     if st["ended"]:
