@@ -196,12 +196,12 @@ def test_a_lingering_process_is_stopped_after_done(tmp_path):
 
 def test_a_killed_supervisor_is_replaced_and_adopts_the_training(tmp_path):
     run = tmp_path / "run"
-    first = subprocess.Popen(
-        _cmd(run, train=["--steps", "50", "--sleep", "0.1", "--fault", "kill@35"]),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    go = run / "go"
+    # the training waits before update 21 until the test says go: the kill at 22 comes after the adoption
+    train = ["--steps", "40", "--fault", "kill@22", "--hold", f"{go}@21"]
+    opts = ["--stall", "120"]
+    first = subprocess.Popen(_cmd(run, opts, train), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    third = None
     try:
         assert _wait(
             lambda: (
@@ -210,23 +210,29 @@ def test_a_killed_supervisor_is_replaced_and_adopts_the_training(tmp_path):
                 and (run / "metrics.jsonl").stat().st_size > 0
             )
         )
-        second = _supervise(run, train=["--steps", "50", "--sleep", "0.1", "--fault", "kill@35"], timeout=30)
+        second = _supervise(run, opts, train, timeout=60)
         assert second.returncode == 2
         assert second.stderr.strip() == f"supervise: {run}: another supervisor (pid {first.pid}) is running there"
         child = int((run / "pid").read_text())
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         assert alive(child)  # the training runs on without its supervisor
-        res = _supervise(run, train=["--steps", "50", "--sleep", "0.1", "--fault", "kill@35"])
+        third = subprocess.Popen(_cmd(run, opts, train), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert _wait(lambda: len(_journal(run)) >= 2, timeout=60)
+        go.touch()
+        out, err = third.communicate(timeout=90)
     finally:
-        if first.poll() is None:
-            first.kill()
+        for p in (first, third):
+            if p is not None and p.poll() is None:
+                p.kill()
         first.communicate()
-    assert res.returncode == 0, res.stderr
-    assert f"adopting the running process {child} (attempt 1)" in res.stderr
+        if third is not None and third.returncode is None:
+            third.communicate()
+    assert third.returncode == 0, err
+    assert f"adopting the running process {child} (attempt 1)" in err
     recs = _journal(run)
     assert [r["event"] for r in recs] == ["launch", "launch", "verdict", "relaunch", "verdict", "done"]
-    assert recs[1]["adopted"] is True and recs[1]["pid"] == child and recs[1]["supervisor"] != first.pid
+    assert recs[1]["adopted"] is True and recs[1]["pid"] == child and recs[1]["supervisor"] == third.pid
     assert recs[3]["restarts"] == 1 and recs[3]["attempt"] == 2
     assert (run / "stdout.log").read_text().count("--- runwatch launch") == 2  # never a second copy
 

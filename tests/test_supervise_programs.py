@@ -93,9 +93,22 @@ def test_a_jsonl_loop_that_exits_1_is_a_process_exit_naming_the_status(tmp_path)
     )
 
 
-def test_a_csv_log_found_in_the_run_directory_ends_done_on_exit_0(tmp_path):
+def test_a_csv_log_named_with_log_ends_done_on_exit_0(tmp_path):
     run = tmp_path / "run"
-    res = _runwatch("launch", str(run), "--watch", "--poll", "0.1", "--", sys.executable, "-c", CSV_LOOP, str(run))
+    res = _runwatch(
+        "launch",
+        str(run),
+        "--watch",
+        "--poll",
+        "0.1",
+        "--log",
+        "metrics.csv",
+        "--",
+        sys.executable,
+        "-c",
+        CSV_LOOP,
+        str(run),
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-1] == "OK done step=30"
 
@@ -359,12 +372,13 @@ def test_watching_a_folder_that_appears_later_with_tensorboard_files(tmp_path):
         text=True,
     )
     try:
-        time.sleep(1.0)
+        first = watch.stderr.readline()  # the watch runs, and the folder is not there yet
         w = tb.SummaryWriter(str(runs))
         for step in range(1, 6):
             w.add_scalar("train/loss", 1.0 / step, step)
         w.flush()
         out, err = watch.communicate(timeout=60)
+        err = first + err
         w.close()
     finally:
         if watch.poll() is None:

@@ -12,14 +12,13 @@ import collections
 import json
 import math
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 from .errors import UsageError
 from .follow import tail_lines
+from .hardware import GpuInfo, gpu_info
 from .heartbeats import rank_status_lines
 from .liveness import is_local_host, last_error, process_host, watchdog_liveness
 from .options import add_flags
@@ -59,8 +58,6 @@ __all__ = [
 
 # Records read back from the end: enough for a rate over the last windows and the last eval.
 TAIL_RECORDS = 200
-# nvidia-smi can hang on a wedged driver; a check-in must not.
-NVIDIA_SMI_TIMEOUT_SECONDS = 3.0
 
 # A number as a check-in shows it: a non-finite one as its text (strict JSON has no NaN).
 Shown = float | str | None
@@ -106,16 +103,6 @@ class ProcessInfo(TypedDict):
     pid: int
     alive: bool | None
     host: NotRequired[str]
-
-
-class GpuInfo(TypedDict):
-    """One device, as NVML or nvidia-smi reports it."""
-
-    index: int
-    name: str
-    utilization_percent: int
-    memory_used_bytes: int
-    memory_total_bytes: int
 
 
 class Status(StatusHead):
@@ -335,72 +322,6 @@ def _rate(trains: list[Record]) -> float | None:
     (a_time, a_step), (b_time, b_step) = timed[0], timed[-1]
     dt = b_time - a_time
     return (b_step - a_step) / dt if dt > 0 and b_step > a_step else None
-
-
-def gpu_info() -> list[GpuInfo] | str:
-    """Per device utilisation and memory through NVML, else nvidia-smi, else "no GPU"."""
-    try:
-        import pynvml
-    except ImportError:
-        pynvml = None
-    if pynvml is not None:
-        try:
-            pynvml.nvmlInit()
-            try:
-                out: list[GpuInfo] = []
-                for i in range(pynvml.nvmlDeviceGetCount()):
-                    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                    util = pynvml.nvmlDeviceGetUtilizationRates(h)
-                    mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-                    name = pynvml.nvmlDeviceGetName(h)
-                    out.append(
-                        {
-                            "index": i,
-                            "name": name.decode() if isinstance(name, bytes) else name,
-                            "utilization_percent": util.gpu,
-                            "memory_used_bytes": mem.used,
-                            "memory_total_bytes": mem.total,
-                        }
-                    )
-                return out or "no GPU"
-            finally:
-                pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - NVML errors are many; fall back to nvidia-smi
-            pass
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            res = subprocess.run(
-                [
-                    smi,
-                    "--query-gpu=index,name,utilization.gpu,memory.used,memory.total",
-                    "--format=csv,noheader,nounits",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=NVIDIA_SMI_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return "no GPU (nvidia-smi did not answer)"
-        out = []
-        for line in res.stdout.splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) == 5 and parts[0].isdigit():
-                try:
-                    out.append(
-                        {
-                            "index": int(parts[0]),
-                            "name": parts[1],
-                            "utilization_percent": int(parts[2]),
-                            "memory_used_bytes": int(parts[3]) * 2**20,
-                            "memory_total_bytes": int(parts[4]) * 2**20,
-                        }
-                    )
-                except ValueError:
-                    continue
-        return out or "no GPU"
-    return "no GPU"
 
 
 def _dur(s: float) -> str:

@@ -199,6 +199,7 @@ class Supervisor:
         self.watcher: Watcher | None = None  # the current attempt's watch
         self.state: dict[str, Any] | None = None  # where the log was read to (Watcher.state_dict)
         self.new_process = False  # the next watch is of a newly launched process
+        self.adopted = False  # the current attempt was launched by an earlier supervisor
         self.interrupted: int | None = None
         self.notifier: Notifier | None = None
         self._lock_fd: int | None = None
@@ -335,6 +336,7 @@ class Supervisor:
         self.env = dict(env)
         self.attempt += 1
         self.fresh = 0
+        self.adopted = False
         # the heartbeat files lying there now belong to earlier attempts: never judged in this one
         beats, _problems = read_heartbeats(self.run_dir)
         self.stale = frozenset(b.session_id for b in beats.values())
@@ -460,6 +462,7 @@ class Supervisor:
         if (
             cls == "transient"
             and self.attempt == 1
+            and not self.adopted
             and self.fresh == 0
             and v.kind == "process_exit"
             and self.restarts == 0
@@ -562,6 +565,7 @@ class Supervisor:
                 and isinstance(watching.get("state"), dict)
             ):
                 self.state = watching["state"]  # where the killed supervisor's watch had read to
+            self.adopted = True
             self.log(f"runwatch supervise: adopting the running process {pid} (attempt {self.attempt})")
             self._record("launch", adopted=True, checkpoint=self._latest_checkpoint())
             return None
@@ -579,6 +583,7 @@ class Supervisor:
             )
         if ongoing is not None and pid is not None:
             self.pid = pid  # gone meanwhile: the watch judges how it ended (done, or process_exit)
+            self.adopted = True
             self.log(f"runwatch supervise: process {pid} of attempt {self.attempt} has ended; judging its log")
             self._record("launch", adopted=True, checkpoint=self._latest_checkpoint())
             return None

@@ -139,8 +139,8 @@ class ReadOptions:
     log: str | None = option(
         None,
         TEXT,
-        "the log to watch, relative to RUN_DIR (default: metrics.jsonl, else the one log of another "
-        "tool found there, else stdout.log with --format text, nanogpt, megatron or --pattern)",
+        "the log to watch, relative to RUN_DIR (default: stdout.log with --format text, nanogpt, "
+        "megatron or --pattern, else RUN_DIR's metrics.jsonl, trainer_state.json or another tool's log)",
         none=True,
         metavar="PATH",
         commands=("launch", "supervise"),
@@ -191,26 +191,12 @@ def _head(path: str, n: int) -> bytes:
         return b""
 
 
-def _one_csv(directory: str) -> str | None:
-    """The one `*.csv` file directly in `directory` (a run directory holding one CSV log), else None."""
-    try:
-        found = [n for n in os.listdir(directory) if n.endswith(".csv")]
-    except OSError:
-        return None
-    return (
-        os.path.join(directory, found[0])
-        if len(found) == 1 and os.path.isfile(os.path.join(directory, found[0]))
-        else None
-    )
-
-
 def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
     """(format, log path, run dir) of a log this package reads, or None (JSONL and the rest).
 
     `read.format` decides when given; else by name and content: `*tfevents*` files or directories
     holding them, an SQLite file (`mlflow.db`) or a directory holding `mlflow.db`, an MLflow
-    file-store run directory (`meta.yaml` and `metrics/`), `*.csv` (or a directory holding exactly
-    one), and `--pattern`/presets → text.
+    file-store run directory (`meta.yaml` and `metrics/`), `*.csv`, and `--pattern`/presets → text.
     """
     from .tfevents import event_files, is_event_file
 
@@ -231,8 +217,6 @@ def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
                 return ("mlflow", os.path.join(path, "mlflow.db"), run_dir)
             elif event_files(path):
                 fmt = "tensorboard"
-            elif (csv := _one_csv(path)) is not None:
-                return ("csv", csv, run_dir)
             else:
                 return None
         else:
@@ -251,8 +235,6 @@ def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
         return ("mlflow", os.path.join(path, "mlflow.db"), run_dir)
     if fmt == "mlflow" and is_dir and read.run is not None:
         raise UsageError(f"read.run applies to an SQLite store; {path} is a file-store run directory (one run)")
-    if fmt == "csv" and is_dir and (csv := _one_csv(path)) is not None:
-        return ("csv", csv, run_dir)
     if fmt in ("csv", "text") and is_dir:
         raise UsageError(f"read.format {fmt}: {path} is a directory, expected a file")
     return (fmt, path, run_dir)
