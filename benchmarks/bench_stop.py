@@ -16,8 +16,10 @@ Per run, from the verdict (its time in supervise.jsonl):
 - `relaunch`: until the relaunch (its journal record);
 - `first record`: until the first train record of the relaunched session.
 
-Also the cost of the `/proc` scan the stop repeats every 50 ms (`proctree.scan`, median of 200),
-with the machine as it is and with 300 more sleeping processes.
+Also what finding the members costs, as the stop repeats it every 50 ms (median of 200): reading
+a launched tree of 4 processes below its waiter (`ProcessTree.members`, the usual way), and the
+scan of every process (`proctree.scan`, the fallback when the waiter is gone), each with the
+machine as it is and with 300 more sleeping processes.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 sys.path.insert(0, SRC)
 
 from runwatch.heartbeats import read_heartbeats  # noqa: E402
+from runwatch.launch import launch  # noqa: E402
 from runwatch.process import alive  # noqa: E402
-from runwatch.proctree import scan  # noqa: E402
+from runwatch.proctree import ProcessTree, scan, stop  # noqa: E402
 from runwatch.records import load_sessions  # noqa: E402
 
 FAULT_STEP = 40
@@ -117,13 +120,35 @@ def _one(base: str, workers: int, fault: str, i: int) -> dict:
     }
 
 
-def _scan_ms(n: int = 200) -> float:
+def _ms(fn, n: int = 200) -> float:
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
-        scan()
+        fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1000
+
+
+FAMILY = "import subprocess, sys, time\n[subprocess.Popen(['sleep', '600'], start_new_session=True) for _ in range(3)]\ntime.sleep(600)"
+
+
+def _costs(base: str) -> dict:
+    """ms to read the members of a launched 4-process tree, and to scan every process."""
+    launch(os.path.join(base, "family"), [sys.executable, "-c", FAMILY])
+    tree = ProcessTree.of_launch(os.path.join(base, "family"))
+    while len(tree.members()) < 4:
+        time.sleep(0.05)
+    out = {"processes": len(scan() or {}), "members_ms": _ms(tree.members), "scan_ms": _ms(scan)}
+    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(300)]
+    try:
+        out["members_ms_300_more"] = _ms(tree.members)
+        out["scan_ms_300_more"] = _ms(scan)
+    finally:
+        for s in sleepers:
+            s.kill()
+            s.wait()
+        stop(tree, 5)
+    return out
 
 
 def main() -> int:
@@ -133,19 +158,17 @@ def main() -> int:
     p.add_argument("--fault", choices=("stop", "hang"), default="stop")
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    procs = len(scan() or {})
-    ms = _scan_ms()
-    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(300)]
-    try:
-        ms_more = _scan_ms()
-    finally:
-        for s in sleepers:
-            s.kill()
-            s.wait()
-    print(f"/proc scan: {ms:.2f} ms with {procs} processes, {ms_more:.2f} ms with {procs + 300} (median of 200)")
     base = tempfile.mkdtemp(prefix="runwatch-stop-")
     rows = []
     try:
+        costs = _costs(base)
+        n = costs["processes"]
+        print(
+            f"members of a 4-process tree: {costs['members_ms']:.2f} ms with {n} processes on the machine, "
+            f"{costs['members_ms_300_more']:.2f} ms with {n + 300}; scan of every process: {costs['scan_ms']:.2f} ms, "
+            f"{costs['scan_ms_300_more']:.2f} ms (medians of 200)",
+            flush=True,
+        )
         for workers in args.workers:
             for i in range(args.repeats):
                 row = _one(base, workers, args.fault, i)
@@ -172,7 +195,7 @@ def main() -> int:
         )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"scan_ms": ms, "scan_ms_300_more": ms_more, "processes": procs, "runs": rows}, f, indent=2)
+            json.dump({"costs": costs, "runs": rows}, f, indent=2)
     return 0
 
 

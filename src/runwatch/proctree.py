@@ -7,15 +7,17 @@
     result.count, result.describe()                # 3, "SIGTERM, then SIGKILL after 30 s (3 processes)"
 
 A training is more than its first process: torchrun's agent starts each worker in a session of
-its own, a data loader forks workers, a helper daemonises. A member of the attempt is found, on
-Linux, by one scan of `/proc` (each process's parent, group, session, state and start time):
-
-1. a descendant of the attempt's waiter (`waiter.py`, a child subreaper: every process the
-   training started stays below it until it ends, even after its own parent died);
-2. a descendant of the launched process, or (while it lives) a member of its session;
-3. a process whose environment carries the attempt's marker `RUNWATCH_ATTEMPT_ID=<id>`, set by
-   `launch` and inherited by every process started from the training (it finds the orphans when
-   the waiter itself was killed).
+its own, a data loader forks workers, a helper daemonises. On Linux the members of an attempt
+are found from `/proc`. While the attempt's waiter (`waiter.py`) lives, they are its descendants:
+it is a child subreaper, so every process the training started stays below it until it ends, even
+after its own parent died; they are read from the tree's own `/proc/PID/task/*/children` files,
+at a cost that grows with the tree, not with the machine. Otherwise (the waiter was killed, or
+the kernel has no children files) one scan of every process (its parent, group, session, state
+and start time) finds
+- the descendants of the launched process, and (while it lives) the members of its session;
+- every process whose environment carries the attempt's marker `RUNWATCH_ATTEMPT_ID=<id>`, set by
+  `launch` and inherited by every process started from the training (the orphans of a killed
+  waiter).
 
 Zombies count as gone, and the waiter is never a member. A cgroup per attempt would find the same
 processes where one can be created (root, or a delegated systemd slice); a Slurm job, a pod or an
@@ -57,8 +59,9 @@ MARKER_ENV = "RUNWATCH_ATTEMPT_ID"
 # After SIGKILL the kernel frees a process within milliseconds, unless it sleeps uninterruptibly
 # (a hung NFS or GPU driver call): wait this long, then report what is left rather than hang.
 KILL_WAIT_SECONDS = 30.0
-# How often the tree is scanned again while it stops: a scan of a few hundred processes takes
-# about a millisecond (benchmarks/README.md), so the stop sees a process go within this.
+# How often the tree is read again while it stops: reading a torchrun tree's few processes takes
+# about a millisecond (a scan of every process, the fallback, several: benchmarks/README.md), so
+# the stop sees the last process go within this.
 STOP_POLL_SECONDS = 0.05
 _STOPPED_STATES = ("T", "t")  # stopped by a signal, or stopped while traced
 _GONE_STATES = ("Z", "X")  # a zombie is gone: it only waits to be reaped
@@ -105,6 +108,48 @@ def scan() -> dict[int, Proc] | None:
             if p is not None:
                 out[p.pid] = p
     return out
+
+
+def _children(pid: int) -> list[int] | None:
+    """The children of `pid` from `/proc/PID/task/*/children` (every thread's), [] when it is gone;
+    None where the kernel has no such file (CONFIG_PROC_CHILDREN, present since Linux 3.5 on the
+    usual distributions' kernels)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except OSError:
+            continue
+    return out
+
+
+def _below(root: int) -> dict[int, Proc] | None:
+    """Every live descendant of `root`, reading only the tree's own `/proc` entries; None where
+    the children files are missing."""
+    found: dict[int, Proc] = {}
+    todo = [root]
+    while todo:
+        kids = _children(todo.pop())
+        if kids is None:
+            return None
+        for pid in kids:
+            if pid in found:
+                continue
+            p = _read_stat(pid)
+            if p is None:
+                continue
+            found[pid] = p
+            todo.append(pid)
+    return {pid: p for pid, p in found.items() if p.state not in _GONE_STATES}
 
 
 def _has_marker(pid: int, needle: bytes) -> bool:
@@ -164,7 +209,18 @@ class ProcessTree:
         return p is not None and p.state not in _GONE_STATES and (start is None or p.start == start)
 
     def members(self) -> dict[int, Proc]:
-        """Every live process of the attempt, by pid (the waiter and this process left out)."""
+        """Every live process of the attempt, by pid (the waiter and this process left out).
+
+        While the waiter lives, its descendants are all of them (it adopts every orphan), read
+        from the tree's own `/proc/PID/task/*/children` files: the cost grows with the tree, not
+        with the machine. Else one scan of every process (see the module docstring)."""
+        if self.waiter is not None and self._scan is scan:
+            w = _read_stat(self.waiter)
+            if w is not None and w.state not in _GONE_STATES and w.start == (self.waiter_start or w.start):
+                below = _below(self.waiter)
+                if below is not None:
+                    below.pop(os.getpid(), None)
+                    return below
         procs = self._scan()
         if procs is None:  # no /proc: the launched process alone stands for its group
             return {self.root: Proc(self.root, 0, self.group or self.root, 0, "?", 0)} if _alive(self.root) else {}
