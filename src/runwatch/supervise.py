@@ -140,7 +140,9 @@ class SuperviseOptions:
             try:
                 shlex.split(self.resume_args)
             except ValueError as exc:
-                raise ConfigError(f"supervise.resume_args must split like shell words, got {self.resume_args!r}: {exc}")
+                raise ConfigError(
+                    f"supervise.resume_args must split like shell words, got {self.resume_args!r}: {exc}"
+                ) from None
 
     @property
     def resume_argv(self) -> list[str]:
@@ -364,7 +366,7 @@ class Supervisor:
         """This supervision continues an earlier one on RUN_DIR (a requeued job): its first launch
         resumes too."""
         try:
-            return os.path.getsize(os.path.join(self.run_dir, JOURNAL)) > 0  # (a journal's lines are whole)
+            return os.path.getsize(os.path.join(self.run_dir, JOURNAL)) > 0
         except OSError:
             return False
 

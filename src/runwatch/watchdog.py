@@ -157,7 +157,7 @@ class Watcher:
         self.clock = clock
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.started = clock()
-        self._waited = not os.path.exists(self.target_arg)
+        self.waited = not os.path.exists(self.target_arg)  # the target was not there when the watch began
         self.grace_anchor = self.started
         self.grace_what: str | None = None  # what the startup grace counts from, when not the watch's start
         self.rules = Rules(self.opts)
@@ -543,11 +543,6 @@ class Watcher:
             else:
                 self.log(_proc.stop(pid, self.run_dir, self.stop_grace, why=f"a {v.kind}"))
         return v
-
-    @property
-    def waited(self) -> bool:
-        """The target did not exist when the watch began."""
-        return self._waited
 
     def heartbeat(self) -> None:
         """Rewrite the `watching` record when a poll applied records, or 30 s after the last one."""
