@@ -16,7 +16,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # The longest modules (real torchrun, browser, trainings) are handed out first, so that the two
 # workers of `make test` finish together instead of one waiting on the last long module.
-FIRST = ("test_distributed.py", "test_serve.py", "test_smoke.py", "test_plot.py", "test_integrations_hf.py")
+FIRST = (
+    "test_distributed.py",
+    "test_supervise_ranks.py",
+    "test_serve.py",
+    "test_smoke.py",
+    "test_plot.py",
+    "test_integrations_hf.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -448,9 +448,15 @@ class RankMonitor:
         self.straggler.load_state_dict(state["straggler"])
         self.stalled = None if state["stalled"] is None else [int(v) for v in state["stalled"]]
 
-    def poll(self, run_dir: str, now: float | None = None) -> tuple[str, int, str] | None:
+    def poll(
+        self, run_dir: str, now: float | None = None, ignore: frozenset[str] = frozenset()
+    ) -> tuple[str, int, str] | None:
+        """Read the heartbeats and judge them; `ignore`: sessions never judged (an earlier
+        attempt's files, which a relaunch has not yet overwritten)."""
         now = time.time() if now is None else now
         beats, self.problems = read_heartbeats(run_dir)
+        if ignore:
+            beats = {k: b for k, b in beats.items() if b.session_id not in ignore}
         return self.judge(current_session(beats), now)
 
     def judge(self, beats: dict[int, Heartbeat], now: float) -> tuple[str, int, str] | None:
