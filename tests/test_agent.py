@@ -389,6 +389,26 @@ def test_watch_state_of_every_case(tmp_path):
     assert (state["state"], state["by"], state["line"]) == ("final", "supervise", "OK done step=30")
 
 
+def test_stop_run_of_an_unsupervised_run_stops_its_process_group(tmp_path):
+    from runwatch.agent.act import stop_run
+
+    run = tmp_path / "plain"
+    train = [sys.executable, os.path.join(REPO, "tests", "supervise_train.py"), str(run), "--steps", "100000"]
+    assert main(["launch", str(run), "--", *train, "--sleep", "0.05"]) == 0
+    pid = int((run / "pid").read_text())
+    try:
+        _, doc = stop_run(Tools(str(tmp_path)), "plain")
+        assert doc["stopped"] == f"stopped process group {pid} with SIGTERM"
+        assert doc["process"] == {"pid": pid, "alive": False} and doc["supervise"] is None
+        _, again = stop_run(Tools(str(tmp_path)), "plain")
+        assert again["stopped"] == "nothing was running"
+    finally:
+        try:
+            os.killpg(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
 # --- the skill and the command line -------------------------------------------------------------------
 
 

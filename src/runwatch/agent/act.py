@@ -23,10 +23,8 @@ from typing import Any
 from .. import process as _proc
 from ..errors import UsageError
 from ..follow import tail_lines
-from ..options import given_options
 from ..records import resolve_target
-from ..supervise import LOCK, SuperviseOptions, load_supervise_options, supervise_status
-from ..watchdog import Options, load_options
+from ..supervise import LOCK, supervise_status, supervisor_from_args
 from .bound import fit
 from .tools import Result, Tools, parse_command_line
 from .verdicts import live_supervisor
@@ -48,11 +46,12 @@ def launch_supervised(tools: Tools, run_dir: str, command: list[str], options: l
     if not command or not all(isinstance(a, str) and a for a in command):
         raise UsageError(f"launch_supervised: command must be a non-empty list of strings, got {command!r}")
     opts = list(options or [])
+    # parsed and validated as `runwatch supervise` will do it, before anything starts
     args = parse_command_line("launch_supervised", ["supervise", path, *opts, "--", *command])
-    toml_dir = path if os.path.isdir(path) else None
-    # validated as `supervise` will validate them, before anything starts
-    load_options(toml_dir, given_options(args, Options), command="watch")
-    load_supervise_options(toml_dir, given_options(args, SuperviseOptions))
+    try:
+        supervisor_from_args(args)
+    except UsageError as exc:
+        raise UsageError(f"launch_supervised: {exc}") from None
     live = live_supervisor(path) if os.path.isdir(path) else None
     if live is not None:
         raise UsageError(f"launch_supervised: {tools.rel(path)}: supervisor {live} is already running there")

@@ -99,6 +99,7 @@ def watch_state(run_dir: str, now: float | None = None) -> dict[str, Any]:
             "state": "final",
             "by": "supervise",
             "message": f"the supervision ended: {last.get('event')}",
+            "event": last.get("event"),
             "line": last.get("line") or _line(verdict),
             "verdict": verdict,
             "goodput": last.get("goodput"),
