@@ -354,7 +354,7 @@ def _watching(run_dir: str, pid: int, polled_at: float) -> None:
 def _journal(run_dir: str, *events: tuple[str, int]) -> None:
     with open(os.path.join(run_dir, "supervise.jsonl"), "a") as f:
         for event, sup in events:
-            rec = {"time": 1.0, "event": event, "attempt": 1, "pid": 1, "kind": None, "class": None, "step": 30}
+            rec = {"time": time.time(), "event": event, "attempt": 1, "pid": 1, "kind": None, "class": None, "step": 30}
             rec.update(supervisor=sup, line="OK done step=30" if event == "done" else None)
             f.write(json.dumps(rec) + "\n")
 
@@ -387,6 +387,9 @@ def test_watch_state_of_every_case(tmp_path):
     _journal(d, ("done", os.getpid()))  # its end written: final, though it has not exited yet
     state = watch_state(d)
     assert (state["state"], state["by"], state["line"]) == ("final", "supervise", "OK done step=30")
+    os.remove(os.path.join(d, "supervise.lock"))
+    _watching(d, os.getpid(), time.time() + 20)  # a watch begun after the supervision ended is the news
+    assert (watch_state(d)["state"], watch_state(d)["by"]) == ("watching", "watch")
 
 
 def test_stop_run_of_an_unsupervised_run_stops_its_process_group(tmp_path):
@@ -434,3 +437,8 @@ def test_mcp_without_its_extra_is_one_line_and_exit_2(tmp_path, monkeypatch, cap
     assert capsys.readouterr().err == "runwatch mcp needs the MCP Python SDK: pip install 'runwatch[mcp]'\n"
     assert main(["mcp", str(tmp_path / "nope")]) == 2
     assert capsys.readouterr().err == f"mcp: {tmp_path / 'nope'}: no such folder\n"
+
+
+def test_list_runs_under_a_run_lists_that_run(root):
+    _, doc = Tools(str(root)).list_runs("runs/a")
+    assert [r["path"] for r in doc["runs"]] == ["runs/a"] and doc["total"] == 1

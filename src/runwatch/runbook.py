@@ -25,7 +25,7 @@ DONE = "done"
 # kind -> (what it means, what a person or an agent should do), in the order of the docs table.
 RUNBOOK: dict[str, tuple[str, str]] = {
     DONE: (
-        "the latest session ended normally, the --done sentinel appeared, or the process exited with status 0",
+        "the latest session ended normally, the `--done` sentinel appeared, or the process exited with status 0",
         "evaluate, summarize (`runwatch summarize RUN_DIR`), move on",
     ),
     "process_exit": (

@@ -136,7 +136,7 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
     @server.tool(annotations=read_only)
     def plan_run(
         samples: Annotated[int, Field(description="samples per epoch of the long run")],
-        window: Annotated[str, Field(description="the time window: 8h, 90m, 1h30m or seconds")],
+        window: Annotated[str | float, Field(description="the time window: 8h, 90m, 1h30m or seconds")],
         run: Annotated[str | None, Field(description="a run with timing (or give bench)")] = None,
         bench: Annotated[str | None, Field(description="a `runwatch bench` directory (or give run)")] = None,
         epochs: Annotated[float, Field(description="epochs (default 1)")] = 1.0,

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import InsufficientRunError, UsageError
 from ..records import resolve_target
-from ..serve.runs import inside
+from ..serve.runs import inside, run_target
 from ..serve.server import Catalog
 from ..serve.supervision import SupervisionView
 from ..supervise import JOURNAL
@@ -118,16 +118,17 @@ class Tools:
             while catalog.refresh() and time.monotonic() < deadline:
                 pass
             summaries = catalog.summaries()
-        rows = [self._row(real, s) for s in summaries]
+        alone = run_target(real) is not None  # the folder is itself a run: listed alone, under its own name
+        rows = [self._row(real if alone else os.path.join(real, s["path"]), s) for s in summaries]
         doc: dict[str, Any] = {"under": self.rel(real), "total": len(rows), "runs": rows[:MAX_LIST_RUNS]}
         return fit(doc, cut="runs", total=len(rows))
 
-    def _row(self, base: str, s: Any) -> dict[str, Any]:
-        """One run of the list: what /api/runs says of it, the few facts a list needs."""
+    def _row(self, path: str, s: Any) -> dict[str, Any]:
+        """One run of the list (at `path`): what /api/runs says of it, the few facts a list needs."""
         watchdog = s.get("watchdog") or {}
         warnings = s.get("warnings", watchdog.get("warnings"))
         row = {
-            "path": self.rel(os.path.join(base, s["path"])),
+            "path": self.rel(path),
             "verdict": s["verdict"]["label"],
             "class": s["verdict"].get("class"),
             "step": s["step"],

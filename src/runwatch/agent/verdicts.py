@@ -53,6 +53,23 @@ def live_supervisor(run_dir: str, supervision: dict[str, Any] | None = None) -> 
     return holder
 
 
+def _journal_end(run_dir: str) -> dict[str, Any]:
+    """The journal's last record (`done` or `gave_up`), read as the run page reads the journal."""
+    view = SupervisionView(os.path.join(run_dir, JOURNAL))
+    view.refresh()
+    facts = view.facts()
+    return facts["last_event"] if facts is not None and facts["last_event"] is not None else {}
+
+
+def _after(watchdog: dict[str, Any] | None, when: object) -> bool:
+    """watchdog.json was written by a watch that began (or a verdict reached) after `when`."""
+    if watchdog is None or not isinstance(when, (int, float)):
+        return False
+    key = "since" if watchdog.get("verdict") == "watching" else "time"
+    t = watchdog.get(key)
+    return isinstance(t, (int, float)) and t > when
+
+
 def _line(doc: dict[str, Any]) -> str:
     """The verdict line of a watchdog.json verdict (the one place it is formatted: `Verdict.line`)."""
     step = doc.get("step")
@@ -82,11 +99,8 @@ def watch_state(run_dir: str, now: float | None = None) -> dict[str, Any]:
             "supervisor_pid": pid,
             "watchdog": watchdog,
         }
-    if sup is not None and sup["event"] in _ENDS:
-        view = SupervisionView(os.path.join(run_dir, JOURNAL))
-        view.refresh()
-        facts = view.facts()
-        last = facts["last_event"] if facts is not None and facts["last_event"] is not None else {}
+    last = _journal_end(run_dir) if sup is not None and sup["event"] in _ENDS else None
+    if last is not None and not _after(watchdog, last.get("time")):  # (a watch started since is the news)
         verdict = {
             "verdict": "done" if last.get("event") == "done" else "anomaly",
             "kind": last.get("kind"),
