@@ -5,7 +5,8 @@
 
 Driven by the MCP Python SDK's own client over stdio, as an agent's client drives it:
 - start: from spawning `runwatch mcp ROOT` to `initialize()` answered, then one `list_tools`;
-  beside it, the peer an agent has without the server: one `runwatch status --json` process;
+  beside it a process that only imports the SDK's server (the floor), and the peer an agent has
+  without the server: one `runwatch status --json` process;
 - latency of `run_status` and `tail_records` (n=20 and n=200) on a schema-v1 log of GB gigabytes
   and on one of 1 MB (same records, same tail): the ratio shows whether the cost follows what is
   read from the end or the log's size; beside them `runwatch status --json` as a process;
@@ -67,6 +68,13 @@ async def bench_start(root: str, starts: int) -> dict[str, list[float]]:
                 await s.list_tools()
                 out["list_tools"].append(time.perf_counter() - t)
     return out
+
+
+def import_process() -> float:
+    """A process that only imports the SDK's server: the floor under the server's start."""
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import mcp.server.mcpserver"], check=True, env={**os.environ, **ENV})
+    return time.perf_counter() - t
 
 
 def status_process(run: str) -> float:
@@ -179,9 +187,13 @@ def main() -> None:
 
         starts = anyio.run(bench_start, root, args.starts)
         proc = [status_process(os.path.join(root, "small")) for _ in range(args.starts)]
+        imports = [import_process() for _ in range(args.starts)]
         print(f"\nstart ({args.starts} starts), median ms (p90):")
         for name, xs in starts.items():
             print(f"  runwatch mcp to {name:<12} {_ms(xs):>8} ({1000 * _p90(xs):.1f})")
+        print(
+            f"  python -c 'import mcp.server.mcpserver' {_ms(imports):>8} ({1000 * _p90(imports):.1f})   (floor: the SDK's import)"
+        )
         print(f"  runwatch status --json process {_ms(proc):>8} ({1000 * _p90(proc):.1f})   (peer: one shell check-in)")
 
         calls = anyio.run(bench_calls, root, ["big", "small"], args.calls)
