@@ -442,3 +442,27 @@ def test_mcp_without_its_extra_is_one_line_and_exit_2(tmp_path, monkeypatch, cap
 def test_list_runs_under_a_run_lists_that_run(root):
     _, doc = Tools(str(root)).list_runs("runs/a")
     assert [r["path"] for r in doc["runs"]] == ["runs/a"] and doc["total"] == 1
+
+
+def test_launch_supervised_refuses_before_starting_anything(root):
+    from runwatch.agent.act import launch_supervised
+
+    tools = Tools(str(root))
+    before = sorted(os.listdir(root / "runs"))
+    for run_dir, command, options, message in [
+        ("runs/a/metrics.jsonl", ["true"], None, "launch_supervised: runs/a/metrics.jsonl: not a directory"),
+        (
+            "runs/new",
+            ["true"],
+            ["--backoff", "-3"],
+            "launch_supervised: supervise.backoff must be a number >= 0, got -3",
+        ),
+        ("runs/new", ["true"], ["--nope"], "launch_supervised: runwatch supervise: unrecognized arguments: --nope"),
+        ("runs/new", ["true"], ["--version"], "launch_supervised: --version is not available here"),
+        ("runs/new", ["", "x"], None, "launch_supervised: command must be a non-empty list of strings, got ['', 'x']"),
+        ("/tmp", ["true"], None, f"launch_supervised: /tmp: outside {os.path.realpath(root)}"),
+    ]:
+        with pytest.raises(UsageError) as exc:
+            launch_supervised(tools, run_dir, command, options)
+        assert str(exc.value) == message
+    assert sorted(os.listdir(root / "runs")) == before

@@ -18,7 +18,6 @@ import os
 import signal
 import sys
 import time
-from typing import Any
 
 from .. import process as _proc
 from ..errors import UsageError
@@ -43,6 +42,8 @@ EXIT_MARGIN_SECONDS = 15.0
 def launch_supervised(tools: Tools, run_dir: str, command: list[str], options: list[str] | None = None) -> Result:
     """Start `runwatch supervise` on `run_dir` in its own session; its pid and the run directory."""
     path = tools.path("launch_supervised", "run_dir", run_dir, must_exist=False)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"launch_supervised: {run_dir}: not a directory")
     if not command or not all(isinstance(a, str) and a for a in command):
         raise UsageError(f"launch_supervised: command must be a non-empty list of strings, got {command!r}")
     opts = list(options or [])
@@ -111,9 +112,7 @@ def _last_line(path: str) -> str:
 
 def stop_run(tools: Tools, run: str) -> Result:
     """Stop the run's supervisor and its training's process tree (or, unsupervised, the training);
-    once they have exited, the run's final `status`."""
-    from ..status import status
-
+    once they have exited, the run's final status (`run_status`'s result) and what was stopped."""
     path = tools.path("stop_run", "run", run)
     run_dir = resolve_target(path).run_dir
     done: list[str] = []
@@ -125,10 +124,8 @@ def stop_run(tools: Tools, run: str) -> Result:
         done.append(_proc.stop(pid, run_dir).replace("runwatch watch: ", ""))
     if not done:
         done.append("nothing was running")
-    doc: dict[str, Any] = {"run": tools.rel(path), "stopped": "; ".join(done)}
-    st = status(path, gpus=False)
-    doc.update({k: st[k] for k in ("step", "ended", "process", "watchdog", "last_error", "supervise")})
-    return fit(doc)
+    _, st = tools.run_status(run)  # the final status, as run_status gives it
+    return fit({"stopped": "; ".join(done), **st})
 
 
 def _stop_supervisor(pid: int, run_dir: str) -> str:
