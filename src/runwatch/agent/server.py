@@ -1,7 +1,7 @@
 """`runwatch mcp`: the agent's tools served over stdio with the official MCP Python SDK (v2).
 
-    server = build_server(Tools("/work/runs"), act=False)
-    server.run("stdio")
+    server = build_server(Tools("/work/runs"), act_tools=False)
+    server.run("stdio")                 # or: serve_stdio("/work/runs")
 
 Each tool is a thin binding: it validates nothing itself beyond what the SDK does from the type
 hints, calls `Tools` (or `act`), and answers a `CallToolResult` whose text block is the result's
@@ -33,7 +33,7 @@ from .bound import fit
 from .tools import MAX_WAIT_SECONDS, Result, Tools
 from .verdicts import files_signature, watch_state
 
-__all__ = ["build_server", "INSTRUCTIONS"]
+__all__ = ["build_server", "serve_stdio", "INSTRUCTIONS"]
 
 # How often `wait_for_verdict` looks at watchdog.json and supervise.jsonl (a stat each): a final
 # verdict is answered within this plus the read, well inside the contract's second.
@@ -42,6 +42,8 @@ WAIT_POLL_SECONDS = 0.25
 WAIT_RECHECK_SECONDS = 2.0
 # How often it reports progress to a client that asked for it (some clients time out a silent call).
 WAIT_PROGRESS_SECONDS = 15.0
+# An error result is one line; a message that would flood the context (a huge path) is cut.
+MAX_ERROR_CHARS = 1000
 
 INSTRUCTIONS = (
     "runwatch supervises long training runs. Check in with run_status (short), never read a whole log: "
@@ -75,6 +77,8 @@ def _answer(tool: str, call: Callable[[], Result]) -> CallToolResult:
 
 def _error(message: str) -> CallToolResult:
     line = " ".join(message.split())  # one line, whatever the message held
+    if len(line) > MAX_ERROR_CHARS:
+        line = line[: MAX_ERROR_CHARS - 3] + "..."
     return CallToolResult(content=[TextContent(type="text", text=line)], is_error=True)
 
 
