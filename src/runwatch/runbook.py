@@ -104,6 +104,15 @@ RUNBOOK: dict[str, tuple[str, str]] = {
         "the eval metric stays near chance (below `--metric-min`) after `--metric-after-step`",
         "stop and look at the data, the labels and the learning rate: a relaunch repeats it",
     ),
+    "no_progress": (
+        "past a quarter of the run, the median of the last train losses is not 5% below the median of the first: "
+        "the run is not learning",
+        "stop and look at the learning rate, the labels and the data pipeline: a relaunch repeats it",
+    ),
+    "no_signal": (
+        "the log gives no train loss (the finding names the keys it saw): nothing can be judged",
+        "tell runwatch which key is the loss (`--map loss=KEY`) or log one",
+    ),
     "session_error": (
         "the session ended with an error (an exception in the training code)",
         "read the error; fix the code, then relaunch",
