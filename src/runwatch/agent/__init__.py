@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from importlib import resources
 
 from ..errors import UsageError
 
@@ -59,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
 def skill_text() -> str:
     """The agent skill, as shipped in the package."""
+    from importlib import resources  # here: every command builds the parser that names `skill`
+
     return (resources.files("runwatch.agent") / "SKILL.md").read_text(encoding="utf-8")
 
 
