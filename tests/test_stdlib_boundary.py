@@ -45,6 +45,16 @@ CORE = [
     "runwatch.readers.csvlog",
     "runwatch.readers.textlog",
 ]
+# `runwatch mcp`'s tools (the SDK is imported by runwatch.agent.server alone) and the runbook.
+CORE += [
+    "runwatch.runbook",
+    "runwatch.agent",
+    "runwatch.agent.tools",
+    "runwatch.agent.act",
+    "runwatch.agent.tail",
+    "runwatch.agent.verdicts",
+    "runwatch.agent.bound",
+]
 # `runwatch serve`: http.server and the readers, nothing else.
 CORE += [
     "runwatch.serve",

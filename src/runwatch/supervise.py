@@ -667,10 +667,15 @@ def _split(args: argparse.Namespace) -> list[str]:
     return split_command(args, "supervise", _declare, dash_values=("--resume-args",))
 
 
-def run(args: argparse.Namespace) -> int:
+def supervisor_from_args(args: argparse.Namespace) -> Supervisor:
+    """The Supervisor `runwatch supervise ARGS` runs, every option validated (nothing started yet)."""
     cmd = _split(args)
     run_dir = os.path.abspath(args.run_dir)
     toml_dir = run_dir if os.path.isdir(run_dir) else None
     watch = load_options(toml_dir, given_options(args, Options), command="watch")
     opts = load_supervise_options(toml_dir, given_options(args, SuperviseOptions))
-    return Supervisor(run_dir, cmd, watch, opts, read=read_options(args)).run()
+    return Supervisor(run_dir, cmd, watch, opts, read=read_options(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    return supervisor_from_args(args).run()
