@@ -198,7 +198,7 @@ def test_list_runs_is_the_page_list_anomalies_first_at_most_50(root):
         "class": "transient",
         "step": 5,
         "loss": pytest.approx(2.0 / math.sqrt(5)),
-        "tokens_per_second": 40.0,
+        "samples_per_second": 40.0,  # a minimal log's `sps`: samples, not tokens
         "age_seconds": doc["runs"][0]["age_seconds"],
         "warnings": 0,
         "findings": 0,
@@ -401,7 +401,7 @@ def test_stop_run_of_an_unsupervised_run_stops_its_process_group(tmp_path):
     pid = int((run / "pid").read_text())
     try:
         _, doc = stop_run(Tools(str(tmp_path)), "plain")
-        assert doc["stopped"] == f"stopped process group {pid} with SIGTERM"
+        assert doc["stopped"] == "stopped after stop_run: SIGTERM (1 process)"
         assert doc["process"] == {"pid": pid, "alive": False} and doc["supervise"] is None
         _, again = stop_run(Tools(str(tmp_path)), "plain")
         assert again["stopped"] == "nothing was running"

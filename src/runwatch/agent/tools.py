@@ -134,7 +134,8 @@ class Tools:
             "step": s["step"],
             "max_steps": s["max_steps"],
             "loss": s["loss"],
-            "tokens_per_second": s["tokens_per_second"],
+            "tokens_per_second": s["tokens_per_second"],  # the rate status names: tokens/s, else samples/s
+            "samples_per_second": s.get("samples_per_second"),
             "age_seconds": s["age_seconds"],
             "warnings": len(warnings) if isinstance(warnings, list) else 0,
             "findings": s["findings"],
