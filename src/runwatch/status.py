@@ -415,7 +415,8 @@ def format_status(st: Status) -> list[str]:
         age = f", {_dur(st['age_seconds'])} ago" if st["age_seconds"] is not None else ""
         lines.append(f"step     {fmt_step(st['step'])}{total}{age}")
     if st["loss"] is not None:
-        lines.append(f"loss     {_v(st['loss'])}   lr {_v(st['lr'])}")
+        lr = f"   lr {_v(st['lr'])}" if st["lr"] is not None else ""  # not logged: not "lr None"
+        lines.append(f"loss     {_v(st['loss'])}{lr}")
     if st["grad_norm"]:
         lines.append(f"grad     mean {_v(st['grad_norm']['mean'])}  max {_v(st['grad_norm']['max'])}")
     if st["tokens_per_second"] is not None:
