@@ -108,10 +108,11 @@ def make_run(run_dir: str, size_bytes: int, t0: float) -> int:
     if tpl.count("%(") != 3:
         raise RuntimeError("the record template lost a field")
     step, written = 0, 0
+    batch = max(1, min(10000, size_bytes // len(tpl)))  # records a write (a 1 MB log is ~2,800)
     with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
         while written < size_bytes:
             buf = []
-            for _ in range(10000):
+            for _ in range(batch):
                 step += 10
                 buf.append(tpl % {"s": step, "t": t0 + step / 10, "k": step * TOKENS // 10})
             chunk = "".join(buf)

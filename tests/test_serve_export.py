@@ -223,3 +223,28 @@ def test_markers_tell_warnings_from_stops():
         ("warn", "overfitting", 300, "overfitting (warn) at step 300: eval loss up"),
         ("warn", "no_signal", 50, "no_signal (warn) at step 50: no train loss"),
     ]
+
+
+def test_list_facts_are_kept_until_the_log_or_a_side_file_changes(tmp_path):
+    from runwatch.serve.runs import RunView
+    from runwatch.watchdog import Verdict, write_verdict
+
+    (tmp_path / "run").mkdir()
+    minimal(tmp_path / "run" / "train.jsonl", range(1, 6))
+    (rel, target), *_ = find_runs(str(tmp_path))
+    view = RunView(rel, target)
+    view.refresh()
+    calls = []
+    compute = view._summary
+    view._summary = lambda now, catching_up: calls.append(now) or compute(now, catching_up)  # type: ignore[method-assign]
+    first = view.summary(1000.0)
+    again = view.summary(1003.0)
+    assert len(calls) == 1 and again["age_seconds"] == round(first["age_seconds"] + 3.0, 1)
+    write_verdict(target.run_dir, Verdict("done", None, 5, "session ended normally", 1001.0))  # a side file
+    assert view.summary(1004.0)["verdict"] == {"state": "ok", "label": "OK"} and len(calls) == 2
+    minimal(tmp_path / "run" / "train.jsonl", range(6, 8))  # the log grows
+    view.refresh()
+    assert view.summary(1005.0)["step"] == 7 and len(calls) == 3
+    view.facts.at -= view.facts.max_age  # and with time alone (a process may die without a file changing)
+    view.summary(1006.0)
+    assert len(calls) == 4

@@ -48,6 +48,7 @@ from ..rules import RuleOptions, Rules
 from ..schema import read_manifest, read_regular_file
 from ..status import TAIL_RECORDS, Status, StatusHead, describe, format_status
 from .export import record_values, session_cut
+from .facts import FactsCache
 from .markers import Checkpoints, Marker, markers
 from .series import Point, Series
 from .supervision import SupervisionView
@@ -259,6 +260,7 @@ class RunView:
         except UsageError as exc:
             self.options_error = f"{exc} (the rules use their defaults)"
         self.supervision = SupervisionView(os.path.join(target.run_dir, "supervise.jsonl"))
+        self.facts = FactsCache(target.run_dir, rel)
         self.error: str | None = None  # why the log cannot be read now
         self.version = 0  # bumps whenever something new was read
         self._reset()
@@ -548,8 +550,15 @@ class RunView:
         return describe(t, out, recs, mtime, now, gpus=False)
 
     def summary(self, now: float | None = None) -> RunSummary:
-        """The list's facts: the `status --json` keys plus path, verdict, findings and errors."""
+        """The list's facts: the `status --json` keys plus path, verdict, findings and errors
+        (kept while nothing they come from changed: `facts.FactsCache`)."""
         now = time.time() if now is None else now
+        pending = self.follower.pending_bytes() if self.follower is not None else 0
+        catching_up = pending > 1 << 20
+        key = (self.version, self.error, self.invalid, self.options_error, pending)
+        return self.facts.get(key, now, lambda: self._summary(now, catching_up))
+
+    def _summary(self, now: float, catching_up: bool) -> RunSummary:
         st = self._status(now)
         errors = [e for e in (self.error, self.invalid, self.options_error) if e]
         return {
@@ -562,7 +571,7 @@ class RunView:
             "records": self.records,
             "error": errors[0] if errors else None,
             "errors": errors,
-            "catching_up": bool(self.follower is not None and self.follower.pending_bytes() > 1 << 20),
+            "catching_up": catching_up,
             "version": self.version,
         }
 
