@@ -2,6 +2,7 @@
 
     with Browser(chromium, url, user_data_dir) as b:
         b.evaluate("document.title")            # a JavaScript expression's value
+        assert b.exceptions == []               # the page threw nothing (since it was loaded again)
 
 Chromium starts with `--remote-debugging-port=0` and writes the port it chose to
 `<user-data-dir>/DevToolsActivePort`; the page opened on the command line is a target listed at
@@ -118,7 +119,13 @@ class Browser:
     """Headless Chromium on one page, evaluated through the DevTools protocol."""
 
     def __init__(
-        self, chromium: str, url: str, user_data_dir: str, timeout: float = 90.0, size: str = "1280,900"
+        self,
+        chromium: str,
+        url: str,
+        user_data_dir: str,
+        timeout: float = 90.0,
+        size: str = "1280,900",
+        catch: bool = True,
     ) -> None:
         self.timeout = timeout
         self.proc = subprocess.Popen(
@@ -153,12 +160,21 @@ class Browser:
             time.sleep(0.2)
         self.ws = WebSocket(pages[0]["webSocketDebuggerUrl"], timeout=timeout)
         self._id = 0
+        self.exceptions: list[str] = []  # the page's uncaught exceptions (once `Runtime` is enabled)
+        if catch:  # load the page again with the runtime's events on: every exception from the start
+            self.call("Runtime.enable")
+            self.call("Page.reload")
 
     def call(self, method: str, **params: object) -> dict:
         self._id += 1
         self.ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
         while True:
             msg = json.loads(self.ws.recv())
+            if msg.get("method") == "Runtime.exceptionThrown":
+                d = msg["params"]["exceptionDetails"]
+                self.exceptions.append(
+                    f"{d.get('url', '')}:{d.get('lineNumber')}: {d.get('exception', {}).get('description') or d.get('text')}"
+                )
             if msg.get("id") == self._id:
                 if "error" in msg:
                     raise RuntimeError(f"{method}: {msg['error']}")

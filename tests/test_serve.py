@@ -433,7 +433,7 @@ def test_pages_carry_no_markup_from_runs(server):
     name = f"{EVIL}/train.jsonl"
     run = wait_run(server, name, lambda r: r["findings"] == 1, "with its finding")
     assert run["first_finding"]["message"] == f"FATAL: {EVIL_FATAL}"
-    for path in ("/", "/run/" + urllib.request.quote(name)):
+    for path in ("/", "/run/" + urllib.request.quote(name), "/compare?run=" + urllib.request.quote(EVIL, safe="")):
         code, body = get(server, path)
         assert code == 200
         text = body.decode()
@@ -552,6 +552,7 @@ def test_browser_updates_without_reload(server, root, chromium, tmp_path, page, 
         b.wait_for(f"({probe}).includes('{last + 17}')")
         assert b.evaluate("window.__sameDocument") == 42  # the same document: no reload
         assert b.evaluate("performance.getEntriesByType('navigation').length") == 1
+        assert b.exceptions == []
 
 
 def test_other_tools_logs_are_runs_read_incrementally(tmp_path):

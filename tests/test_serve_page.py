@@ -7,6 +7,7 @@ loop's minimal JSONL that the tests append to while a page is open).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -14,6 +15,8 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -40,16 +43,31 @@ def root(tmp_path_factory):
     supervised(root / "rolled", "spike@36")
     (root / "live").mkdir()
     minimal(root / LIVE, range(1, 201))
+    (root / "spiky").mkdir()
+    with open(root / "spiky" / "train.jsonl", "w") as f:  # one wild value at step 50, never rolled back
+        for step in range(1, 101):
+            loss = 100.0 if step == 50 else 1.0 + 0.1 * math.sin(step)
+            f.write(json.dumps({"step": step, "t": 1_700_000_000.0 + 30 * step, "loss": loss}) + "\n")
     return root
 
 
 @pytest.fixture(scope="module")
 def served(root):
     with Served(root) as s:
+        s.wait_run("spiky/train.jsonl", lambda r: r["step"] == 100, "at step 100")
         for rel in ("sweep/a", "sweep/b", "sweep/c", "rolled"):
             s.wait_run(rel, lambda r: r["step"] is not None and r["ended"] is not None, "ended")
         s.wait_run(LIVE, lambda r: r["step"] == 200, "at step 200")
         yield s
+
+
+@contextlib.contextmanager
+def open_page(chromium: str, url: str, profile: str, **kw: Any) -> Iterator[Browser]:
+    """The page in a headless Chromium; the test fails if the page threw an exception."""
+    with Browser(chromium, url, profile, **kw) as b:
+        yield b
+        b.evaluate("1")  # read the events that came meanwhile
+        assert b.exceptions == []
 
 
 def last_step(root) -> int:
@@ -88,7 +106,7 @@ def shot(b: Browser, name: str) -> None:
 
 def test_compare_overlays_runs_in_one_colour_each_with_a_legend_that_hides_a_run(served, root, chromium, tmp_path):
     url = served.url + "compare?run=sweep/a&run=sweep%2Fb&run=sweep/c&run=" + LIVE + "&run=gone/run"
-    with Browser(chromium, url, str(tmp_path / "profile")) as b:
+    with open_page(chromium, url, str(tmp_path / "profile")) as b:
         b.wait_for("document.querySelectorAll('.legend .legend-item').length === 4")
         assert "Missing: gone/run" in b.evaluate("document.querySelector('.missing').textContent")
         legend = b.evaluate(
@@ -141,7 +159,7 @@ def tb_smooth(ys: list[float], w: float) -> list[float]:
 
 
 def test_smoothing_is_tensorboards_debiased_ema_with_the_raw_series_faint_behind(served, root, chromium, tmp_path):
-    with Browser(chromium, served.url + "run/sweep/a", str(tmp_path / "profile")) as b:
+    with open_page(chromium, served.url + "run/sweep/a", str(tmp_path / "profile")) as b:
         b.wait_for("!!document.querySelector('figure[data-chart=\"loss\"] polyline')")
         slider = b.evaluate(
             "(() => { const s = document.querySelector('input[type=range]');"
@@ -189,7 +207,7 @@ def test_smoothing_is_tensorboards_debiased_ema_with_the_raw_series_faint_behind
 
 
 def test_smoothing_and_a_drag_zoom_survive_a_live_append(served, root, chromium, tmp_path):
-    with Browser(chromium, served.url + "run/" + LIVE, str(tmp_path / "profile")) as b:
+    with open_page(chromium, served.url + "run/" + LIVE, str(tmp_path / "profile")) as b:
         b.wait_for("!!document.querySelector('figure[data-chart=\"loss\"] polyline')")
         full = [float(t) for t in b.evaluate(f"{TICKS}('loss', 'x')")]
         assert full[-1] >= 150
@@ -235,8 +253,57 @@ def test_smoothing_and_a_drag_zoom_survive_a_live_append(served, root, chromium,
         b.wait_for("document.querySelector('button.reset').disabled")
 
 
+def test_log_scale_time_axes_and_outliers(served, chromium, tmp_path):
+    with open_page(chromium, served.url + "run/spiky/train.jsonl", str(tmp_path / "profile")) as b:
+        b.wait_for("!!document.querySelector('figure[data-chart=\"loss\"] polyline')")
+        y_max = lambda: max(float(t) for t in b.evaluate(f"{TICKS}('loss', 'y')"))  # noqa: E731
+        assert y_max() >= 100  # the spike sets the scale
+        draws = b.evaluate("window.__runwatch.draws")
+        b.click(*b.center("#outliers"))  # "ignore outliers": the scale of the other 99 values
+        b.wait_for(f"window.__runwatch.draws > {draws}")
+        assert y_max() < 2
+        b.evaluate("document.getElementById('outliers').focus()")
+        b.key(" ", "Space", 32)  # and off again, with the keyboard
+        b.wait_for("!document.getElementById('outliers').checked")
+        b.wait_for(f"Math.max(...({TICKS})('loss', 'y').map(Number)) >= 100")
+        # log scale: the loss's pixels follow log10 of the values
+        b.click(*b.center("#logy"))
+        b.wait_for(
+            "document.querySelector('figure[data-chart=\"loss\"] .axis-label').textContent.includes('log scale y')"
+        )
+        b.evaluate(
+            "(() => { const s = document.querySelector('input[type=range]'); s.value = '0';"
+            " s.dispatchEvent(new Event('input', {bubbles: true})); })()"
+        )
+        b.wait_for(f"({LINES})('loss').length === 1")
+        line = b.evaluate(f"{LINES}('loss')")[0]
+        ys = [p[1] for p in served.json("/api/run/spiky/train.jsonl")["charts"][0]["series"][0]["points"]]
+        fit = statistics.linear_regression([math.log10(y) for y in ys], [p[1] for p in line["points"]])
+        assert all(
+            abs(fit.intercept + fit.slope * math.log10(y) - p[1]) < 0.2 for y, p in zip(ys, line["points"], strict=True)
+        )
+        assert "1" in b.evaluate(f"{TICKS}('loss', 'y')") and "100" in b.evaluate(f"{TICKS}('loss', 'y')")
+        # the x axis: wall time (clock labels), then time since the first record
+        b.evaluate(
+            "(() => { const x = document.getElementById('xmode'); x.value = 'wall';"
+            " x.dispatchEvent(new Event('change', {bubbles: true})); })()"
+        )
+        b.wait_for(f"({TICKS})('loss', 'x').every(t => /^\\d\\d:\\d\\d$/.test(t))")
+        b.evaluate(
+            "(() => { const x = document.getElementById('xmode'); x.value = 'relative';"
+            " x.dispatchEvent(new Event('change', {bubbles: true})); })()"
+        )
+        b.wait_for(f"({TICKS})('loss', 'x').every(t => / min$/.test(t))")  # 100 records 30 s apart
+        ticks = [float(t.split()[0]) for t in b.evaluate(f"{TICKS}('loss', 'x')")]
+        assert ticks[0] >= 0 and ticks[-1] <= 99 * 30 / 60
+        assert "time since start" in b.evaluate(
+            "document.querySelector('figure[data-chart=\"loss\"] .axis-label').textContent"
+        )
+        page_text_is_clean(b)
+
+
 def test_the_csv_link_gives_the_api_values(served, chromium, tmp_path):
-    with Browser(chromium, served.url + "run/sweep/b", str(tmp_path / "profile")) as b:
+    with open_page(chromium, served.url + "run/sweep/b", str(tmp_path / "profile")) as b:
         b.wait_for("!!document.querySelector('a.csv')")
         link = b.evaluate(
             "(() => { const a = Array.from(document.querySelectorAll('a')).find(a => a.textContent === 'CSV');"
@@ -264,7 +331,7 @@ def test_the_csv_link_gives_the_api_values(served, chromium, tmp_path):
 
 
 def test_a_rolled_back_run_is_drawn_once_along_its_path_with_its_markers(served, chromium, tmp_path):
-    with Browser(chromium, served.url + "run/rolled", str(tmp_path / "profile")) as b:
+    with open_page(chromium, served.url + "run/rolled", str(tmp_path / "profile")) as b:
         b.wait_for("!!document.querySelector('figure[data-chart=\"loss\"] polyline')")
         assert (
             b.evaluate("document.querySelector('figure[data-chart=\"loss\"] svg').getAttribute('data-points')") == "12"
@@ -306,7 +373,7 @@ def test_a_thousand_runs_filter_sort_and_select(tmp_path_factory, chromium, tmp_
         while sum(r["step"] is not None for r in s.json("/api/runs")["runs"]) < 1000:
             assert time.monotonic() < deadline
             time.sleep(0.5)
-        with Browser(chromium, s.url, str(tmp_path / "profile")) as b:
+        with open_page(chromium, s.url, str(tmp_path / "profile")) as b:
             b.wait_for("document.querySelectorAll('tbody tr.run').length === 1000")
             visible = "Array.from(document.querySelectorAll('tbody tr.run')).filter(r => !r.hidden).map(r => r.getAttribute('data-path'))"
             b.click(*b.center("input#filter"))
@@ -331,6 +398,10 @@ def test_a_thousand_runs_filter_sort_and_select(tmp_path_factory, chromium, tmp_
             b.evaluate(f"document.querySelector('tr[data-path=\"{second}\"] input.select').focus()")
             b.key(" ", "Space", 32)
             b.wait_for("document.getElementById('compare').textContent === 'Compare 2 selected'")
+            stamp = b.evaluate("document.getElementById('live').textContent")
+            b.wait_for(f"document.getElementById('live').textContent !== {json.dumps(stamp)}")  # a refresh came
+            checked = "Array.from(document.querySelectorAll('input.select:checked')).map(c => c.closest('tr').getAttribute('data-path'))"
+            assert sorted(b.evaluate(checked)) == sorted([first, second])  # the selection stays
             href = b.evaluate("document.getElementById('compare').getAttribute('href')")
             assert href == f"/compare?run={first.replace('/', '%2F')}&run={second.replace('/', '%2F')}"
             shot(b, "many")
@@ -339,7 +410,7 @@ def test_a_thousand_runs_filter_sort_and_select(tmp_path_factory, chromium, tmp_
 
 
 def test_on_a_phone_a_finger_zooms_and_nothing_overflows(served, chromium, tmp_path):
-    with Browser(chromium, served.url + "run/sweep/c", str(tmp_path / "profile"), size="390,844") as b:
+    with open_page(chromium, served.url + "run/sweep/c", str(tmp_path / "profile"), size="390,844") as b:
         b.call("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=2, mobile=True)
         b.call("Emulation.setTouchEmulationEnabled", enabled=True, maxTouchPoints=5)
         b.call("Page.reload")

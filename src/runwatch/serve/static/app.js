@@ -50,6 +50,16 @@
     return c;
   }
 
+  // For tests and benchmarks: how many draws so far, how long the last one took (ms), and when the
+  // first one ended (ms since the page began loading).
+  function noteDraw(ms) {
+    const stats = window.__runwatch = window.__runwatch || { draws: 0 };
+    stats.draws++;
+    stats.lastDrawMs = ms;
+    if (stats.firstDrawMs === undefined) stats.firstDrawMs = performance.now();
+    document.body.setAttribute("data-draws", String(stats.draws));
+  }
+
   // --- the list ------------------------------------------------------------------------------
   const COLUMNS = [
     { key: "path", head: "Run", cls: "path", value: function (r) { return r.path; } },
@@ -221,6 +231,7 @@
       selection();
     }
     function update(d) {
+      const t0 = performance.now();
       runs = d.runs || [];
       const now = new Set();
       runs.forEach(function (r) { row(r); now.add(r.path); });
@@ -228,6 +239,7 @@
         if (!now.has(p)) { rows.get(p).tr.remove(); rows.delete(p); }
       });
       arrange();
+      noteDraw(performance.now() - t0);
     }
     update(data);
     return update;
@@ -332,12 +344,7 @@
       drawn = sig;
       const n = chartSet.render(list, state);
       if (!n) charts.replaceChildren(el("p", "muted", "Nothing to chart yet."));
-      // for tests and benchmarks: how many draws so far, and how long the last one took
-      const stats = window.__runwatch = window.__runwatch || { draws: 0 };
-      stats.draws++;
-      stats.lastDrawMs = chartSet.lastDrawMs;
-      if (stats.firstDrawMs === undefined) stats.firstDrawMs = performance.now();
-      document.body.setAttribute("data-draws", String(stats.draws));
+      noteDraw(chartSet.lastDrawMs);
     }
     function legendItems(list) {
       const items = list.map(function (r) {

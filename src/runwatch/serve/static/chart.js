@@ -224,16 +224,18 @@
       add(svg, t);
     });
     const span = x1 - x0, nx = W < 480 ? 3 : 5;
-    const xt = mode === "step" ? linearTicks(x0, x1, nx) : timeTicks(x0, x1, nx, mode === "wall");
+    // a log's own clock (seconds since its start, not Unix time) has no wall time to show
+    const clockTime = mode === "wall" && x0 > 1e8;
+    const xt = mode === "step" ? linearTicks(x0, x1, nx) : timeTicks(x0, x1, nx, clockTime);
     const xfmt = tickFormat(xt, false);
     xt.forEach(function (v) {
       const t = sv("text", { x: X(v), y: H - 18, class: "tick x", "text-anchor": "middle" });
-      t.textContent = mode === "step" ? xfmt(v) : mode === "wall" ? clock(v, span) : since(v, span);
+      t.textContent = mode === "step" ? xfmt(v) : clockTime ? clock(v, span) : since(v, span);
       add(svg, sv("line", { x1: X(v), x2: X(v), y1: T + PH, y2: T + PH + 4, class: "axis" }), t);
     });
     add(svg, sv("line", { x1: L, x2: W - R, y1: T + PH, y2: T + PH, class: "axis" }));
     const xl = sv("text", { x: W - R, y: H - 3, class: "axis-label", "text-anchor": "end" });
-    xl.textContent = XLABEL[mode] + (logy ? " · log scale y" : "");
+    xl.textContent = (mode === "wall" && !clockTime ? "time as logged" : XLABEL[mode]) + (logy ? " · log scale y" : "");
     add(svg, xl);
     // lines, clipped to the plot (a zoom or ignored outliers leave points outside it)
     const clip = "clip-" + name.replace(/[^a-zA-Z0-9_-]/g, "_");
