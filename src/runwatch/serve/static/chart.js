@@ -181,7 +181,8 @@
       xs.forEach(function (x) { if (x < fx0) fx0 = x; if (x > fx1) fx1 = x; });
       drawn.push({ ln: ln, xs: xs, ys: ys, sm: smooth(ys, opts.smooth) });
     });
-    const svg = sv("svg", { viewBox: "0 0 " + W + " " + H, class: "chart", role: "img", "data-points": total,
+    // a group, not an img: its markers stay elements a screen reader (or a test) can reach by name
+    const svg = sv("svg", { viewBox: "0 0 " + W + " " + H, class: "chart", role: "group", "data-points": total,
       "data-chart": name });
     svg.setAttribute("aria-label", title + " chart" + (opts.zoom ? " (zoomed)" : ""));
     if (!drawn.length) {
@@ -277,9 +278,10 @@
     markers.forEach(function (m) {
       if (m.x === null || m.x < x0 || m.x > x1) return;
       const x = X(m.x).toFixed(1);
-      const g = sv("g", { class: "marker marker-" + m.type, "data-type": m.type, "data-step": m.step });
+      const g = sv("g", { class: "marker marker-" + m.type, "data-type": m.type, "data-step": m.step, role: "img" });
       if (m.kind) g.setAttribute("data-kind", m.kind);
       g.setAttribute("aria-label", m.title);
+      g.setAttribute("title", m.title);
       const tt = document.createElementNS(SVGNS, "title");
       tt.textContent = m.title;
       add(g, tt);
