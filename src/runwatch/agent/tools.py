@@ -137,7 +137,7 @@ class Tools:
             "tokens_per_second": s["tokens_per_second"],  # the rate status names: tokens/s, else samples/s
             "samples_per_second": s.get("samples_per_second"),
             "age_seconds": s["age_seconds"],
-            "warnings": len(warnings) if isinstance(warnings, list) else 0,
+            "warnings": warnings if type(warnings) is int else len(warnings) if isinstance(warnings, list) else 0,
             "findings": s["findings"],
             "error": s["error"],
             "catching_up": s["catching_up"] or None,
