@@ -14,7 +14,7 @@ import time
 import pytest
 
 from runwatch import RunLogger, summarize
-from runwatch.errors import RunwatchError
+from runwatch.errors import ConfigError, RunwatchError
 from runwatch.heartbeats import RankMonitor, parse_heartbeat, rank_status_lines, read_heartbeats
 
 RECIPE = {"batch_size": 2, "seq_len": 3, "gradient_accumulation_steps": 1}
@@ -245,7 +245,9 @@ def test_the_default_window_comes_from_runwatch_window(tmp_path, monkeypatch):
 def test_step_checks_its_arguments_before_a_nan_ends_the_session(tmp_path):
     d = tmp_path / "run"
     with RunLogger(d, recipe=RECIPE) as log:
-        with pytest.raises(ValueError, match=r"^RunLogger.step: grad_norm is required \(the pre-clip gradient norm\)$"):
+        with pytest.raises(
+            ConfigError, match=r"^RunLogger.step: grad_norm must be a number or a one-element tensor, got None$"
+        ):
             log.step(float("nan"), 0.1, None)
         log.step(loss=1.0, lr=0.1, grad_norm=1.0)  # nothing was recorded: the session goes on
     recs = records(d)

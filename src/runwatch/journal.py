@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from .errors import InvalidRunError, LogWriteError, RunLockedError, RunwatchError
+from .errors import ConfigError, InvalidRunError, LogWriteError, RunLockedError, RunwatchError
 from .hardware import device_name
 from .schema import SCHEMA_VERSION, dumps, read_manifest
 
@@ -305,5 +305,5 @@ def open_session(
     windows = sorted({p["window"] for p in peers})
     if len(windows) > 1:
         journal.close()
-        raise ValueError(f"RunLogger.window must be the same on every rank, got {windows}")
+        raise ConfigError(f"RunLogger.window must be the same on every rank, got {windows}")
     return journal, manifest, peers

@@ -36,7 +36,7 @@ from typing import Any
 
 from .convert import Flag, Scalar, as_float_list
 from .distributed import HeartbeatWriter, rank_group
-from .errors import NonFiniteLossError, RanksOutOfStepError, RunwatchError
+from .errors import ConfigError, NonFiniteLossError, RanksOutOfStepError, RunwatchError
 from .hardware import detect_hardware, memory_peaks, rank_hardware
 from .heartbeats import HeartbeatConfig
 from .journal import open_session, utc_now
@@ -63,8 +63,6 @@ def default_window(fallback: int | None = DEFAULT_WINDOW) -> int | None:
     if not text:
         return fallback
     if not text.isascii() or not text.isdigit() or int(text) < 1:
-        from .errors import ConfigError
-
         raise ConfigError(f"{WINDOW_ENV} must be an int >= 1, got {text!r}")
     return int(text)
 
@@ -115,13 +113,9 @@ class RunLogger:
         if run_dir is None:
             run_dir = os.environ.get("RUNWATCH_RUN_DIR")
             if not run_dir:
-                raise ValueError("RunLogger needs a run directory (run_dir=..., or RUNWATCH_RUN_DIR)")
-        if recipe is None:
-            raise ValueError("RunLogger.recipe is required: batch_size, seq_len, gradient_accumulation_steps")
+                raise ConfigError("RunLogger.run_dir must be a path (or RUNWATCH_RUN_DIR set), got None")
         if window is None:
-            window = default_window()
-        if type(window) is not int or window < 1:
-            raise ValueError(f"RunLogger.window must be an int >= 1, got {window!r}")
+            window = default_window() or DEFAULT_WINDOW  # (never None with the default fallback)
         optimizers = [] if optimizers is None else list(optimizers)
         check_arguments(window, max_window_seconds, optimizers, hardware, heartbeat)
         self.run_dir = os.fspath(run_dir)
@@ -222,10 +216,12 @@ class RunLogger:
         if self._closed:
             raise RunwatchError(self._closed_message())
         if grad_norm is None:
-            raise ValueError("RunLogger.step: grad_norm is required (the pre-clip gradient norm)")
+            raise ConfigError("RunLogger.step: grad_norm must be a number or a one-element tensor, got None")
         qk = qk_observed is not None or qk_clipped is not None
         if qk and self._qk_threshold is None:
-            raise ValueError("RunLogger.step: QK-Clip counts need recipe.qk_clip_threshold")
+            raise ConfigError(
+                "RunLogger.step: qk_observed and qk_clipped need recipe.qk_clip_threshold (a positive number), got None"
+            )
         # Keep the value, not the autograd graph. (Only a tensor requires grad: mypy cannot narrow
         # on that, and a cast or an isinstance would cost every step.)
         if type(loss) is not float and getattr(loss, "requires_grad", False):
@@ -273,13 +269,17 @@ class RunLogger:
         read back and loaded)."""
         self._ensure_open()
         self._close_window_before_record()
-        seconds = float(seconds)
+        given = seconds
+        try:
+            seconds = float(seconds)
+        except (TypeError, ValueError):
+            seconds = math.nan
         if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"RunLogger.checkpoint: seconds must be a finite number >= 0, got {seconds!r}")
+            raise ConfigError(f"RunLogger.checkpoint: seconds must be a finite number >= 0, got {given!r}")
         fields: dict[str, Any] = {"path": os.fspath(path), "seconds": seconds}
         if bytes is not None:
             if type(bytes) is not int or bytes < 0:
-                raise ValueError(f"RunLogger.checkpoint: bytes must be an int >= 0, got {bytes!r}")
+                raise ConfigError(f"RunLogger.checkpoint: bytes must be an int >= 0, got {bytes!r}")
             fields["bytes"] = bytes
         if verified is not None:
             fields["verified"] = bool(verified)
@@ -307,7 +307,7 @@ class RunLogger:
         not count as training time (`train_seconds`); leaving it counts as progress.
         """
         if not isinstance(name, str) or PHASE_NAME.fullmatch(name) is None:
-            raise ValueError(f"RunLogger.phase: name must match [a-z][a-z0-9_]* (e.g. 'eval'), got {name!r}")
+            raise ConfigError(f"RunLogger.phase: name must match [a-z][a-z0-9_]* (e.g. 'eval'), got {name!r}")
         self._ensure_open()
         outer = self._phase
         self._set_phase((name, time.time()))
@@ -357,7 +357,7 @@ class RunLogger:
         if self._closed:
             return
         if reason not in END_REASONS:
-            raise ValueError(f"RunLogger.close: reason must be one of {sorted(END_REASONS)}, got {reason!r}")
+            raise ConfigError(f"RunLogger.close: reason must be one of {sorted(END_REASONS)}, got {reason!r}")
         out_of_step: RanksOutOfStepError | None = None
         try:
             if self._journal.failed is None:

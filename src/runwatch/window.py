@@ -15,6 +15,7 @@ from itertools import chain
 from typing import Any
 
 from .convert import Flag, Scalar, as_float_list
+from .errors import ConfigError
 
 __all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "window_fields"]
 
@@ -129,7 +130,7 @@ def window_fields(
     if updates <= 0:
         return None
     if not math.isfinite(lr) or lr < 0:
-        raise ValueError(f"RunLogger.step: lr must be a finite number >= 0, got {lr}")
+        raise ConfigError(f"RunLogger.step: lr must be a finite number >= 0, got {lr}")
     local_updates = math.fsum(col[UPDATES])
     finite = math.fsum(col[FINITE])
     fields: dict[str, Any] = {
