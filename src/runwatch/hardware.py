@@ -57,13 +57,12 @@ def rank_hardware(hw: dict[str, Any], peers: list[dict[str, Any]], detected: boo
     return hw
 
 
-def _host_rss_peak_bytes() -> int | None:
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not on Unix
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
+try:
+    import resource
+except ImportError:  # pragma: no cover - not on Unix
+    resource = None  # type: ignore[assignment]
+# ru_maxrss is in KiB on Linux, in bytes on macOS.
+_RSS_UNIT = 1 if sys.platform == "darwin" else 1024
 
 
 def memory_peaks() -> dict[str, int]:
@@ -73,7 +72,6 @@ def memory_peaks() -> dict[str, int]:
     if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_available():  # cheap test first
         memory["cuda_allocated_peak_bytes"] = int(torch.cuda.max_memory_allocated())
         memory["cuda_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
-    rss = _host_rss_peak_bytes()
-    if rss is not None:
-        memory["host_rss_peak_bytes"] = rss
+    if resource is not None:
+        memory["host_rss_peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _RSS_UNIT
     return memory

@@ -232,11 +232,12 @@ class Journal:
         if self._failed is not None:
             raise LogWriteError(self._failed)
         data = (dumps(rec) + "\n").encode("utf-8")
-        view = memoryview(data)
         try:
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            written = os.write(self._fd, data)  # one write() of the whole line
+            if written < len(data):  # short (a file-size limit, a full disk): the rest, or the error
+                view = memoryview(data)
+                while written < len(data):
+                    written += os.write(self._fd, view[written:])
             if sync or self._fsync:
                 os.fsync(self._fd)
         except OSError as exc:

@@ -43,7 +43,7 @@ from .journal import open_session, utc_now
 from .recipe import check_arguments, check_recipe, check_start
 from .schema import END_REASONS, SCHEMA_VERSION, validate_manifest, window_tokens
 from .signals import SignalGuard, Terminated
-from .window import ATTEMPTED, BAD, BAD_VALUE, SECONDS, UPDATES, OpenWindow, window_fields, window_row
+from .window import ATTEMPTED, BAD, BAD_VALUE, SECONDS, UPDATES, OpenWindow, columns, window_fields, window_row
 
 __all__ = ["RunLogger", "detect_hardware", "default_window", "PHASE_NAME", "WINDOW_ENV"]
 
@@ -122,6 +122,7 @@ class RunLogger:
         self.recipe = check_recipe(recipe)
         self.window = window
         self.max_window_seconds = None if max_window_seconds is None else float(max_window_seconds)
+        self._due_after = math.inf if max_window_seconds is None else float(max_window_seconds)
         start = check_start(resume_from) if resume_from is not None else {"step": 0, "tokens": 0, "skipped": 0}
         self._tokens_per_attempt = window_tokens(self.recipe, 1)
         self._qk_threshold: float | None = self.recipe["qk_clip_threshold"]
@@ -143,7 +144,7 @@ class RunLogger:
         self._profiling_seconds = 0.0
         self._t0 = time.monotonic()
         self._mark = time.perf_counter()  # the latest step() (or the end of a phase, val, checkpoint)
-        self._window = OpenWindow(self._mark)
+        self._window = OpenWindow(self._mark, self._due_after)
         self._attempted_done = 0  # attempted updates of this session in closed windows
         # Whether step() asks if the window is due on time: always in a single process (it reads
         # its own clock); across ranks only while windows are slow (see _close_window).
@@ -224,24 +225,20 @@ class RunLogger:
             )
         # Keep the value, not the autograd graph. (Only a tensor requires grad: mypy cannot narrow
         # on that, and a cast or an isinstance would cost every step.)
-        if type(loss) is not float and getattr(loss, "requires_grad", False):
+        host_loss = type(loss) is float
+        if not host_loss and getattr(loss, "requires_grad", False):
             loss = loss.detach()  # type: ignore[union-attr]  # a tensor, see above
-        if getattr(grad_norm, "requires_grad", False):
+        if type(grad_norm) is not float and getattr(grad_norm, "requires_grad", False):
             grad_norm = grad_norm.detach()  # type: ignore[attr-defined]  # a tensor, see above
         updates = win.updates
         updates.append((loss, grad_norm, clipped, skipped))  # one append: a signal cannot split it
-        if type(loss) is float and loss - loss != 0.0 and self._group.solo:
+        if host_loss and loss - loss != 0.0 and self._group.solo:  # type: ignore[operator]  # a float here
             # NaN or +-Inf: fail loud now (across ranks the window closes together, at its boundary)
             self._close_window()
         win.lr = lr
         if qk:
             win.qk.append((len(updates) - 1, qk_observed, qk_clipped, qk_max_logit))
-        if (
-            len(updates) >= self.window
-            or self._time_checks
-            # _time_checks is only ever true with max_window_seconds set
-            and self._group.agree(now - win.opened >= self.max_window_seconds)  # type: ignore[operator]
-        ):
+        if len(updates) >= self.window or self._time_checks and self._group.agree(now >= win.due):
             self._close_window()
 
     def val(self, loss: Scalar, metrics: Mapping[str, Scalar] | None = None) -> None:
@@ -259,7 +256,7 @@ class RunLogger:
                 warnings.warn(
                     f"runwatch: val metric {name!r} is {value}; left out of the record", RuntimeWarning, stacklevel=2
                 )
-        self._write(self._record("val", loss=loss_f, metrics=clean))
+        self._write(self._record("val", {"loss": loss_f, "metrics": clean}))
         self._mark = time.perf_counter()
 
     def checkpoint(
@@ -283,7 +280,7 @@ class RunLogger:
             fields["bytes"] = bytes
         if verified is not None:
             fields["verified"] = bool(verified)
-        self._write(self._record("checkpoint", **fields))
+        self._write(self._record("checkpoint", fields))
         self._mark = time.perf_counter()
 
     @contextlib.contextmanager
@@ -402,7 +399,7 @@ class RunLogger:
             self._close_window()
 
     def _close_window(self, final: bool = False) -> None:
-        """Close the window on every rank at once: convert its values (one sync), write the
+        """Close the window on every rank at once: convert its values (one sync), post the
         heartbeat, gather one short row per rank (one collective; a single process: its own row);
         the gathered rows, the same on every rank, decide everything that follows."""
         win = self._window
@@ -416,36 +413,36 @@ class RunLogger:
             # Before the collective: a rank blocked in it has shown that it got here, and a rank
             # that never arrives has not.
             self._beat.window(self._step + int(row[UPDATES]), win.train_seconds)
-        rows = self._group.gather(row)
-        counts = [int(r[ATTEMPTED]) for r in rows]
+        col = columns(self._group.gather(row))
+        counts = col[ATTEMPTED]
         if min(counts) != max(counts):
             lo, hi = counts.index(min(counts)), counts.index(max(counts))
             raise RanksOutOfStepError(
-                f"ranks out of step at a window close: rank {lo} had {counts[lo]} attempted updates, "
-                f"rank {hi} {counts[hi]}; every rank must call RunLogger.step() the same number of times"
+                f"ranks out of step at a window close: rank {lo} had {int(counts[lo])} attempted updates, "
+                f"rank {hi} {int(counts[hi])}; every rank must call RunLogger.step() the same number of times"
             )
         if self.max_window_seconds is not None and not self._group.solo:
             # Ranks ask rank 0 whether a window is due on time (a CPU broadcast a step) only while
             # rank 0's windows take more than half of max_window_seconds: fast windows never do.
-            per_attempt = rows[0][SECONDS] / max(1, n)
+            per_attempt = col[SECONDS][0] / max(1, n)
             self._time_checks = per_attempt * self.window > self.max_window_seconds / 2
-        cut = int(min(r[BAD] for r in rows))
+        cut = int(min(col[BAD]))
         if cut < n:
-            culprit = min(range(len(rows)), key=lambda k: (rows[k][BAD], k))
-            value = rows[culprit][BAD_VALUE]
+            culprit = min(range(len(counts)), key=lambda k: (col[BAD][k], k))
+            value = col[BAD_VALUE][culprit]
             # The fatal path alone gathers twice: every rank now knows the cut, and the updates
             # before it form the last window.
-            prefix = self._group.gather(window_row(values, cut, win.train_seconds, cut)) if cut > 0 else None
-            self._emit(prefix, cut, values.lr, allow_empty=True)
+            prefix = columns(self._group.gather(window_row(values, cut, win.train_seconds, cut))) if cut > 0 else None
+            self._emit(prefix, cut, values.lr, True)  # allow_empty
             on_rank = "" if self._group.solo else f" on rank {culprit}"
             self._fail_nonfinite(f"non-finite loss {value}{on_rank} at the attempted update after step {self._step}")
-        self._emit(rows, n, values.lr, allow_empty=False)
+        self._emit(col, n, values.lr, False)
 
-    def _emit(self, rows: list[list[float]] | None, attempted: int, lr: float, allow_empty: bool) -> None:
-        """Write the train window of the first `attempted` updates from the gathered rows. A window
-        holds at least one successful update: skipped attempts wait for one; if the session ends
-        first (allow_empty), they are left out of the counters and the log alike."""
-        fields = window_fields(rows, attempted, self._tokens_per_attempt, lr, self._qk_threshold) if rows else None
+    def _emit(self, col: list[tuple[float, ...]] | None, attempted: int, lr: float, allow_empty: bool) -> None:
+        """Write the train window of the first `attempted` updates from the gathered rows' columns.
+        A window holds at least one successful update: skipped attempts wait for one; if the
+        session ends first (allow_empty), they are left out of the counters and the log alike."""
+        fields = window_fields(col, attempted, self._tokens_per_attempt, lr, self._qk_threshold) if col else None
         if fields is None:
             if allow_empty:
                 self._reset_window(attempted)
@@ -454,15 +451,16 @@ class RunLogger:
         # session_end whose totals count a window the log does not hold.
         with self._signals:
             self._step += fields["updates"]
-            self._tokens_total += fields["tokens"]
+            tokens = fields["tokens"]
+            self._tokens_total += tokens
             self._skipped_total += fields["skipped"]
-            self._session_tokens += fields["tokens"]
+            self._session_tokens += tokens
             self._reset_window(attempted)
-            self._journal.append(self._record("train", **fields))
+            self._journal.append(self._record("train", fields))
 
     def _reset_window(self, attempted: int) -> None:
         self._attempted_done += attempted
-        self._window = OpenWindow(time.perf_counter())
+        self._window = OpenWindow(time.perf_counter(), self._due_after)
 
     def _progress(self) -> tuple[int, float]:
         """(attempted updates of the session so far, perf_counter of the latest step()); read by
@@ -474,21 +472,22 @@ class RunLogger:
         if not self._closed:
             self._beat.phase(*(phase or (None, None)))
 
-    def _record(self, event: str, **fields: Any) -> dict[str, Any]:
+    def _record(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
         elapsed = time.monotonic() - self._t0
+        tokens = self._session_tokens
         rec: dict[str, Any] = {
             "run_id": self.run_id,
             "session_id": self.session_id,
             "event": event,
             "step": self._step,
             "time": time.time(),
-        }
-        rec.update(fields)
-        rec["session"] = {
-            "elapsed_seconds": elapsed,
-            "tokens": self._session_tokens,
-            "tokens_per_second": self._session_tokens / elapsed if elapsed > 0 else None,
-            "profiling_seconds": self._profiling_seconds,
+            **fields,
+            "session": {
+                "elapsed_seconds": elapsed,
+                "tokens": tokens,
+                "tokens_per_second": tokens / elapsed if elapsed > 0 else None,
+                "profiling_seconds": self._profiling_seconds,
+            },
         }
         memory = memory_peaks()
         if memory:
@@ -499,9 +498,11 @@ class RunLogger:
         self._write(
             self._record(
                 "session_end",
-                reason=reason,
-                error=error,
-                totals={"tokens": self._tokens_total, "skipped": self._skipped_total},
+                {
+                    "reason": reason,
+                    "error": error,
+                    "totals": {"tokens": self._tokens_total, "skipped": self._skipped_total},
+                },
             ),
             sync=True,
         )

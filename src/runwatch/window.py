@@ -17,7 +17,7 @@ from typing import Any
 from .convert import Flag, Scalar, as_float_list
 from .errors import ConfigError
 
-__all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "window_fields"]
+__all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "columns", "window_fields"]
 
 # The row each rank contributes to a window's gather (float64): counts, sums and maxima, so that
 # the window over all ranks comes from one collective of 14 numbers a rank.
@@ -43,16 +43,17 @@ ROW_SIZE = 14
 class OpenWindow:
     """The attempted updates since the last window close, and what `step()` measured of them."""
 
-    __slots__ = ("updates", "qk", "lr", "train_seconds", "opened")
+    __slots__ = ("updates", "qk", "lr", "train_seconds", "due")
 
-    def __init__(self, opened: float) -> None:
+    def __init__(self, opened: float, due_after: float = math.inf) -> None:
         # (loss, grad_norm, clipped, skipped) per attempted update
         self.updates: list[tuple[Scalar, Scalar, Flag, Flag]] = []
         # (index, observed, clipped, max_logit) of updates reporting QK-Clip
         self.qk: list[tuple[int, Scalar | None, Scalar | None, Scalar | None]] = []
         self.lr: Scalar | None = 0.0  # the latest learning rate passed (None counts as 0.0)
         self.train_seconds = 0.0
-        self.opened = opened  # perf_counter when the window opened (the previous one closed)
+        # perf_counter from which it closes on time (`due_after` seconds after it opened)
+        self.due = opened + due_after
 
     def convert(self) -> WindowValues:
         """Every value of the window as Python floats, in one conversion (one sync per device)."""
@@ -62,8 +63,10 @@ class OpenWindow:
         for _, o, c, m in self.qk:
             values += (0 if o is None else o, 0 if c is None else c, math.nan if m is None else m)
         flat = as_float_list(values)
-        qk_flat = flat[n4 + 1 :]
-        qk = [(entry[0], qk_flat[3 * j], qk_flat[3 * j + 1], qk_flat[3 * j + 2]) for j, entry in enumerate(self.qk)]
+        qk = []
+        if self.qk:
+            qk_flat = flat[n4 + 1 :]
+            qk = [(e[0], qk_flat[3 * j], qk_flat[3 * j + 1], qk_flat[3 * j + 2]) for j, e in enumerate(self.qk)]
         return WindowValues(flat[0:n4:4], flat[1:n4:4], flat[2:n4:4], flat[3:n4:4], flat[n4], qk)
 
 
@@ -85,22 +88,27 @@ class WindowValues:
 
     def first_nonfinite_loss(self) -> int:
         """Index of the first non-finite loss, or the number of updates when there is none."""
-        return next((i for i, v in enumerate(self.losses) if not math.isfinite(v)), len(self.losses))
+        losses = self.losses
+        total = sum(losses)
+        if total - total == 0.0:  # a finite sum: every loss is finite (the common case, one C call)
+            return len(losses)
+        return next((i for i, v in enumerate(losses) if not math.isfinite(v)), len(losses))
 
 
 def window_row(v: WindowValues, n: int, train_seconds: float, bad: int) -> list[float]:
     """This rank's row for the first `n` attempted updates of its window; `bad` is the index of its
     first non-finite loss (n or more when none)."""
-    losses, grads, clipped, skips = v.losses[:n], v.grads[:n], v.clipped[:n], v.skips[:n]
+    losses, grads, clipped, skips = v.losses, v.grads, v.clipped, v.skips
+    if n < len(losses):  # the updates before a non-finite loss
+        losses, grads, clipped, skips = losses[:n], grads[:n], clipped[:n], skips[:n]
     if any(skips):
         ok = [i for i in range(n) if not skips[i]]
         ok_losses, ok_clipped = [losses[i] for i in ok], [clipped[i] for i in ok]
     else:  # the common case: every attempt an update
         ok_losses, ok_clipped = losses, clipped
-    finite = [g for g in grads if math.isfinite(g)]
-    qk = [q for q in v.qk if q[0] < n] if v.qk else []
-    logits = [q[3] for q in qk if math.isfinite(q[3])]
-    return [
+    total = sum(grads)
+    finite = grads if total - total == 0.0 else [g for g in grads if math.isfinite(g)]
+    row = [
         float(n),
         float(len(ok_losses)),
         math.fsum(ok_losses) if bad >= n else 0.0,
@@ -111,20 +119,34 @@ def window_row(v: WindowValues, n: int, train_seconds: float, bad: int) -> list[
         float(train_seconds),
         float(bad),
         v.losses[bad] if bad < n else 0.0,
-        float(len(qk)),
-        math.fsum(q[1] for q in qk),
-        math.fsum(q[2] for q in qk),
-        max(logits, default=math.nan),
+        0.0,
+        0.0,
+        0.0,
+        math.nan,
     ]
+    qk = [q for q in v.qk if q[0] < n] if v.qk else None
+    if qk:
+        logits = [q[3] for q in qk if math.isfinite(q[3])]
+        row[QK_ROWS:] = (
+            float(len(qk)),
+            math.fsum(q[1] for q in qk),
+            math.fsum(q[2] for q in qk),
+            max(logits, default=math.nan),
+        )
+    return row
+
+
+def columns(rows: list[list[float]]) -> list[tuple[float, ...]]:
+    """The gathered rows as columns: `columns(rows)[k]` holds entry k of every rank's row."""
+    return list(zip(*rows))
 
 
 def window_fields(
-    rows: list[list[float]], attempted: int, tokens_per_attempt: int, lr: float, qk_threshold: float | None
+    col: list[tuple[float, ...]], attempted: int, tokens_per_attempt: int, lr: float, qk_threshold: float | None
 ) -> dict[str, Any] | None:
-    """The train record's fields from the gathered rows, or None when the window holds no
+    """The train record's fields from the gathered rows' columns, or None when the window holds no
     successful update (skipped attempts wait for one). Over ranks: loss the mean, skips and
     non-finite norms the max, train_seconds the slowest rank's; a world of one is the same sums."""
-    col = list(zip(*rows))  # col[k]: entry k of every rank's row
     skipped = int(attempted - min(col[UPDATES]))
     updates = attempted - skipped
     if updates <= 0:
@@ -132,7 +154,12 @@ def window_fields(
     if not math.isfinite(lr) or lr < 0:
         raise ConfigError(f"RunLogger.step: lr must be a finite number >= 0, got {lr}")
     local_updates = math.fsum(col[UPDATES])
-    finite = math.fsum(col[FINITE])
+    finites = col[FINITE]
+    finite = math.fsum(finites)
+    if min(finites) > 0:  # every rank had a finite norm (the common case)
+        grad_max = max(col[GRAD_MAX])
+    else:  # a rank without one has no maximum
+        grad_max = max((g for g, f in zip(col[GRAD_MAX], finites) if f > 0), default=0.0)
     fields: dict[str, Any] = {
         "updates": updates,
         "skipped": skipped,
@@ -141,11 +168,8 @@ def window_fields(
         "train_seconds": max(max(col[SECONDS]), 1e-9),
         "loss": math.fsum(col[LOSS_SUM]) / local_updates,
         "lr": lr,
-        "grad_norm": {
-            "mean": math.fsum(col[GRAD_SUM]) / finite if finite else 0.0,
-            "max": max((g for g, f in zip(col[GRAD_MAX], col[FINITE]) if f > 0), default=0.0),
-        },
-        "nonfinite_grad_norms": int(attempted - min(col[FINITE])),
+        "grad_norm": {"mean": math.fsum(col[GRAD_SUM]) / finite if finite else 0.0, "max": grad_max},
+        "nonfinite_grad_norms": int(attempted - min(finites)),
         "grad_clipped_fraction": min(1.0, math.fsum(col[CLIPPED]) / local_updates),
     }
     if max(col[QK_ROWS]) > 0:
