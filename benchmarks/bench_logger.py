@@ -102,11 +102,10 @@ def peer_runlogger_no_heartbeat(tmp: str):
 def synchronous_heartbeat(log) -> None:
     """Make a single process's heartbeat writer write each window in step() itself (no writer thread)."""
     beat = log._beat
-    posted, beat._posted = beat._posted, None
     beat._stop.set()
-    posted.set()
     beat._thread.join()
     beat._stop.clear()
+    beat._write_windows = True
 
 
 def peer_tensorboard(tmp: str):

@@ -45,9 +45,10 @@ _WAITING_DIRS = tuple(
 )
 _THIS_FILE = os.path.abspath(__file__)
 _MAX_STACK = 64  # frames looked at a sample; deeper stacks are judged by their innermost 64
-# A single process's window heartbeats are written at most this often (the latest posted one; the
-# ones in between coalesce): fast windows then cost one atomic replace a second, not one a window,
-# and a watchdog judging staleness in minutes loses nothing.
+# How often a single process's writer thread looks for windows posted since its last write (and
+# writes them, all in one): fast windows then cost one atomic replace a second, not one a window,
+# the file is at most this much behind the latest window, and a watchdog judging staleness in
+# minutes loses nothing.
 POSTED_WRITE_SPACING = 1.0
 
 T = TypeVar("T")
@@ -184,11 +185,12 @@ class HeartbeatWriter:
     a tuple; no dict, no JSON, no clock, no lock). Whoever writes the file next folds the posts into
     the heartbeat's fields: under torch.distributed the training thread itself, at once, before the
     window's collective (a rank blocked in it has shown that it got there); in a single process a
-    small writer thread, the latest posts at most every `POSTED_WRITE_SPACING` (an atomic replace
+    small writer thread that looks for new posts every `POSTED_WRITE_SPACING` (an atomic replace
     costs from ~15 µs on tmpfs to over a millisecond on a busy ext4, which flushes a file renamed
     over another). That thread writes nothing but posts: a hung training thread posts nothing, so
-    its heartbeat stops. Phase changes and the end are written at once, by the training thread, so
-    the file shows a phase before the work inside it begins.
+    its heartbeat stops. Nothing on the training thread wakes it, so a window close never hands
+    the interpreter lock to it. Phase changes and the end are written at once, by the training
+    thread, so the file shows a phase before the work inside it begins.
 
     Writes are atomic (temp file + `os.replace`) and not fsynced: a heartbeat is liveness for a
     watchdog reading the same page cache or shared-file-system client; after a host crash a stale
@@ -246,7 +248,7 @@ class HeartbeatWriter:
         self._main = threading.get_ident()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runwatch-heartbeat", daemon=True)
-        self._posted: threading.Event | None = None  # set: a window to write (no refresh thread)
+        self._write_windows = True  # whether window() writes at once (the refresh thread's ranks)
 
     def start(self, step: int, refresh: bool = True) -> None:
         """Write the first heartbeat (window 0 at `step`); with `refresh`, start the refresh
@@ -255,7 +257,7 @@ class HeartbeatWriter:
             self._fields["step"] = step
             self._write_locked()
         if not refresh:
-            self._posted = threading.Event()
+            self._write_windows = False
             self._thread = threading.Thread(target=self._write_posted, name="runwatch-heartbeat-writer", daemon=True)
         self._thread.start()
 
@@ -272,18 +274,13 @@ class HeartbeatWriter:
         it. Under torch.distributed write it now; a single process's writer thread writes it."""
         self._windows += 1
         self._posts.append((self._windows, step, train_seconds, self._busy, self._wait))
-        posted = self._posted
-        if posted is None:
+        if self._write_windows:
             with self._lock:
                 self._write_locked()
-        elif not posted.is_set():  # set and not yet taken: that turn takes this post too
-            posted.set()
 
     def end(self) -> None:
         """The session ended on this rank: a last heartbeat with state `ended`; stop the thread."""
         self._stop.set()
-        if self._posted is not None:
-            self._posted.set()
         with self._lock:
             self._fields["state"] = "ended"
             self._write_locked()
@@ -359,22 +356,18 @@ class HeartbeatWriter:
             self._fields["waiting"] = waiting
 
     def _write_posted(self) -> None:
-        """The writer of a single process: the windows posted since its last write, nothing else
-        (no post, no write: a training thread that stopped closing windows stops the file)."""
-        posted = self._posted
-        assert posted is not None  # set by start() before this thread starts
-        while True:
-            posted.wait()
-            posted.clear()  # a window posted from here on is written by the next turn
+        """The writer of a single process: every `POSTED_WRITE_SPACING`, the windows posted since
+        its last write, if any; nothing else (no post, no write: a training thread that stopped
+        closing windows stops the file). It is never woken by the training thread, which only
+        appends a post: a window close costs no lock, no event and no thread switch."""
+        while not self._stop.wait(POSTED_WRITE_SPACING):
+            if not self._unfolded():
+                continue  # nothing new, or a phase change has written it meanwhile
             with self._lock:
                 if self._stop.is_set():
                     return
-                if not self._unfolded():
-                    continue  # a phase change has written it meanwhile
                 snapshot = self._snapshot_locked()
             self._put(*snapshot)  # outside `_lock`: the training thread never waits for the disk
-            if self._stop.wait(POSTED_WRITE_SPACING):
-                return
 
     def _run(self) -> None:
         every = self._config.every_seconds

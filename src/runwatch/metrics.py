@@ -123,6 +123,7 @@ class RunLogger:
         self.window = window
         self.max_window_seconds = None if max_window_seconds is None else float(max_window_seconds)
         self._due_after = math.inf if max_window_seconds is None else float(max_window_seconds)
+        self._full = 4 * window  # len(OpenWindow.values) of a full window (4 values an update)
         start = check_start(resume_from) if resume_from is not None else {"step": 0, "tokens": 0, "skipped": 0}
         self._tokens_per_attempt = window_tokens(self.recipe, 1)
         self._qk_threshold: float | None = self.recipe["qk_clip_threshold"]
@@ -230,15 +231,15 @@ class RunLogger:
             loss = loss.detach()  # type: ignore[union-attr]  # a tensor, see above
         if type(grad_norm) is not float and getattr(grad_norm, "requires_grad", False):
             grad_norm = grad_norm.detach()  # type: ignore[attr-defined]  # a tensor, see above
-        updates = win.updates
-        updates.append((loss, grad_norm, clipped, skipped))  # one append: a signal cannot split it
+        values = win.values
+        values += (loss, grad_norm, clipped, skipped)  # one C call: a signal cannot split it
         if host_loss and loss - loss != 0.0 and self._group.solo:  # type: ignore[operator]  # a float here
             # NaN or +-Inf: fail loud now (across ranks the window closes together, at its boundary)
             self._close_window()
         win.lr = lr
         if qk:
-            win.qk.append((len(updates) - 1, qk_observed, qk_clipped, qk_max_logit))
-        if len(updates) >= self.window or self._time_checks and self._group.agree(now >= win.due):
+            win.qk.append(((len(values) >> 2) - 1, qk_observed, qk_clipped, qk_max_logit))
+        if len(values) >= self._full or self._time_checks and self._group.agree(now >= win.due):
             self._close_window()
 
     def val(self, loss: Scalar, metrics: Mapping[str, Scalar] | None = None) -> None:
@@ -324,11 +325,11 @@ class RunLogger:
         self._ensure_open()
         self._close_window_before_record()
         step, tokens, skipped = self._step, self._tokens_total, self._skipped_total
-        updates = self._window.updates
-        if not self._group.solo and updates:
-            skips = sum(1 for s in as_float_list([u[3] for u in updates]) if s)  # note: a sync, once per checkpoint
-            step += len(updates) - skips
-            tokens += self._tokens_per_attempt * len(updates)
+        win = self._window
+        if not self._group.solo and win.values:
+            skips = sum(1 for s in as_float_list(win.values[3::4]) if s)  # note: a sync, once per checkpoint
+            step += win.attempted - skips
+            tokens += self._tokens_per_attempt * win.attempted
             skipped += skips
         return {
             "schema_version": SCHEMA_VERSION,
@@ -403,7 +404,7 @@ class RunLogger:
         heartbeat, gather one short row per rank (one collective; a single process: its own row);
         the gathered rows, the same on every rank, decide everything that follows."""
         win = self._window
-        n = len(win.updates)
+        n = win.attempted
         if self._closed or (n == 0 and (not final or self._group.solo)):
             return
         values = win.convert()
@@ -465,7 +466,7 @@ class RunLogger:
     def _progress(self) -> tuple[int, float]:
         """(attempted updates of the session so far, perf_counter of the latest step()); read by
         the heartbeat writer, so no cost in step()."""
-        return self._attempted_done + len(self._window.updates), self._mark
+        return self._attempted_done + self._window.attempted, self._mark
 
     def _set_phase(self, phase: tuple[str, float] | None) -> None:
         self._phase = phase

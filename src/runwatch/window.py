@@ -11,10 +11,9 @@ same on every rank, so every rank takes the same decisions from them. Standard l
 from __future__ import annotations
 
 import math
-from itertools import chain
 from typing import Any
 
-from .convert import Flag, Scalar, as_float_list
+from .convert import Scalar, as_numbers
 from .errors import ConfigError
 
 __all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "columns", "window_fields"]
@@ -43,11 +42,12 @@ ROW_SIZE = 14
 class OpenWindow:
     """The attempted updates since the last window close, and what `step()` measured of them."""
 
-    __slots__ = ("updates", "qk", "lr", "train_seconds", "due")
+    __slots__ = ("values", "qk", "lr", "train_seconds", "due")
 
     def __init__(self, opened: float, due_after: float = math.inf) -> None:
-        # (loss, grad_norm, clipped, skipped) per attempted update
-        self.updates: list[tuple[Scalar, Scalar, Flag, Flag]] = []
+        # loss, grad_norm, clipped, skipped of each attempted update, one after the other (step()
+        # adds the four in one `+=`, which a signal cannot split; a close reads them as columns)
+        self.values: list[Scalar] = []
         # (index, observed, clipped, max_logit) of updates reporting QK-Clip
         self.qk: list[tuple[int, Scalar | None, Scalar | None, Scalar | None]] = []
         self.lr: Scalar | None = 0.0  # the latest learning rate passed (None counts as 0.0)
@@ -55,23 +55,29 @@ class OpenWindow:
         # perf_counter from which it closes on time (`due_after` seconds after it opened)
         self.due = opened + due_after
 
+    @property
+    def attempted(self) -> int:
+        """Attempted updates in the window."""
+        return len(self.values) >> 2
+
     def convert(self) -> WindowValues:
-        """Every value of the window as Python floats, in one conversion (one sync per device)."""
-        n4 = 4 * len(self.updates)
-        values: list[Scalar] = list(chain.from_iterable(self.updates))  # loss, grad, clipped, skipped, loss, ...
-        values.append(0.0 if self.lr is None else self.lr)
+        """Every value of the window as host numbers, in one conversion (one sync per device)."""
+        values = self.values
+        n4 = len(values)
+        extra: list[Scalar] = [0.0 if self.lr is None else self.lr]
         for _, o, c, m in self.qk:
-            values += (0 if o is None else o, 0 if c is None else c, math.nan if m is None else m)
-        flat = as_float_list(values)
+            extra += (0 if o is None else o, 0 if c is None else c, math.nan if m is None else m)
+        flat = as_numbers(values + extra)
         qk = []
         if self.qk:
             qk_flat = flat[n4 + 1 :]
             qk = [(e[0], qk_flat[3 * j], qk_flat[3 * j + 1], qk_flat[3 * j + 2]) for j, e in enumerate(self.qk)]
-        return WindowValues(flat[0:n4:4], flat[1:n4:4], flat[2:n4:4], flat[3:n4:4], flat[n4], qk)
+        return WindowValues(flat[0:n4:4], flat[1:n4:4], flat[2:n4:4], flat[3:n4:4], float(flat[n4]), qk)
 
 
 class WindowValues:
-    """A window's values as floats: per-update lists, the learning rate, the QK-Clip entries."""
+    """A window's values as host numbers (floats; Python ints and bools as they were passed):
+    per-update lists, the learning rate (a float), the QK-Clip entries."""
 
     __slots__ = ("losses", "grads", "clipped", "skips", "lr", "qk")
 
@@ -114,7 +120,7 @@ def window_row(v: WindowValues, n: int, train_seconds: float, bad: int) -> list[
         math.fsum(ok_losses) if bad >= n else 0.0,
         float(len(finite)),
         math.fsum(finite),
-        max(finite, default=0.0),
+        float(max(finite, default=0.0)),
         float(len(ok_clipped) - ok_clipped.count(0.0)),
         float(train_seconds),
         float(bad),
@@ -131,7 +137,7 @@ def window_row(v: WindowValues, n: int, train_seconds: float, bad: int) -> list[
             float(len(qk)),
             math.fsum(q[1] for q in qk),
             math.fsum(q[2] for q in qk),
-            max(logits, default=math.nan),
+            float(max(logits, default=math.nan)),
         )
     return row
 
