@@ -229,9 +229,13 @@ class Journal:
 
     def append(self, rec: dict[str, Any], sync: bool = False) -> None:
         """Append one record line; on failure cut the file back and raise LogWriteError."""
+        self.append_line(dumps(rec), sync)
+
+    def append_line(self, line: str, sync: bool = False) -> None:
+        """Append one record, already encoded as a JSON line (without its newline); see `append`."""
         if self._failed is not None:
             raise LogWriteError(self._failed)
-        data = (dumps(rec) + "\n").encode("utf-8")
+        data = (line + "\n").encode("utf-8")
         try:
             written = os.write(self._fd, data)  # one write() of the whole line
             if written < len(data):  # short (a file-size limit, a full disk): the rest, or the error
@@ -259,6 +263,9 @@ class NullJournal:
         """Rank 0 writes run.json."""
 
     def append(self, rec: dict[str, Any], sync: bool = False) -> None:
+        """Rank 0 writes metrics.jsonl."""
+
+    def append_line(self, line: str, sync: bool = False) -> None:
         """Rank 0 writes metrics.jsonl."""
 
     def close(self) -> None:

@@ -41,9 +41,20 @@ from .hardware import detect_hardware, memory_peaks, rank_hardware
 from .heartbeats import HeartbeatConfig
 from .journal import open_session, utc_now
 from .recipe import check_arguments, check_recipe, check_start
-from .schema import END_REASONS, SCHEMA_VERSION, validate_manifest, window_tokens
+from .schema import END_REASONS, SCHEMA_VERSION, dumps, validate_manifest, window_tokens
 from .signals import SignalGuard, Terminated
-from .window import ATTEMPTED, BAD, BAD_VALUE, SECONDS, UPDATES, OpenWindow, columns, window_fields, window_row
+from .window import (
+    ATTEMPTED,
+    BAD,
+    BAD_VALUE,
+    SECONDS,
+    UPDATES,
+    OpenWindow,
+    TrainLine,
+    columns,
+    window_fields,
+    window_row,
+)
 
 __all__ = ["RunLogger", "detect_hardware", "default_window", "PHASE_NAME", "WINDOW_ENV"]
 
@@ -134,6 +145,7 @@ class RunLogger:
         self._journal, manifest, self._peers = open_session(self.run_dir, self._group, bool(fsync), resume_from, window)
         self.run_id: str = self._peers[0]["run_id"]
         self.session_id: str = self._peers[0]["session_id"]
+        self._train_line = TrainLine(self.run_id, self.session_id)
         if manifest is not None:
             self._add_session(manifest, start, optimizers, hardware)
 
@@ -457,7 +469,7 @@ class RunLogger:
             self._skipped_total += fields["skipped"]
             self._session_tokens += tokens
             self._reset_window(attempted)
-            self._journal.append(self._record("train", fields))
+            self._journal.append_line(self._train_record_line(fields))
 
     def _reset_window(self, attempted: int) -> None:
         self._attempted_done += attempted
@@ -474,14 +486,18 @@ class RunLogger:
             self._beat.phase(*(phase or (None, None)))
 
     def _record(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
-        elapsed = time.monotonic() - self._t0
+        return self._record_at(event, fields, time.monotonic() - self._t0, time.time(), memory_peaks())
+
+    def _record_at(
+        self, event: str, fields: dict[str, Any], elapsed: float, now: float, memory: dict[str, int]
+    ) -> dict[str, Any]:
         tokens = self._session_tokens
         rec: dict[str, Any] = {
             "run_id": self.run_id,
             "session_id": self.session_id,
             "event": event,
             "step": self._step,
-            "time": time.time(),
+            "time": now,
             **fields,
             "session": {
                 "elapsed_seconds": elapsed,
@@ -490,10 +506,19 @@ class RunLogger:
                 "profiling_seconds": self._profiling_seconds,
             },
         }
-        memory = memory_peaks()
         if memory:
             rec["memory"] = memory
         return rec
+
+    def _train_record_line(self, fields: dict[str, Any]) -> str:
+        """The train record's line: formatted at once by `TrainLine`, or `dumps` of its dict."""
+        elapsed = time.monotonic() - self._t0
+        now = time.time()
+        memory = memory_peaks()
+        tokens = self._session_tokens
+        session = (elapsed, tokens, tokens / elapsed if elapsed > 0 else None, self._profiling_seconds)
+        line = self._train_line(self._step, now, fields, session, memory)
+        return dumps(self._record_at("train", fields, elapsed, now, memory)) if line is None else line
 
     def _end_record(self, reason: str, error: str | None) -> None:
         self._write(

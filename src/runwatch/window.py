@@ -15,8 +15,9 @@ from typing import Any
 
 from .convert import Scalar, as_numbers
 from .errors import ConfigError
+from .schema import dumps
 
-__all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "columns", "window_fields"]
+__all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "columns", "window_fields", "TrainLine"]
 
 # The row each rank contributes to a window's gather (float64): counts, sums and maxima, so that
 # the window over all ranks comes from one collective of 14 numbers a rank.
@@ -188,3 +189,66 @@ def window_fields(
             "max_logit": max(logits) if logits else None,
         }
     return fields
+
+
+# The keys of window_fields() in its order, without the optional qk_clip: the shape TrainLine formats.
+TRAIN_FIELDS = (
+    "updates",
+    "skipped",
+    "attempted",
+    "tokens",
+    "train_seconds",
+    "loss",
+    "lr",
+    "grad_norm",
+    "nonfinite_grad_norms",
+    "grad_clipped_fraction",
+)
+
+
+class TrainLine:
+    """The JSON line (without its newline) of a train record of one session, formatted directly.
+
+    It is the very text `schema.dumps` makes of the record's dict (`RunLogger._record`): the same
+    keys in the same order, floats and ints as `repr` writes them (as the JSON encoder does).
+    Encoding that dict was a third of a window close; this costs the floats' `repr` and one
+    f-string. Any other shape (QK-Clip, a key added to `window_fields`, a null tokens_per_second)
+    or a non-finite float gets None, and the caller encodes the dict with `dumps`, which refuses
+    NaN and Infinity: what may be written is still decided once. tests/test_window.py compares the
+    two on random windows.
+    """
+
+    __slots__ = ("_head",)
+
+    def __init__(self, run_id: str, session_id: str) -> None:
+        # '{"run_id":"r-...","session_id":"s-...","event":"train","step":' (the ids encoded by dumps)
+        self._head = dumps({"run_id": run_id, "session_id": session_id, "event": "train", "step": 0})[:-2]
+
+    def __call__(
+        self,
+        step: int,
+        now: float,
+        f: dict[str, Any],
+        session: tuple[float, int, float | None, float],
+        memory: dict[str, int],
+    ) -> str | None:
+        """The line of the record at `step`, written at `now`, of `window_fields` `f`, with
+        `session` = (elapsed_seconds, tokens, tokens_per_second, profiling_seconds) and `memory`."""
+        elapsed, tokens, per_second, profiling = session
+        if per_second is None or tuple(f) != TRAIN_FIELDS:
+            return None
+        g = f["grad_norm"]
+        floats = (now, f["train_seconds"], f["loss"], f["lr"], g["mean"], g["max"], f["grad_clipped_fraction"])
+        total = sum(floats) + elapsed + per_second + profiling
+        if total - total != 0.0:  # a non-finite float (or a sum past the largest): dumps() decides
+            return None
+        mem = ",".join([f'"{k}":{v!r}' for k, v in memory.items()])
+        return (
+            f'{self._head}{step!r},"time":{now!r},"updates":{f["updates"]!r},"skipped":{f["skipped"]!r},'
+            f'"attempted":{f["attempted"]!r},"tokens":{f["tokens"]!r},"train_seconds":{f["train_seconds"]!r},'
+            f'"loss":{f["loss"]!r},"lr":{f["lr"]!r},"grad_norm":{{"mean":{g["mean"]!r},"max":{g["max"]!r}}},'
+            f'"nonfinite_grad_norms":{f["nonfinite_grad_norms"]!r},'
+            f'"grad_clipped_fraction":{f["grad_clipped_fraction"]!r},"session":{{"elapsed_seconds":{elapsed!r},'
+            f'"tokens":{tokens!r},"tokens_per_second":{per_second!r},"profiling_seconds":{profiling!r}}}'
+            + (f',"memory":{{{mem}}}}}' if memory else "}")
+        )
