@@ -18,8 +18,7 @@ import json
 import math
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator
-from json import encoder as json_encoder
+from collections.abc import Iterator
 from typing import Any
 
 from .errors import InvalidRunError
@@ -139,28 +138,11 @@ def orjson_misread(raw: bytes | str, value: Any) -> bool:
 
 # Built once: json.dumps with non-default options builds a new encoder per call (~7 us a record).
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), ensure_ascii=False)
-# The C encoder that JSONEncoder.encode builds anew at every call, built once with the same options
-# (`json.encoder.c_make_encoder`; None where the C accelerator is missing): the logger writes a
-# record per window, and building the encoder was a fifth of writing one. Without `markers` it
-# skips the check for circular containers, which records, made of fresh dicts, never have.
-_make_c_encoder: Callable[..., Callable[[Any, int], Iterable[str]]] | None = getattr(
-    json_encoder, "c_make_encoder", None
-)
-_C_ENCODE = (
-    None
-    if _make_c_encoder is None
-    else _make_c_encoder(None, _ENCODER.default, json_encoder.encode_basestring, None, ":", ",", False, False, False)
-)
 
 
 def dumps(obj: Any) -> str:
     """One compact JSON line (without the newline); NaN/Infinity raise ValueError."""
-    if _C_ENCODE is None:  # pragma: no cover - no C accelerator
-        return _ENCODER.encode(obj)
-    try:
-        return "".join(_C_ENCODE(obj, 0))
-    except RecursionError:  # what the circular check would have caught, or nesting too deep
-        raise ValueError("Circular reference detected (or nesting too deep to write)") from None
+    return _ENCODER.encode(obj)
 
 
 # Floats at or beyond 2**63 in magnitude are left to the precise checks (see SessionValidator.take_window).
