@@ -10,6 +10,8 @@ Peers, measured side by side in one run (repeats interleaved, so a busy machine 
 - W&B: `wandb.log` of the five values, offline (WANDB_MODE=offline, a temporary directory);
 - a naive per-step writer: `json.dumps` + `write` + `flush` of one line a step (fed tensors, it
   calls float() on each value: a host-device sync each on a GPU);
+- the train line's share: `RunLogger.step()` with each train record encoded by `dumps()` of its
+  dict instead of `window.TrainLine`;
 - the heartbeat's share: `RunLogger.step()` with its heartbeat as shipped (a window's numbers
   posted for a writer thread that looks for posts once a second) and without heartbeats; then, apart
   (a write per window floods the file system's journal and would slow the peers measured after
@@ -97,6 +99,13 @@ def peer_runlogger_no_heartbeat(tmp: str):
     log = close.__self__
     log._beat.end()
     log._beat = _NoBeat()
+    return run, close
+
+
+def peer_runlogger_dumps(tmp: str):
+    """RunLogger with every train record encoded by dumps() of its dict (no TrainLine)."""
+    run, close = peer_runlogger(tmp)
+    close.__self__._train_line = lambda *args: None  # TrainLine's "another shape": dumps() it
     return run, close
 
 
@@ -222,6 +231,7 @@ PEERS = [
     ("empty loop (floor)", peer_empty, "float", 20_000),
     ("RunLogger.step, floats", peer_runlogger, "float", 5_000),
     ("RunLogger.step, floats, no heartbeat", peer_runlogger_no_heartbeat, "float", 5_000),
+    ("RunLogger.step, floats, record by dumps()", peer_runlogger_dumps, "float", 5_000),
     ("RunLogger.step, 0-dim tensors", peer_runlogger, "tensor", 2_000),
     ("naive json.dumps+write+flush, floats", peer_naive, "float", 2_000),
     ("naive json.dumps+write+flush, tensors", peer_naive_tensors, "tensor", 2_000),
