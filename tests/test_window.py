@@ -27,7 +27,7 @@ def fields_of(updates: list[tuple], lr=3e-4, seconds=0.0123) -> dict:
     win.lr = lr
     values = win.convert()
     n = len(updates)
-    row = window_row(values, n, seconds, values.first_nonfinite_loss())
+    row = window_row(values, n, seconds)
     fields = window_fields(columns([row]), n, 21, values.lr, None)
     assert fields is not None
     return fields

@@ -420,8 +420,7 @@ class RunLogger:
         if self._closed or (n == 0 and (not final or self._group.solo)):
             return
         values = win.convert()
-        bad = values.first_nonfinite_loss()
-        row = window_row(values, n, win.train_seconds, bad)
+        row = window_row(values, n, win.train_seconds)
         if n:
             # Before the collective: a rank blocked in it has shown that it got here, and a rank
             # that never arrives has not.
@@ -445,7 +444,7 @@ class RunLogger:
             value = col[BAD_VALUE][culprit]
             # The fatal path alone gathers twice: every rank now knows the cut, and the updates
             # before it form the last window.
-            prefix = columns(self._group.gather(window_row(values, cut, win.train_seconds, cut))) if cut > 0 else None
+            prefix = columns(self._group.gather(window_row(values, cut, win.train_seconds))) if cut > 0 else None
             self._emit(prefix, cut, values.lr, True)  # allow_empty
             on_rank = "" if self._group.solo else f" on rank {culprit}"
             self._fail_nonfinite(f"non-finite loss {value}{on_rank} at the attempted update after step {self._step}")

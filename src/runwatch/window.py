@@ -93,21 +93,18 @@ class WindowValues:
     ) -> None:
         self.losses, self.grads, self.clipped, self.skips, self.lr, self.qk = losses, grads, clipped, skips, lr, qk
 
-    def first_nonfinite_loss(self) -> int:
-        """Index of the first non-finite loss, or the number of updates when there is none."""
-        losses = self.losses
-        total = sum(losses)
-        if total - total == 0.0:  # a finite sum: every loss is finite (the common case, one C call)
-            return len(losses)
-        return next((i for i, v in enumerate(losses) if not math.isfinite(v)), len(losses))
 
-
-def window_row(v: WindowValues, n: int, train_seconds: float, bad: int) -> list[float]:
-    """This rank's row for the first `n` attempted updates of its window; `bad` is the index of its
-    first non-finite loss (n or more when none)."""
+def window_row(v: WindowValues, n: int, train_seconds: float) -> list[float]:
+    """This rank's row for the first `n` attempted updates of its window. Its entry BAD is the index
+    of the first non-finite loss among them (n when there is none)."""
     losses, grads, clipped, skips = v.losses, v.grads, v.clipped, v.skips
     if n < len(losses):  # the updates before a non-finite loss
         losses, grads, clipped, skips = losses[:n], grads[:n], clipped[:n], skips[:n]
+    total = sum(losses)
+    if total - total == 0.0:  # a finite sum: every loss is finite (the common case, one C call)
+        bad = n
+    else:
+        bad = next(i for i, loss in enumerate(losses) if not math.isfinite(loss))
     if any(skips):
         ok = [i for i in range(n) if not skips[i]]
         ok_losses, ok_clipped = [losses[i] for i in ok], [clipped[i] for i in ok]
@@ -218,11 +215,13 @@ class TrainLine:
     two on random windows.
     """
 
-    __slots__ = ("_head",)
+    __slots__ = ("_head", "_memory", "_tail")
 
     def __init__(self, run_id: str, session_id: str) -> None:
         # '{"run_id":"r-...","session_id":"s-...","event":"train","step":' (the ids encoded by dumps)
         self._head = dumps({"run_id": run_id, "session_id": session_id, "event": "train", "step": 0})[:-2]
+        self._memory: dict[str, int] = {}  # the latest memory, and the line's end that writes it
+        self._tail = "}"
 
     def __call__(
         self,
@@ -235,20 +234,21 @@ class TrainLine:
         """The line of the record at `step`, written at `now`, of `window_fields` `f`, with
         `session` = (elapsed_seconds, tokens, tokens_per_second, profiling_seconds) and `memory`."""
         elapsed, tokens, per_second, profiling = session
-        if per_second is None or tuple(f) != TRAIN_FIELDS:
+        if per_second is None or len(f) != len(TRAIN_FIELDS):  # (a key renamed fails below, loud)
             return None
         g = f["grad_norm"]
         floats = (now, f["train_seconds"], f["loss"], f["lr"], g["mean"], g["max"], f["grad_clipped_fraction"])
         total = sum(floats) + elapsed + per_second + profiling
         if total - total != 0.0:  # a non-finite float (or a sum past the largest): dumps() decides
             return None
-        mem = ",".join([f'"{k}":{v!r}' for k, v in memory.items()])
+        if memory != self._memory:  # peaks change seldom: the same end as the last line's, mostly
+            mem = ",".join([f'"{k}":{v!r}' for k, v in memory.items()])  # (keys of memory_peaks: plain)
+            self._memory, self._tail = memory, f',"memory":{{{mem}}}}}' if memory else "}"
         return (
             f'{self._head}{step!r},"time":{now!r},"updates":{f["updates"]!r},"skipped":{f["skipped"]!r},'
             f'"attempted":{f["attempted"]!r},"tokens":{f["tokens"]!r},"train_seconds":{f["train_seconds"]!r},'
             f'"loss":{f["loss"]!r},"lr":{f["lr"]!r},"grad_norm":{{"mean":{g["mean"]!r},"max":{g["max"]!r}}},'
             f'"nonfinite_grad_norms":{f["nonfinite_grad_norms"]!r},'
             f'"grad_clipped_fraction":{f["grad_clipped_fraction"]!r},"session":{{"elapsed_seconds":{elapsed!r},'
-            f'"tokens":{tokens!r},"tokens_per_second":{per_second!r},"profiling_seconds":{profiling!r}}}'
-            + (f',"memory":{{{mem}}}}}' if memory else "}")
+            f'"tokens":{tokens!r},"tokens_per_second":{per_second!r},"profiling_seconds":{profiling!r}}}{self._tail}'
         )
