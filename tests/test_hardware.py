@@ -8,8 +8,14 @@ import sys
 import pytest
 
 CHILD = """
-import resource, threading
+import os, resource, sys, threading
 from runwatch.hardware import memory_peaks
+
+# Linux keeps a process's peak across exec, so a child of a large test worker starts with the
+# worker's peak; a forked grandchild starts from its own memory.
+pid = os.fork()
+if pid:
+    sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 
 before = memory_peaks()["host_rss_peak_bytes"]
 
@@ -22,7 +28,8 @@ worker = threading.Thread(target=grow)
 worker.start()
 worker.join()
 after = memory_peaks()["host_rss_peak_bytes"]
-print(before, after, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(before, after, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, flush=True)
+os._exit(0)
 """
 
 
