@@ -64,8 +64,9 @@ except ImportError:  # pragma: no cover - not on Unix
 # ru_maxrss is in KiB on Linux, in bytes on macOS.
 _RSS_UNIT = 1 if sys.platform == "darwin" else 1024
 # Whose usage to ask for. Linux reports the process's peak RSS (its memory's high-water mark) for
-# the calling thread as for the whole process, and RUSAGE_THREAD spares the kernel summing the CPU
-# times of every thread (1.9 µs with 32 threads, 0.7 µs; a record asks once a window).
+# the calling thread as for the whole process (tests/test_hardware.py), and RUSAGE_THREAD spares
+# the kernel summing the CPU times of every thread, which grows with the threads torch starts (a
+# record asks once a window).
 _RUSAGE_WHO: int = 0 if resource is None else resource.RUSAGE_SELF
 if sys.platform == "linux" and resource is not None:
     _RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", _RUSAGE_WHO)

@@ -2,10 +2,11 @@
 
 One builder for every world size. A window holds the attempted updates since the last close, as
 they were passed (device tensors stay on their device). At the close they are converted in one
-call (`convert.as_float_list`: the logger's one host-device sync), each rank sums them into a
+call (`convert.as_numbers`: the logger's one host-device sync), each rank sums them into a
 short row of counts, sums and maxima, the rows of all ranks are gathered (for a single process,
 the world of one, its own row), and the record's fields are formed from the gathered rows — the
-same on every rank, so every rank takes the same decisions from them. Standard library only.
+same on every rank, so every rank takes the same decisions from them. `TrainLine` writes the
+record's JSON line from them without the JSON encoder (the same text). Standard library only.
 """
 
 from __future__ import annotations
@@ -206,7 +207,7 @@ TRAIN_FIELDS = (
 class TrainLine:
     """The JSON line (without its newline) of a train record of one session, formatted directly.
 
-    It is the very text `schema.dumps` makes of the record's dict (`RunLogger._record`): the same
+    It is the very text `schema.dumps` makes of the record's dict (`RunLogger._record_at`): the same
     keys in the same order, floats and ints as `repr` writes them (as the JSON encoder does).
     Encoding that dict was a third of a window close; this costs the floats' `repr` and one
     f-string. Any other shape (QK-Clip, a key added to `window_fields`, a null tokens_per_second)
