@@ -104,8 +104,8 @@ def window_row(v: WindowValues, n: int, train_seconds: float) -> list[float]:
     total = sum(losses)
     if total - total == 0.0:  # a finite sum: every loss is finite (the common case, one C call)
         bad = n
-    else:
-        bad = next(i for i, loss in enumerate(losses) if not math.isfinite(loss))
+    else:  # a non-finite loss, or finite ones whose sum overflows
+        bad = next((i for i, loss in enumerate(losses) if not math.isfinite(loss)), n)
     if any(skips):
         ok = [i for i in range(n) if not skips[i]]
         ok_losses, ok_clipped = [losses[i] for i in ok], [clipped[i] for i in ok]
