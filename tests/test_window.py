@@ -119,4 +119,3 @@ def test_every_train_line_a_logger_writes_is_the_encoders_text(steps, window):
             lines = f.read().splitlines()
     for line in lines:
         assert line == dumps(json.loads(line))
-
