@@ -102,6 +102,8 @@ def test_public_api():
             "InsufficientRunError",
             "DataError",
             "CheckpointError",
+            "StoreLockedError",
+            "Terminated",
             "__version__",
         ]
     )
@@ -113,7 +115,8 @@ def test_every_error_of_the_tree_is_exported():
     from runwatch import errors
 
     classes = {n for n in errors.__all__ if isinstance(getattr(errors, n), type)}
-    assert classes == {n for n in runwatch.__all__ if n.endswith("Error")}
+    exported = {n for n in runwatch.__all__ if isinstance(getattr(runwatch, n), type)}
+    assert classes == {n for n in exported if issubclass(getattr(runwatch, n), BaseException)}
     for name in classes:
         assert getattr(runwatch, name) is getattr(errors, name)
-        assert issubclass(getattr(errors, name), errors.RunwatchError)
+        assert issubclass(getattr(errors, name), (errors.RunwatchError, KeyboardInterrupt))
