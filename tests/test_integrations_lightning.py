@@ -25,9 +25,6 @@ from runwatch.integrations.lightning import RunwatchCallback  # noqa: E402
 pytestmark = [
     # Lightning 2.6's own pytree helper warns under torch 2.13; it is not ours to fix.
     pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated"),
-    # On a machine with Slurm installed, Lightning warns at every Trainer that `srun` is there but
-    # not used; these trainings run outside Slurm on purpose.
-    pytest.mark.filterwarnings("ignore:The `srun` command is available on your system"),
 ]
 
 VOCAB, SEQ, BATCH = 16, 16, 32
