@@ -1,6 +1,6 @@
 """Chaos benchmark of `runwatch supervise` (see benchmarks/README.md, section "Supervise: chaos").
 
-    python benchmarks/bench_chaos.py [--seeds 3] [--steps 400] [--ckpt-every 50 25] [--json OUT]
+    python benchmarks/bench_chaos.py [--seeds 3] [--steps 400] [--ckpt-every 50 25] [--torchrun N] [--json OUT]
 
 A real tiny training (`python -m runwatch.demo.tinytrain`, torch on the CPU) runs under
 `runwatch supervise`, with one fault injected at a random step of every 100 (each fires once,
@@ -11,6 +11,12 @@ the verdict to the next train record of the relaunched session, and the steps re
 away. Per run: goodput (steps kept / steps run) and wall time against a fault-free run of the same
 seed, and the bound the checkpoint interval sets: with a fault every F steps at a uniformly random
 step and a checkpoint every C, each fault costs about C/2 steps, so goodput <= F / (F + C/2).
+
+`--torchrun N` runs the same training under `torchrun --standalone --nproc_per_node N` (DDP on
+gloo, each worker in a session of its own); every fault fires on the last rank, a worker that does
+not write the log, so a crash or a hang there is found by the rank rules or the agent's exit, and
+each stop must reach every worker. A kind is counted as detected when the verdict is one a
+multi-rank run gives for it (`TORCHRUN_EXPECTED`).
 """
 
 from __future__ import annotations
@@ -41,8 +47,18 @@ EXPECTED = {
     "sigterm": "interrupted",
     "exit_hang": "done",
 }
+# Under torchrun the fault is on a worker: rank 0 learns of it through the window's collective or
+# the agent, so a crash may show as the agent's exit or as the other rank left waiting.
+TORCHRUN_EXPECTED = {
+    "crash": ("process_exit", "rank_stall"),
+    "kill": ("process_exit", "rank_stall"),
+    "hang": ("stall", "rank_stall"),
+    "sigterm": ("interrupted", "process_exit", "rank_stall"),
+}
 FAULT_EVERY = 100
 SUPERVISE = ["--poll", "0.2", "--stall", "3", "--startup-grace", "120", "--backoff", "0.5", "--exit-grace", "2"]
+# torchrun: ranks write heartbeats; a worker left waiting for a dead one is a rank_stall within seconds
+TORCHRUN_SUPERVISE = ["--rank-stall", "3", "--exit-grace", "10"]
 
 
 def _plan(seed: int, steps: int) -> list[tuple[str, int]]:
@@ -54,7 +70,15 @@ def _plan(seed: int, steps: int) -> list[tuple[str, int]]:
     return faults + [("exit_hang", steps)]
 
 
-def _run(run_dir: str, steps: int, ckpt: int, faults: list[tuple[str, int]]) -> tuple[int, float, str]:
+def _run(
+    run_dir: str, steps: int, ckpt: int, faults: list[tuple[str, int]], torchrun: int = 0
+) -> tuple[int, float, str]:
+    launcher = [sys.executable, "-m", "runwatch.demo.tinytrain"]
+    extra: list[str] = []
+    if torchrun:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={torchrun}"]
+        launcher += ["--monitor_interval=0.2", "-m", "runwatch.demo.tinytrain"]
+        extra = [*TORCHRUN_SUPERVISE]
     cmd = [
         sys.executable,
         "-m",
@@ -62,14 +86,13 @@ def _run(run_dir: str, steps: int, ckpt: int, faults: list[tuple[str, int]]) -> 
         "supervise",
         run_dir,
         *SUPERVISE,
+        *extra,
         "--restarts",
         "20",
         "--rollbacks",
         "10",
         "--",
-        sys.executable,
-        "-m",
-        "runwatch.demo.tinytrain",
+        *launcher,
         run_dir,
         "--steps",
         str(steps),
@@ -79,6 +102,7 @@ def _run(run_dir: str, steps: int, ckpt: int, faults: list[tuple[str, int]]) -> 
         "100",
         "--step-sleep",
         "0.01",
+        *(["--window", "5"] if torchrun else []),  # checkpoints (every 25 or 50) fall on window ends
     ]
     for kind, step in faults:
         cmd += ["--fault", f"{kind}@{step}"]
@@ -88,7 +112,7 @@ def _run(run_dir: str, steps: int, ckpt: int, faults: list[tuple[str, int]]) -> 
     return res.returncode, time.time() - t0, (res.stdout.strip().splitlines() or [""])[-1]
 
 
-def _faults(run_dir: str, faults: list[tuple[str, int]]) -> list[dict]:
+def _faults(run_dir: str, faults: list[tuple[str, int]], torchrun: int = 0) -> list[dict]:
     """Per fault: detected, seconds to detect and to recover, steps lost."""
     with open(os.path.join(run_dir, "supervise.jsonl")) as f:
         journal = [json.loads(line) for line in f]
@@ -107,7 +131,9 @@ def _faults(run_dir: str, faults: list[tuple[str, int]]) -> list[dict]:
             "step": step,
             "fired": True,
             "verdict": v and v["kind"] or (v and "done"),
-            "detected": v is not None and (v["kind"] or "done") == EXPECTED[kind],
+            "detected": v is not None
+            and (v["kind"] or "done")
+            in (TORCHRUN_EXPECTED.get(kind, (EXPECTED[kind],)) if torchrun else (EXPECTED[kind],)),
         }
         if v is not None:
             row["detect_seconds"] = round(v["time"] - fired, 2)
@@ -137,6 +163,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--ckpt-every", type=int, nargs="+", default=[50, 25])
     p.add_argument("--json", default=None)
+    p.add_argument("--torchrun", type=int, default=0, metavar="N", help="run under torchrun with N workers")
     args = p.parse_args()
     base = tempfile.mkdtemp(prefix="runwatch-chaos-")
     results = []
@@ -144,12 +171,13 @@ def main() -> int:
         for ckpt in args.ckpt_every:
             for seed in range(args.seeds):
                 clean = os.path.join(base, f"c{ckpt}-s{seed}-clean")
-                code0, wall0, _ = _run(clean, args.steps, ckpt, [])
+                code0, wall0, _ = _run(clean, args.steps, ckpt, [], args.torchrun)
                 run_dir = os.path.join(base, f"c{ckpt}-s{seed}")
                 faults = _plan(seed, args.steps)
-                code, wall, last = _run(run_dir, args.steps, ckpt, faults)
+                code, wall, last = _run(run_dir, args.steps, ckpt, faults, args.torchrun)
                 with open(os.path.join(run_dir, "supervise.jsonl")) as f:
-                    final = [json.loads(line) for line in f][-1]
+                    journal = [json.loads(line) for line in f]
+                final = journal[-1]
                 row = {
                     "ckpt_every": ckpt,
                     "seed": seed,
@@ -159,13 +187,19 @@ def main() -> int:
                     "clean_exit": code0,
                     "clean_wall_seconds": round(wall0, 1),
                     "goodput": final.get("goodput"),
-                    "faults": _faults(run_dir, faults),
+                    "faults": _faults(run_dir, faults, args.torchrun),
+                    "stops": [
+                        {"stopped": r.get("stopped"), "seconds": r.get("seconds"), "left": r.get("left")}
+                        for r in journal
+                        if r["event"] == "stop"
+                    ],
                 }
                 results.append(row)
                 g = row["goodput"] or {}
                 print(
                     f"ckpt {ckpt} seed {seed}: exit {code} ({last}); goodput {g.get('ratio')} "
-                    f"({g.get('steps_kept')}/{g.get('steps_run')}), wall {wall:.1f} s vs {wall0:.1f} s fault-free",
+                    f"({g.get('steps_kept')}/{g.get('steps_run')}), wall {wall:.1f} s vs {wall0:.1f} s fault-free; "
+                    f"stops {[(s['stopped'], s['left']) for s in row['stops']]}",
                     flush=True,
                 )
     finally:

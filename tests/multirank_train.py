@@ -5,9 +5,13 @@
 Every rank calls `log.step()` once per update, as RunLogger requires under torch.distributed; rank
 0 alone writes the log. Faults for the tests: `--hang-rank K --hang-at N` (rank K sleeps for an
 hour before update N), `--slow-rank K --slow-seconds S` (rank K sleeps S before every update; with `--max-window-seconds` windows close on time),
-`--kill-rank K --kill-at N` (rank K SIGKILLs itself), `--nan-rank K --nan-at N` (rank K's loss is
+`--kill-rank K --kill-at N` (rank K SIGKILLs itself), `--stop-rank K --stop-at N` (rank K SIGSTOPs
+itself: frozen, heartbeat thread and all), `--nan-rank K --nan-at N` (rank K's loss is
 NaN at update N), `--extra-rank K --extra-steps N` (rank K calls step() N more times, breaking
-the one rule RunLogger sets under torch.distributed). Each rank writes its own losses to RUN_DIR/losses-rank<k>.json at the end.
+the one rule RunLogger sets under torch.distributed). `--once`: each fault fires once across
+relaunches (a marker file in RUN_DIR), for a supervisor's relaunch to complete the run.
+`--no-pdeathsig`: ranks do not die with torchrun's agent (so a supervisor must find and stop them).
+Each rank writes its own losses to RUN_DIR/losses-rank<k>.json at the end.
 """
 
 from __future__ import annotations
@@ -39,8 +43,22 @@ def _die_with_the_launcher() -> None:
             os._exit(1)
 
 
+def _fires(args: argparse.Namespace, fault: str, rank: int, i: int) -> bool:
+    """Whether `fault` fires on this rank before update i (once across launches with --once)."""
+    if rank != getattr(args, f"{fault}_rank") or i != getattr(args, f"{fault}_at"):
+        return False
+    if not args.once:
+        return True
+    marker = os.path.join(args.run_dir, f".fault-{fault}")
+    if os.path.exists(marker):
+        return False
+    open(marker, "w").close()
+    return True
+
+
 def main() -> int:
-    _die_with_the_launcher()
+    if "--no-pdeathsig" not in sys.argv:
+        _die_with_the_launcher()
     p = argparse.ArgumentParser()
     p.add_argument("run_dir")
     p.add_argument("--steps", type=int, default=40)
@@ -49,7 +67,9 @@ def main() -> int:
     p.add_argument("--heartbeat-seconds", type=float, default=0.5)
     p.add_argument("--sample-seconds", type=float, default=0.01)
     p.add_argument("--pg-timeout", type=float, default=60.0)
-    for fault in ("hang", "kill", "nan"):
+    p.add_argument("--once", action="store_true", help="each fault fires once across relaunches")
+    p.add_argument("--no-pdeathsig", action="store_true", help="ranks outlive torchrun's agent")
+    for fault in ("hang", "kill", "nan", "stop"):
         p.add_argument(f"--{fault}-rank", type=int, default=-1)
         p.add_argument(f"--{fault}-at", type=int, default=-1)
     p.add_argument("--extra-rank", type=int, default=-1, help="this rank calls log.step() --extra-steps more times")
@@ -89,12 +109,15 @@ def main() -> int:
             for i in range(1, args.steps + 1):
                 if rank == args.slow_rank:
                     time.sleep(args.slow_seconds)
-                if rank == args.hang_rank and i == args.hang_at:
+                if _fires(args, "hang", rank, i):
                     print(f"rank {rank} hangs before update {i}", flush=True)
                     time.sleep(3600)
-                if rank == args.kill_rank and i == args.kill_at:
+                if _fires(args, "kill", rank, i):
                     print(f"rank {rank} kills itself before update {i}", flush=True)
                     os.kill(os.getpid(), signal.SIGKILL)
+                if _fires(args, "stop", rank, i):
+                    print(f"rank {rank} stops itself before update {i}", flush=True)
+                    os.kill(os.getpid(), signal.SIGSTOP)
                 x = torch.randn(args.batch, 8, generator=gen)
                 y = (x @ w_true).unsqueeze(1)
                 loss = torch.nn.functional.mse_loss(model(x), y)
@@ -102,7 +125,7 @@ def main() -> int:
                 loss.backward()
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
-                if rank == args.nan_rank and i == args.nan_at:
+                if _fires(args, "nan", rank, i):
                     loss = torch.tensor(float("nan"))
                 losses.append(float(loss.item()))
                 log.step(loss=loss.detach(), lr=0.05, grad_norm=norm)

@@ -7,7 +7,8 @@ and prints what it got (`resume path=... rollback=... skip=...`), so a test can 
 a relaunch carried. Each `--fault KIND@STEP` fires once across relaunches (a marker file in RUN_DIR):
 kill (SIGKILL), crash (exit 3, no session_end), hang, nan, spike (logged loss 20x for 2 windows),
 error (an exception: session_error), error_hang (the same, then the process lingers), sigterm,
-exit_hang (the run completes, the process lingers).
+exit_hang (the run completes, the process lingers). `--hold PATH@STEP` waits before update STEP
+until PATH exists (a test decides when the run may go on).
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def main() -> int:
     p.add_argument("--window", type=int, default=5)
     p.add_argument("--sleep", type=float, default=0.0, help="seconds a step")
     p.add_argument("--fault", action="append", default=[])
+    p.add_argument("--hold", default=None, metavar="PATH@STEP")
     args = p.parse_args()
+    hold_path, _, hold_step = (args.hold or "").rpartition("@")
     r = runwatch.resume_checkpoint()
     print(
         f"resume path={r.path} rollback={r.rollback} skip={r.skip.start}-{r.skip.stop - 1}"
@@ -61,6 +64,9 @@ def main() -> int:
     try:
         with RunLogger(args.run_dir, recipe=RECIPE, hardware={}, window=args.window, resume_from=state) as log:
             while step < args.steps:
+                if hold_path and step + 1 == int(hold_step):
+                    while not os.path.exists(hold_path):
+                        time.sleep(0.02)
                 if r.skip and step + 1 == r.skip.start:
                     print(f"skipping steps {r.skip.start}-{r.skip.stop - 1}", flush=True)
                 loss = 1.0 / (1.0 + 0.05 * step)

@@ -61,8 +61,8 @@ def test_bench_plain_loop_then_plan(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.err == ""  # no progress when stderr is not a terminal
     out = captured.out.splitlines()
-    assert out[0].startswith(f"bench {d}: 11 updates timed, the first 3 as warm-up; job stopped process group ")
-    assert out[0].endswith(" with SIGTERM")
+    assert out[0].startswith(f"bench {d}: 11 updates timed, the first 3 as warm-up; job stopped after ")
+    assert out[0].endswith(" updates: SIGTERM (1 process)")
     assert out[-1] == f"wrote {d}/bench.json; next: runwatch plan {d} --samples N --window DURATION"
     bench = check_bench(d, 11, 3, seq_len=16)
     # plan reads the bench: 8 updates after the warm-up are enough

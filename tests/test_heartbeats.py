@@ -239,6 +239,23 @@ def test_monitor_reports_a_stall_once_until_it_clears_and_round_trips(tmp_path):
     assert monitor.poll(str(tmp_path), NOW + 3) is None and monitor.stalled is None
 
 
+def test_an_earlier_attempts_heartbeats_are_never_judged(tmp_path):
+    # the first attempt's files (rank 1 frozen long ago) lie there when the relaunch starts
+    write(tmp_path, beat(0, session_id="s-old"))
+    write(tmp_path, beat(1, session_id="s-old", time=NOW - 400, step=40))
+    assert RankMonitor(rank_stall=300).poll(str(tmp_path), NOW)[0] == "rank_stall"
+    monitor = RankMonitor(rank_stall=300)
+    assert monitor.poll(str(tmp_path), NOW, ignore=frozenset({"s-old"})) is None
+    # the new attempt's rank 0 has written; rank 1's file is still the old one: nothing to compare
+    write(tmp_path, beat(0, session_id="s-new", time=NOW + 1))
+    assert monitor.poll(str(tmp_path), NOW + 1, ignore=frozenset({"s-old"})) is None
+    # both ranks of the new session, one of them frozen: judged as usual
+    write(tmp_path, beat(1, session_id="s-new", time=NOW + 1, step=10))
+    write(tmp_path, beat(0, session_id="s-new", time=NOW + 399, step=20))
+    finding = monitor.poll(str(tmp_path), NOW + 400, ignore=frozenset({"s-old"}))
+    assert finding is not None and finding[0] == "rank_stall"
+
+
 def test_monitor_on_a_run_without_heartbeats(tmp_path):
     assert RankMonitor().poll(str(tmp_path), NOW) is None
     assert rank_status_lines(str(tmp_path), NOW) == []

@@ -45,7 +45,8 @@ def test_launch_detached(tmp_path, capsys):
     env = json.loads(log[1])
     assert env == dict(LAUNCH_ENV, RUNWATCH_RUN_DIR=str(run))
     assert log[2] == "True True"
-    assert info["command"][0] == sys.executable and info["pgid"] == info["pid"] and info["env"] == env
+    assert info["command"][0] == sys.executable and info["pgid"] == info["pid"]
+    assert info["env"] == dict(env, RUNWATCH_ATTEMPT_ID=info["attempt_id"])
 
 
 def test_launch_watch_completes_with_exit_0(tmp_path):

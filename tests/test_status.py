@@ -101,7 +101,7 @@ def test_status_minimal_and_watchdog_verdict(tmp_path):
     )
     st = status(str(tmp_path), gpus=False)
     lines = format_status(st)
-    assert "rate     40 tokens/s" in lines
+    assert "rate     40 samples/s" in lines  # the log's sps: no token count is known
     assert "watchdog ANOMALY stall step=20: no new record for 400 s (--stall 360)" in lines
     assert lines[-1] == "note     the log ends in a line still being written"
 

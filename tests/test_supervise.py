@@ -176,7 +176,10 @@ def test_a_hang_is_stopped_and_relaunched_with_back_off(tmp_path):
     assert res.returncode == 0, res.stderr
     recs = _journal(run)
     assert [r["event"] for r in recs] == ["launch", "verdict", "stop", "relaunch", "verdict", "done"]
-    assert recs[1]["kind"] == "stall" and "stopped process group" in recs[2]["message"]
+    assert recs[1]["kind"] == "stall" and recs[2]["message"] == (
+        "runwatch supervise: stopped after a stall: SIGTERM (1 process)"
+    )
+    assert recs[2]["stopped"] == 1 and recs[2]["left"] == []
 
 
 def test_a_lingering_process_is_stopped_after_done(tmp_path):
@@ -185,18 +188,20 @@ def test_a_lingering_process_is_stopped_after_done(tmp_path):
     assert res.returncode == 0 and res.stdout.splitlines()[-1] == "OK done step=10"
     recs = _journal(run)
     assert [r["event"] for r in recs] == ["launch", "verdict", "stop", "done"]
-    assert recs[2]["message"].endswith("with SIGTERM (still running 1 s after the run completed)")
+    assert recs[2]["message"] == (
+        "runwatch supervise: stopped when still running 1 s after the run completed: SIGTERM (1 process)"
+    )
     assert not alive(recs[0]["pid"])
 
 
 def test_a_killed_supervisor_is_replaced_and_adopts_the_training(tmp_path):
     run = tmp_path / "run"
-    first = subprocess.Popen(
-        _cmd(run, train=["--steps", "40", "--sleep", "0.1", "--fault", "kill@22"]),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    go = run / "go"
+    # the training waits before update 21 until the test says go: the kill at 22 comes after the adoption
+    train = ["--steps", "40", "--fault", "kill@22", "--hold", f"{go}@21"]
+    opts = ["--stall", "120"]
+    first = subprocess.Popen(_cmd(run, opts, train), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    third = None
     try:
         assert _wait(
             lambda: (
@@ -205,23 +210,29 @@ def test_a_killed_supervisor_is_replaced_and_adopts_the_training(tmp_path):
                 and (run / "metrics.jsonl").stat().st_size > 0
             )
         )
-        second = _supervise(run, train=["--steps", "40", "--sleep", "0.1", "--fault", "kill@22"], timeout=30)
+        second = _supervise(run, opts, train, timeout=60)
         assert second.returncode == 2
         assert second.stderr.strip() == f"supervise: {run}: another supervisor (pid {first.pid}) is running there"
         child = int((run / "pid").read_text())
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         assert alive(child)  # the training runs on without its supervisor
-        res = _supervise(run, train=["--steps", "40", "--sleep", "0.1", "--fault", "kill@22"])
+        third = subprocess.Popen(_cmd(run, opts, train), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert _wait(lambda: len(_journal(run)) >= 2, timeout=60)
+        go.touch()
+        out, err = third.communicate(timeout=90)
     finally:
-        if first.poll() is None:
-            first.kill()
+        for p in (first, third):
+            if p is not None and p.poll() is None:
+                p.kill()
         first.communicate()
-    assert res.returncode == 0, res.stderr
-    assert f"adopting the running process {child} (attempt 1)" in res.stderr
+        if third is not None and third.returncode is None:
+            third.communicate()
+    assert third.returncode == 0, err
+    assert f"adopting the running process {child} (attempt 1)" in err
     recs = _journal(run)
     assert [r["event"] for r in recs] == ["launch", "launch", "verdict", "relaunch", "verdict", "done"]
-    assert recs[1]["adopted"] is True and recs[1]["pid"] == child and recs[1]["supervisor"] != first.pid
+    assert recs[1]["adopted"] is True and recs[1]["pid"] == child and recs[1]["supervisor"] == third.pid
     assert recs[3]["restarts"] == 1 and recs[3]["attempt"] == 2
     assert (run / "stdout.log").read_text().count("--- runwatch launch") == 2  # never a second copy
 
@@ -476,10 +487,13 @@ def test_toml_supervise_table(tmp_path, capsys):
 
 def test_docs_table_is_generated_from_the_options():
     from runwatch.options import markdown_table
+    from runwatch.readers import ReadOptions
     from runwatch.supervise import SuperviseOptions
 
     with open(os.path.join(os.path.dirname(HERE), "docs", "SUPERVISE.md")) as f:
-        assert markdown_table(SuperviseOptions, "supervise") in f.read()
+        text = f.read()
+    assert markdown_table(SuperviseOptions, "supervise") in text
+    assert markdown_table(ReadOptions, "supervise") in text
 
 
 def test_demo_without_torch_says_what_to_install(tmp_path):

@@ -444,7 +444,7 @@ def test_sigterm_ignored_then_sigkill(tmp_path, writer):
     notes = []
     v = Watcher(str(log), Options(poll=0.05, pid=p.pid, stop_on_anomaly=True), stop_grace=0.5, log=notes.append).run()
     assert v.kind == "nonfinite_loss"
-    assert notes[-1] == f"runwatch watch: process {p.pid} ignored SIGTERM for 0.5 s; sent SIGKILL"
+    assert notes[-1] == "runwatch watch: stopped after a nonfinite_loss: SIGTERM, then SIGKILL after 0.5 s (1 process)"
     from runwatch.process import alive, exit_status
 
     assert not alive(p.pid) and exit_status(p.pid) == "killed by SIGKILL"  # reaped by the watchdog
@@ -605,3 +605,25 @@ def test_check_with_warnings_only_is_clean(tmp_path, capsys):
         "WARNING no_signal step=5: no train loss in m.jsonl; keys seen: eval_loss; use --map loss=KEY",
         "ANOMALY overfitting step=5: eval loss 1.5 > 1.21 ((1 + 0.1) x best 1.1) for 3 consecutive eval records",
     ]
+
+
+def test_a_text_logs_watch_continues_from_its_state(tmp_path):
+    """A relaunch's watch (supervise) takes up a text log where the last one stopped: the reader's
+    offset travels in the state, so no line is read twice."""
+    from runwatch.readers import ReadOptions
+
+    log = tmp_path / "stdout.log"
+
+    def lines(a, b):
+        return "".join(f"iter {i}: loss {2.0 / i:.4f}, time 10.00ms, mfu 1.00%\n" for i in range(a, b))
+
+    log.write_text(lines(1, 11))
+    read = ReadOptions(format="nanogpt")
+    w = Watcher(str(log), Options(poll=0.05), poll_checks=[], log=lambda m: None, read=read)
+    assert w.poll_once() is None and (w.applied, w.last_step) == (10, 10)
+    state = json.loads(json.dumps(w.state_dict(), allow_nan=False))
+    with open(log, "a") as f:
+        f.write(lines(11, 16))
+    again = Watcher(str(log), Options(poll=0.05), poll_checks=[], log=lambda m: None, read=read)
+    assert again.load_state_dict(state) and again.state_dict() == state
+    assert again.poll_once() is None and (again.applied, again.last_step) == (5, 15)

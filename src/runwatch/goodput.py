@@ -15,10 +15,12 @@ Goodput (docs/SUPERVISE.md, "Goodput"):
   the windows' `updates`; minimal telemetry: step differences within a session);
 - `steps_kept`: the updates on the path to the final step (the final step minus the run's first
   step): a step redone after a crash or a rollback counts once;
-- `seconds_lost`: the wall time from the first session's start to the last record, minus the
-  wall time of the path's stretches (from a session's start to its record at the step where the
-  next path session took over; the final session whole). It is the redone work plus every gap
-  between sessions: detection, stop, back-off, and the new process's start until its logger opened.
+- `seconds_lost`: the wall time from the first session's start to the last record (under
+  `supervise`: from the first launch to the end of the supervision), minus the wall time of the
+  path's stretches (from a session's start to its record at the step where the next path session
+  took over; the final session whole). It is the redone work plus every gap between sessions:
+  detection, stop, back-off, the new process's start until its logger opened, and every attempt
+  that logged nothing at all.
 
 Standard library only.
 """
@@ -86,8 +88,10 @@ def _valid(s: Session) -> list[Record]:
 
 
 def _last_step(s: Session) -> int | float:
+    """The furthest step the session reached (in minimal telemetry an eval line printed by the next
+    process, at the step it resumed from, still falls in this session: not its end)."""
     recs = _valid(s)
-    return recs[-1].step if recs else s.start_step
+    return max(r.step for r in recs) if recs else s.start_step
 
 
 def _origin(s: Session, first: bool) -> int | float:
@@ -235,9 +239,19 @@ def _updates(sessions: list[Session]) -> int | float:
     return total
 
 
-def goodput(sessions: list[Session], *, restarts: int = 0, rollbacks: int = 0) -> Goodput:
+def goodput(
+    sessions: list[Session],
+    *,
+    restarts: int = 0,
+    rollbacks: int = 0,
+    wall: tuple[float, float] | None = None,
+) -> Goodput:
     """`{"steps_kept", "steps_run", "ratio", "restarts", "rollbacks", "seconds_lost"}` (see the
-    module docstring); `ratio` and `seconds_lost` are None when they cannot be known."""
+    module docstring); `ratio` and `seconds_lost` are None when they cannot be known.
+
+    `wall`: (first launch, end) as the supervisor saw them; the time lost is then counted over
+    that whole span, so attempts that logged nothing (a crash before the first record, a hang
+    in start-up) count too, as do the first start-up and the final exit."""
     run = _updates(sessions)
     stretches = path(sessions)
     kept: int | float = 0
@@ -254,7 +268,9 @@ def goodput(sessions: list[Session], *, restarts: int = 0, rollbacks: int = 0) -
                 known = False
                 break
             kept_seconds += b - a
-        if known and first_start is not None and end is not None:
+        if known and wall is not None:
+            lost = round(max(0.0, wall[1] - wall[0] - kept_seconds), 3)
+        elif known and first_start is not None and end is not None:
             lost = round(max(0.0, end - first_start - kept_seconds), 3)
     return {
         "steps_kept": kept,

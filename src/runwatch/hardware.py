@@ -1,4 +1,5 @@
-"""What a session records about the machine: the `hardware` of run.json and a record's `memory`.
+"""What a session records about the machine: the `hardware` of run.json and a record's `memory`;
+and what `status` shows of its GPUs now (`gpu_info`: NVML, else nvidia-smi, else "no GPU").
 
 Standard library only: torch is consulted only when the program has imported it.
 """
@@ -8,9 +9,12 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from typing import Any
+from typing import Any, TypedDict
 
-__all__ = ["detect_hardware", "device_name", "rank_hardware", "memory_peaks"]
+__all__ = ["detect_hardware", "device_name", "rank_hardware", "memory_peaks", "gpu_info", "GpuInfo"]
+
+# nvidia-smi can hang on a wedged driver; a check-in must not.
+NVIDIA_SMI_TIMEOUT_SECONDS = 3.0
 
 
 def detect_hardware() -> dict[str, Any]:
@@ -57,13 +61,19 @@ def rank_hardware(hw: dict[str, Any], peers: list[dict[str, Any]], detected: boo
     return hw
 
 
-def _host_rss_peak_bytes() -> int | None:
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not on Unix
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
+try:
+    import resource
+except ImportError:  # pragma: no cover - not on Unix
+    resource = None  # type: ignore[assignment]
+# ru_maxrss is in KiB on Linux, in bytes on macOS.
+_RSS_UNIT = 1 if sys.platform == "darwin" else 1024
+# Whose usage to ask for. Linux reports the process's peak RSS (its memory's high-water mark) for
+# the calling thread as for the whole process (tests/test_hardware.py), and RUSAGE_THREAD spares
+# the kernel summing the CPU times of every thread, which grows with the threads torch starts (a
+# record asks once a window).
+_RUSAGE_WHO: int = 0 if resource is None else resource.RUSAGE_SELF
+if sys.platform == "linux" and resource is not None:
+    _RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", _RUSAGE_WHO)
 
 
 def memory_peaks() -> dict[str, int]:
@@ -73,7 +83,85 @@ def memory_peaks() -> dict[str, int]:
     if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_available():  # cheap test first
         memory["cuda_allocated_peak_bytes"] = int(torch.cuda.max_memory_allocated())
         memory["cuda_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
-    rss = _host_rss_peak_bytes()
-    if rss is not None:
-        memory["host_rss_peak_bytes"] = rss
+    if resource is not None:
+        memory["host_rss_peak_bytes"] = resource.getrusage(_RUSAGE_WHO).ru_maxrss * _RSS_UNIT
     return memory
+
+
+class GpuInfo(TypedDict):
+    """One device, as NVML or nvidia-smi reports it."""
+
+    index: int
+    name: str
+    utilization_percent: int
+    memory_used_bytes: int
+    memory_total_bytes: int
+
+
+def gpu_info() -> list[GpuInfo] | str:
+    """Per device utilisation and memory through NVML, else nvidia-smi, else "no GPU"."""
+    try:
+        import pynvml
+    except ImportError:
+        pynvml = None
+    if pynvml is not None:
+        try:
+            pynvml.nvmlInit()
+            try:
+                out: list[GpuInfo] = []
+                for i in range(pynvml.nvmlDeviceGetCount()):
+                    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                    util = pynvml.nvmlDeviceGetUtilizationRates(h)
+                    mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+                    name = pynvml.nvmlDeviceGetName(h)
+                    out.append(
+                        {
+                            "index": i,
+                            "name": name.decode() if isinstance(name, bytes) else name,
+                            "utilization_percent": util.gpu,
+                            "memory_used_bytes": mem.used,
+                            "memory_total_bytes": mem.total,
+                        }
+                    )
+                return out or "no GPU"
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - NVML errors are many; fall back to nvidia-smi
+            pass
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            res = subprocess.run(
+                [
+                    smi,
+                    "--query-gpu=index,name,utilization.gpu,memory.used,memory.total",
+                    "--format=csv,noheader,nounits",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=NVIDIA_SMI_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return "no GPU (nvidia-smi did not answer)"
+        out = []
+        for line in res.stdout.splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) == 5 and parts[0].isdigit():
+                try:
+                    out.append(
+                        {
+                            "index": int(parts[0]),
+                            "name": parts[1],
+                            "utilization_percent": int(parts[2]),
+                            "memory_used_bytes": int(parts[3]) * 2**20,
+                            "memory_total_bytes": int(parts[4]) * 2**20,
+                        }
+                    )
+                except ValueError:
+                    continue
+        return out or "no GPU"
+    return "no GPU"

@@ -32,7 +32,7 @@ import statistics
 import time
 from typing import Any, Literal, overload
 
-from .errors import InvalidRunError
+from .errors import ConfigError, InvalidRunError
 from .schema import loads, open_regular
 
 __all__ = [
@@ -77,7 +77,7 @@ class HeartbeatConfig:
         for name in ("every_seconds", "sample_seconds"):
             value = getattr(self, name)
             if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"heartbeat.{name} must be a finite number > 0, got {value!r}")
+                raise ConfigError(f"heartbeat.{name} must be a finite number > 0, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -448,9 +448,15 @@ class RankMonitor:
         self.straggler.load_state_dict(state["straggler"])
         self.stalled = None if state["stalled"] is None else [int(v) for v in state["stalled"]]
 
-    def poll(self, run_dir: str, now: float | None = None) -> tuple[str, int, str] | None:
+    def poll(
+        self, run_dir: str, now: float | None = None, ignore: frozenset[str] = frozenset()
+    ) -> tuple[str, int, str] | None:
+        """Read the heartbeats and judge them; `ignore`: sessions never judged (an earlier
+        attempt's files, which a relaunch has not yet overwritten)."""
         now = time.time() if now is None else now
         beats, self.problems = read_heartbeats(run_dir)
+        if ignore:
+            beats = {k: b for k, b in beats.items() if b.session_id not in ignore}
         return self.judge(current_session(beats), now)
 
     def judge(self, beats: dict[int, Heartbeat], now: float) -> tuple[str, int, str] | None:

@@ -2,17 +2,21 @@
 
 The command runs in its own session and process group, stdin from /dev/null, stdout and stderr
 appended to `RUN_DIR/stdout.log`, with the environment a supervised run wants (unbuffered output,
-no progress bars, `RUNWATCH_RUN_DIR`). Its pid goes to `RUN_DIR/pid`, how it was started to
-`RUN_DIR/launch.json` (both atomically). With `--watch` the watchdog then follows it in the
+no progress bars, `RUNWATCH_RUN_DIR`, and `RUNWATCH_ATTEMPT_ID`, which marks every process of this
+launch for `proctree`). A small waiter (`waiter.py`) starts it, stays its parent, and writes how it
+ended to `RUN_DIR/exit.json`, so that any later watch knows exit 0 from a kill. Its pid goes to
+`RUN_DIR/pid`, how it was started to `RUN_DIR/launch.json` (both atomically). With `--watch` the watchdog then follows it in the
 foreground: exit 7 on an anomaly, 0 on completion. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -21,8 +25,12 @@ from .errors import UsageError
 from .journal import atomic_write_text
 from .options import add_command_arguments, split_command
 from .process import alive, read_pid_file
+from .proctree import MARKER_ENV, start_ticks
+from .readers import ReadOptions, read_options
+from .readers import add_arguments as add_read_arguments
+from .waiter import EXIT_FILE
 
-__all__ = ["launch", "LAUNCH_ENV", "add_arguments", "run"]
+__all__ = ["launch", "log_target", "LAUNCH_ENV", "WAITER", "TEXT_FORMATS", "add_arguments", "run"]
 
 # Added to the command's environment: line-buffered logs, no progress bars in stdout.log,
 # quiet transformers, no tokenizers fork warnings, and where the run directory is.
@@ -32,10 +40,65 @@ LAUNCH_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
     "TOKENIZERS_PARALLELISM": "false",
 }
+# Formats whose records a program prints: read from its own output.
+TEXT_FORMATS = ("text", "nanogpt", "megatron")
+# The script that starts the command, waits for it and writes exit.json (run as a file, not imported).
+WAITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "waiter.py")
+
+
+def _start_waiter(spec: dict[str, Any], stderr_fd: int) -> dict[str, Any]:
+    """Start `waiter.py` with `spec` on its stdin; its one-line answer (`pid` and `waiter`, or `error`)."""
+    to_w, from_l = os.pipe()  # spec: launcher -> waiter
+    from_w, to_l = os.pipe()  # answer: waiter -> launcher
+    try:
+        pid = os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-I", "-S", WAITER],  # a plain script: no site-packages, no runwatch import
+            dict(os.environ),
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, to_w, 0),
+                (os.POSIX_SPAWN_DUP2, to_l, 1),
+                (os.POSIX_SPAWN_DUP2, stderr_fd, 2),
+            ],  # every other descriptor of ours is close-on-exec
+            setsid=True,  # neither in our session nor in the training's
+        )
+    except OSError as exc:
+        for fd in (to_w, from_l, from_w, to_l):
+            os.close(fd)
+        raise UsageError(f"launch: cannot start the waiter ({sys.executable}): {exc.strerror or exc}") from None
+    os.close(to_w)
+    os.close(to_l)
+    try:
+        data = json.dumps(spec).encode()
+        while data:
+            data = data[os.write(from_l, data) :]
+        os.close(from_l)
+        from_l = -1
+        answer = b""
+        while not answer.endswith(b"\n"):
+            block = os.read(from_w, 4096)
+            if not block:
+                break
+            answer += block
+    finally:
+        if from_l >= 0:
+            os.close(from_l)
+        os.close(from_w)
+        os.waitpid(pid, 0)  # it forked: the waiter that stays is nobody's child
+    try:
+        reply = json.loads(answer)
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict):
+        raise UsageError(f"launch: the waiter did not answer (see {spec['stdout']})")
+    return reply
 
 
 def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Start `cmd` detached for `run_dir`; return what went to launch.json (with `pid`, `pgid`)."""
+    """Start `cmd` detached for `run_dir`; return what went to launch.json (with `pid`, `pgid`).
+
+    The command runs under a waiter (`waiter.py`) that writes `RUN_DIR/exit.json` when it ends;
+    its environment carries `RUNWATCH_ATTEMPT_ID`, which marks every process it starts."""
     if not cmd:
         raise UsageError("launch: no command given (runwatch launch RUN_DIR -- CMD ...)")
     run_dir = os.path.abspath(os.fspath(run_dir))
@@ -46,35 +109,23 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
     old = read_pid_file(os.path.join(run_dir, "pid"))
     if old is not None and alive(old):
         raise UsageError(f"launch: {run_dir}: the process {old} launched there is still running")
-    added = dict(LAUNCH_ENV, RUNWATCH_RUN_DIR=run_dir)
+    attempt_id = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns():x}"
+    added = dict(LAUNCH_ENV, RUNWATCH_RUN_DIR=run_dir, **{MARKER_ENV: attempt_id})
     full_env = dict(os.environ if env is None else env)
     full_env.update(added)
     out_path = os.path.join(run_dir, "stdout.log")
+    with contextlib.suppress(FileNotFoundError):  # how the previous attempt ended is in the journal
+        os.unlink(os.path.join(run_dir, EXIT_FILE))
     out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(out_fd, f"--- runwatch launch {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {' '.join(cmd)}\n".encode())
-        null_fd = os.open(os.devnull, os.O_RDONLY)
-        try:
-            # posix_spawn: no Python object left to warn about a still-running child; setsid puts
-            # the command in its own session and process group (pgid == pid), so the watchdog can
-            # stop the whole group and a terminal's Ctrl-C does not reach it.
-            pid = os.posix_spawnp(
-                cmd[0],
-                list(cmd),
-                full_env,
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, null_fd, 0),
-                    (os.POSIX_SPAWN_DUP2, out_fd, 1),
-                    (os.POSIX_SPAWN_DUP2, out_fd, 2),
-                ],
-                setsid=True,
-            )
-        except OSError as exc:
-            raise UsageError(f"launch: cannot start {cmd[0]!r}: {exc.strerror or exc}") from None
-        finally:
-            os.close(null_fd)
+        reply = _start_waiter({"cmd": list(cmd), "env": full_env, "stdout": out_path, "run_dir": run_dir}, out_fd)
     finally:
         os.close(out_fd)
+    if "error" in reply or type(reply.get("pid")) is not int:
+        raise UsageError(f"launch: cannot start {cmd[0]!r}: {reply.get('error') or 'no pid'}")
+    pid = int(reply["pid"])
+    waiter = reply.get("waiter") if type(reply.get("waiter")) is int else None
     now = time.time()
     info: dict[str, Any] = {
         "pid": pid,
@@ -86,10 +137,25 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
         "time": now,
         "env": added,
         "stdout": "stdout.log",
+        "attempt_id": attempt_id,
+        "waiter": waiter,
+        "start_ticks": start_ticks(pid),
+        "waiter_start_ticks": start_ticks(waiter) if waiter is not None else None,
     }
     atomic_write_text(os.path.join(run_dir, "pid"), f"{pid}\n")
     atomic_write_text(os.path.join(run_dir, "launch.json"), json.dumps(info, indent=2) + "\n")
     return info
+
+
+def log_target(run_dir: str, read: ReadOptions) -> str:
+    """What a watch of a launched program follows: `--log` (relative to RUN_DIR), stdout.log for a
+    text log (`--format text/nanogpt/megatron`, `--pattern`), else the run directory itself, where
+    `metrics.jsonl` or the one log of another tool is found (as `runwatch watch RUN_DIR` finds it)."""
+    if read.log:
+        return os.path.join(run_dir, read.log)
+    if read.pattern or read.format in TEXT_FORMATS:
+        return os.path.join(run_dir, "stdout.log")
+    return run_dir
 
 
 def _declare(p: argparse.ArgumentParser) -> None:
@@ -99,6 +165,7 @@ def _declare(p: argparse.ArgumentParser) -> None:
         "--watch", action="store_true", help="then watch the run in the foreground (exit 7 on anomaly, 0 on completion)"
     )
     add_watch_arguments(p, "launch")
+    add_read_arguments(p, "launch")  # --format, --pattern, --run, --log
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -112,10 +179,13 @@ def _split(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     cmd = _split(args)
     opts = None
+    read = read_options(args)
     if args.watch:  # validate the watch options before starting anything
         from .watchdog import options_from_args
 
         opts = options_from_args(args, os.path.abspath(args.run_dir), "watch")
+    elif any(getattr(args, k, None) not in (None, []) for k in ("format", "pattern", "run", "log")):
+        raise UsageError("launch: --format, --pattern, --run and --log say how to watch: add --watch")
     info = launch(args.run_dir, cmd)
     d = args.run_dir
     print(
@@ -130,6 +200,6 @@ def run(args: argparse.Namespace) -> int:
     from .watchdog import Watcher
 
     opts = dataclasses.replace(opts, pid=info["pid"])
-    verdict = Watcher(d, opts).run()
+    verdict = Watcher(log_target(os.path.abspath(d), read), opts, read=read).run()
     print(verdict.line(), flush=True)
     return verdict.exit_code_with(opts.exit_transient)

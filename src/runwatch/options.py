@@ -84,15 +84,27 @@ def add_command_arguments(
 
 
 def split_command(
-    args: argparse.Namespace, command: str, declare: Callable[[argparse.ArgumentParser], None]
+    args: argparse.Namespace,
+    command: str,
+    declare: Callable[[argparse.ArgumentParser], None],
+    dash_values: tuple[str, ...] = (),
 ) -> list[str]:
     """Parse `args.rest` (RUN_DIR and options up to `--`) into `args`; return the command after `--`.
-    Options given before RUN_DIR are kept; a missing `--` or command is a UsageError."""
+    Options given before RUN_DIR are kept; a missing `--` or command is a UsageError. The flags in
+    `dash_values` take the next word as their value even when it starts with `-` (argparse would
+    take `--resume-args --init_from=resume` for two options)."""
     rest = list(args.rest)
     if "--" not in rest:
         raise UsageError(f"{command}: expected RUN_DIR [options] -- CMD ...")
     i = rest.index("--")
     head, cmd = rest[:i], rest[i + 1 :]
+    glued: list[str] = []
+    for word in head:
+        if glued and glued[-1] in dash_values:
+            glued[-1] = f"{glued[-1]}={word}"
+        else:
+            glued.append(word)
+    head = glued
     sub = Parser(prog=f"runwatch {command}", add_help=False)
     declare(sub)
     sub.add_argument("run_dir", metavar="RUN_DIR")

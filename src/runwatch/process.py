@@ -1,8 +1,10 @@
 """The training process as the watchdog sees it: alive or gone, how it ended, how to stop it.
 
-A zombie (exited, not yet reaped) counts as gone. When the process is our own child (`runwatch
-launch --watch`), it is reaped here and its exit status kept for the verdict's message.
-Standard library only; `/proc` is used where it exists (Linux) to tell zombies apart.
+A zombie (exited, not yet reaped) counts as gone. How a launched process ended is a fact that
+its waiter wrote to `RUN_DIR/exit.json` (`read_exit`, `wait_exit`); a process that is our own
+child is also reaped here and its exit status kept. Stopping goes through `proctree`: every
+process of the attempt, not only the first. Standard library only; `/proc` is used where it
+exists (Linux) to tell zombies apart.
 """
 
 from __future__ import annotations
@@ -13,8 +15,27 @@ import signal
 import stat
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["alive", "exit_status", "read_pid_file", "oom_line", "stop", "STOP_GRACE_SECONDS", "OOM_PATTERNS"]
+from .proctree import ProcessTree
+from .proctree import stop as _tree_stop
+from .waiter import EXIT_FILE
+
+__all__ = [
+    "Exit",
+    "alive",
+    "exit_status",
+    "read_exit",
+    "wait_exit",
+    "read_pid_file",
+    "oom_line",
+    "launched_group",
+    "launch_info",
+    "stop",
+    "STOP_GRACE_SECONDS",
+    "OOM_PATTERNS",
+]
 
 # --stop-on-anomaly (docs/WATCHDOG.md, "Rules on every poll"): wait at most 30 s after SIGTERM before SIGKILL.
 STOP_GRACE_SECONDS = 30.0
@@ -22,6 +43,8 @@ STOP_GRACE_SECONDS = 30.0
 OOM_PATTERNS = ("CUDA out of memory", "OutOfMemoryError", "std::bad_alloc", "MemoryError")
 # The tail of stdout.log searched for them: a traceback and the allocator's message fit easily.
 OOM_TAIL_BYTES = 64 * 1024
+# The waiter writes exit.json within milliseconds of the process's end; on a loaded machine allow more.
+EXIT_WAIT_SECONDS = 5.0
 
 _reaped: dict[int, str] = {}
 
@@ -72,7 +95,8 @@ def alive(pid: int) -> bool:
 
 
 def exit_status(pid: int) -> str | None:
-    """How our reaped child ended (`exit status 1`, `killed by SIGKILL`), else None."""
+    """How our child ended (`exit status 1`, `killed by SIGKILL`), reaping it if need be; else None."""
+    _reap(pid)
     return _reaped.get(pid)
 
 
@@ -113,12 +137,8 @@ def oom_line(stdout_log: str) -> str | None:
 
 def launched_group(pid: int, run_dir: str) -> int | None:
     """The process group to signal when `runwatch launch` started `pid` in its own group, else None."""
-    try:
-        with open(os.path.join(run_dir, "launch.json"), "rb") as f:
-            info = json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(info, dict) or info.get("pid") != pid or not isinstance(info.get("pgid"), int):
+    info = launch_info(run_dir)
+    if info is None or info.get("pid") != pid or not isinstance(info.get("pgid"), int):
         return None
     try:
         if os.getpgid(pid) != info["pgid"]:  # the pid was reused by an unrelated process
@@ -128,34 +148,68 @@ def launched_group(pid: int, run_dir: str) -> int | None:
     return int(info["pgid"])
 
 
-def _signal(pid: int, group: int | None, sig: int) -> None:
+def launch_info(run_dir: str) -> dict[str, Any] | None:
+    """RUN_DIR/launch.json as an object, or None (absent, not JSON, not an object)."""
     try:
-        if group is not None:
-            os.killpg(group, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
+        with open(os.path.join(run_dir, "launch.json"), "rb") as f:
+            info = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
 
 
-def stop(pid: int, run_dir: str, grace: float = STOP_GRACE_SECONDS) -> str:
-    """SIGTERM `pid` (its group when launched by runwatch), wait up to `grace` s, then SIGKILL.
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """How a launched process ended, as `RUN_DIR/exit.json` records it."""
 
-    Returns a one-line note of what was done.
-    """
-    if not alive(pid):
+    pid: int
+    status: int | None  # the exit status; None when a signal ended it
+    signal: str | None  # the signal's name (SIGKILL), or None
+    time: float
+
+    def describe(self) -> str:
+        """`exit status 1`, `killed by SIGKILL`."""
+        return f"killed by {self.signal}" if self.signal else f"exit status {self.status}"
+
+
+def read_exit(run_dir: str, pid: int) -> Exit | None:
+    """`RUN_DIR/exit.json` when it describes `pid`, else None (absent, another pid, not one)."""
+    try:
+        fd = os.open(os.path.join(run_dir, EXIT_FILE), os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            rec = json.loads(os.read(fd, 4096))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("pid") != pid:
+        return None
+    status, sig, t = rec.get("status"), rec.get("signal"), rec.get("time")
+    if not ((type(status) is int and sig is None) or (status is None and isinstance(sig, str))):
+        return None
+    return Exit(pid, status, sig, float(t) if isinstance(t, (int, float)) else 0.0)
+
+
+def wait_exit(run_dir: str, pid: int, timeout: float = EXIT_WAIT_SECONDS) -> Exit | None:
+    """How `pid` ended: exit.json, waited for up to `timeout` s while its waiter still runs (it
+    writes the file a moment after the process is gone); None when nothing recorded it."""
+    info = launch_info(run_dir)
+    waiter = info.get("waiter") if info is not None and info.get("pid") == pid else None
+    end = time.monotonic() + timeout
+    while True:
+        ended = read_exit(run_dir, pid)
+        if ended is not None or type(waiter) is not int or not alive(waiter) or time.monotonic() >= end:
+            return ended
+        time.sleep(0.02)
+
+
+def stop(pid: int, run_dir: str, grace: float = STOP_GRACE_SECONDS, why: str = "an anomaly") -> str:
+    """Stop every process of the attempt `pid` leads (`proctree.stop`: SIGTERM, SIGCONT to the
+    stopped ones, SIGKILL after `grace` s); a one-line note of what was done."""
+    tree = ProcessTree.of_launch(run_dir, pid)
+    done = _tree_stop(tree, grace) if tree is not None else None
+    if done is None or done.count == 0:
         return f"runwatch watch: process {pid} had already exited"
-    group = launched_group(pid, run_dir)
-    what = f"process group {group}" if group is not None else f"process {pid}"
-    _signal(pid, group, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return f"runwatch watch: stopped {what} with SIGTERM"
-        time.sleep(0.05)
-    _signal(pid, group, signal.SIGKILL)
-    for _ in range(100):
-        if not alive(pid):
-            break
-        time.sleep(0.05)
-    return f"runwatch watch: {what} ignored SIGTERM for {grace:g} s; sent SIGKILL"
+    return f"runwatch watch: stopped after {why}: {done.describe()}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import EXIT_ANOMALY, EXIT_OK, InvalidRunError, UsageError
 from .readers import ReadOptions
@@ -45,6 +46,20 @@ class CheckResult:
         if first is None:
             return EXIT_OK
         return exit_transient if exit_transient is not None and first.cls == "transient" else EXIT_ANOMALY
+
+    def to_json(self) -> dict[str, Any]:
+        """What `runwatch check --json` prints: every finding (stops and warnings), the verdict
+        line, and the class and onset of the first stop (null when there is none)."""
+        first = self.first_stop
+        return {
+            "findings": [f.to_json() for f in self.findings],
+            "warnings": len(self.warnings),
+            "last_step": self.last_step,
+            "torn_line": self.torn_line,
+            "verdict": self.lines()[-1],
+            "class": first.cls if first else None,
+            "onset": first.to_json()["onset"] if first else None,
+        }
 
     def lines(self) -> list[str]:
         """`FINDING` (a stop) and `WARNING` lines in log order, then the verdict line."""

@@ -15,14 +15,13 @@ import collections
 import json
 import math
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 from .errors import UsageError
 from .follow import tail_lines
+from .hardware import GpuInfo, gpu_info
 from .heartbeats import rank_status_lines
 from .liveness import is_local_host, last_error, process_host, watchdog_liveness
 from .options import add_flags
@@ -42,12 +41,13 @@ from .records import (
 from .replay import reached
 from .rules import RuleOptions, fmt_step, verdict_class
 from .schema import read_manifest, read_regular_file
-from .supervise import supervise_status
+from .supervision import supervise_status
 from .verdict import read_verdict
 
 __all__ = [
     "status",
     "describe",
+    "watchdog_facts",
     "format_status",
     "gpu_info",
     "add_arguments",
@@ -63,8 +63,6 @@ __all__ = [
 
 # Records read back from the end: enough for a rate over the last windows and the last eval.
 TAIL_RECORDS = 200
-# nvidia-smi can hang on a wedged driver; a check-in must not.
-NVIDIA_SMI_TIMEOUT_SECONDS = 3.0
 
 # A number as a check-in shows it: a non-finite one as its text (strict JSON has no NaN).
 Shown = float | str | None
@@ -113,16 +111,6 @@ class ProcessInfo(TypedDict):
     host: NotRequired[str]
 
 
-class GpuInfo(TypedDict):
-    """One device, as NVML or nvidia-smi reports it."""
-
-    index: int
-    name: str
-    utilization_percent: int
-    memory_used_bytes: int
-    memory_total_bytes: int
-
-
 class Status(StatusHead):
     """The facts of one check-in: what `runwatch status --json` prints."""
 
@@ -131,8 +119,9 @@ class Status(StatusHead):
     loss: Shown
     lr: Shown
     grad_norm: GradNorm | None
-    tokens_per_second: Shown
-    steps_per_second: float | None
+    tokens_per_second: Shown  # null unless the log counts tokens (schema v1)
+    steps_per_second: float | None  # updates a second, from the records' times (a text log: its ms an iteration)
+    samples_per_second: Shown  # the log's own `sps` (minimal telemetry), when it is not an iteration rate
     eta_seconds: int | None
     ended: Ended | None
     last_eval: LastEval | None
@@ -141,7 +130,7 @@ class Status(StatusHead):
     last_error: str | None
     gpus: list[GpuInfo] | str | None  # a str: why there is no list ("no GPU"); None: not asked
     ranks: list[str]
-    supervise: Mapping[str, Any] | None  # supervise.supervise_status
+    supervise: Mapping[str, Any] | None  # supervision.supervise_status
 
 
 def _read_json(path: str) -> Any:
@@ -247,11 +236,18 @@ def describe(
         {"mean": _num(lt.grad_mean), "max": _num(lt.grad_max)} if lt and lt.grad_mean is not None else None
     )
     tps: float | None = None
-    if last is not None and last.raw and isinstance(last.raw.get("session"), dict):
-        tps = last.raw["session"].get("tokens_per_second")
-    if tps is None and lt is not None:
-        tps = lt.throughput
+    sps: float | None = None
+    if t.schema_v1():  # tokens are counted: tokens / s
+        if last is not None and last.raw and isinstance(last.raw.get("session"), dict):
+            tps = last.raw["session"].get("tokens_per_second")
+        if tps is None and lt is not None:
+            tps = lt.throughput
+    elif lt is not None:
+        sps = lt.throughput  # the log's `sps`: samples a second, or a text log's iterations a second
     steps_per_second = _rate(trains)
+    if sps is not None and _iteration_rate(t):
+        steps_per_second = steps_per_second or sps
+        sps = None
     eta = None
     if out["max_steps"] and steps_per_second and step is not None:
         eta = max(0.0, (out["max_steps"] - step) / steps_per_second)
@@ -272,27 +268,8 @@ def describe(
         process = {"pid": pid, "alive": alive(pid)}
     else:  # another node of the cluster: its pids mean nothing here
         process = {"pid": pid, "alive": None, "host": host}
-    verdict, _problem = read_verdict(t.run_dir, watching=True)
-    launch = _read_json(os.path.join(t.run_dir, "launch.json"))
-    if isinstance(verdict, dict):
-        verdict.pop("state", None)  # the watch's resumable state: not for a check-in
-        if verdict.get("verdict") == "watching":
-            watching, line = watchdog_liveness(verdict, now)
-            verdict = {**verdict, "alive": watching, "line": line}
-        else:
-            stale = (
-                isinstance(launch, dict)
-                and isinstance(launch.get("time"), (int, float))
-                and isinstance(verdict.get("time"), (int, float))
-                and verdict["time"] < launch["time"]
-            )
-            verdict = {
-                **verdict,
-                "class": verdict.get("class", verdict_class(verdict.get("kind"))),
-                "before_current_launch": bool(stale),
-            }
-    watchdog = verdict if isinstance(verdict, dict) else None
-    error: str | None = verdict.get("last_error") if isinstance(verdict, dict) else None
+    watchdog = watchdog_facts(t.run_dir, now)
+    error: str | None = watchdog.get("last_error") if watchdog is not None else None
     if error is None and process and process["alive"] is False and not (ended and ended["reason"] == "normal"):
         error = last_error(os.path.join(t.run_dir, "stdout.log"))
     return {
@@ -305,6 +282,7 @@ def describe(
         "grad_norm": grad_norm,
         "tokens_per_second": _num(tps),
         "steps_per_second": steps_per_second,
+        "samples_per_second": _num(sps),
         "eta_seconds": round(eta) if eta is not None else None,
         "ended": ended,
         "last_eval": last_eval,
@@ -317,10 +295,41 @@ def describe(
     }
 
 
+def watchdog_facts(run_dir: str, now: float) -> dict[str, Any] | None:
+    """watchdog.json as a check-in shows it: a `watching` record with `alive` and its `line` (is
+    the watch itself still running), or a verdict with its `class` and `before_current_launch`
+    (older than launch.json's `time`); None when there is none."""
+    verdict, _problem = read_verdict(run_dir, watching=True)
+    if not isinstance(verdict, dict):
+        return None
+    verdict.pop("state", None)  # the watch's resumable state: not for a check-in
+    if verdict.get("verdict") == "watching":
+        watching, line = watchdog_liveness(verdict, now)
+        return {**verdict, "alive": watching, "line": line}
+    launch = _read_json(os.path.join(run_dir, "launch.json"))
+    stale = (
+        isinstance(launch, dict)
+        and isinstance(launch.get("time"), (int, float))
+        and isinstance(verdict.get("time"), (int, float))
+        and verdict["time"] < launch["time"]
+    )
+    return {
+        **verdict,
+        "class": verdict.get("class", verdict_class(verdict.get("kind"))),
+        "before_current_launch": bool(stale),
+    }
+
+
 def _num(v: float | None) -> Shown:
     if (type(v) is int or type(v) is float) and not math.isfinite(v):
         return str(v)  # strict JSON has no NaN: show it as text
     return v
+
+
+def _iteration_rate(t: Target) -> bool:
+    """A text log whose `sps` is 1000 / its milliseconds an iteration: updates a second (nanoGPT),
+    not samples (a pattern or preset with a `batch_size` group, Megatron's)."""
+    return t.format == "text" and not any("(?P<batch_size>" in p for p in t.read.patterns())
 
 
 def _rate(trains: list[Record]) -> float | None:
@@ -331,72 +340,6 @@ def _rate(trains: list[Record]) -> float | None:
     (a_time, a_step), (b_time, b_step) = timed[0], timed[-1]
     dt = b_time - a_time
     return (b_step - a_step) / dt if dt > 0 and b_step > a_step else None
-
-
-def gpu_info() -> list[GpuInfo] | str:
-    """Per device utilisation and memory through NVML, else nvidia-smi, else "no GPU"."""
-    try:
-        import pynvml
-    except ImportError:
-        pynvml = None
-    if pynvml is not None:
-        try:
-            pynvml.nvmlInit()
-            try:
-                out: list[GpuInfo] = []
-                for i in range(pynvml.nvmlDeviceGetCount()):
-                    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                    util = pynvml.nvmlDeviceGetUtilizationRates(h)
-                    mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-                    name = pynvml.nvmlDeviceGetName(h)
-                    out.append(
-                        {
-                            "index": i,
-                            "name": name.decode() if isinstance(name, bytes) else name,
-                            "utilization_percent": util.gpu,
-                            "memory_used_bytes": mem.used,
-                            "memory_total_bytes": mem.total,
-                        }
-                    )
-                return out or "no GPU"
-            finally:
-                pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001 - NVML errors are many; fall back to nvidia-smi
-            pass
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            res = subprocess.run(
-                [
-                    smi,
-                    "--query-gpu=index,name,utilization.gpu,memory.used,memory.total",
-                    "--format=csv,noheader,nounits",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=NVIDIA_SMI_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return "no GPU (nvidia-smi did not answer)"
-        out = []
-        for line in res.stdout.splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) == 5 and parts[0].isdigit():
-                try:
-                    out.append(
-                        {
-                            "index": int(parts[0]),
-                            "name": parts[1],
-                            "utilization_percent": int(parts[2]),
-                            "memory_used_bytes": int(parts[3]) * 2**20,
-                            "memory_total_bytes": int(parts[4]) * 2**20,
-                        }
-                    )
-                except ValueError:
-                    continue
-        return out or "no GPU"
-    return "no GPU"
 
 
 def _dur(s: float) -> str:
@@ -427,11 +370,17 @@ def format_status(st: Status) -> list[str]:
         lines.append(f"step     {fmt_step(st['step'])}{total}{age}")
     if st["loss"] is not None:
         key = st.get("loss_key")
-        lines.append(f"loss     {_v(st['loss'])}{f' (from {key})' if key else ''}   lr {_v(st['lr'])}")
+        lr = f"   lr {_v(st['lr'])}" if st["lr"] is not None else ""  # not logged: not shown
+        lines.append(f"loss     {_v(st['loss'])}{f' (from {key})' if key else ''}{lr}")
     if st["grad_norm"]:
         lines.append(f"grad     mean {_v(st['grad_norm']['mean'])}  max {_v(st['grad_norm']['max'])}")
+    # the rate as measured: tokens when the log counts them, else updates, else the log's samples
     if st["tokens_per_second"] is not None:
         lines.append(f"rate     {_v(st['tokens_per_second'])} tokens/s")
+    elif st["steps_per_second"] is not None:
+        lines.append(f"rate     {_v(st['steps_per_second'])} updates/s")
+    elif st["samples_per_second"] is not None:
+        lines.append(f"rate     {_v(st['samples_per_second'])} samples/s")
     if st["eta_seconds"] is not None:
         lines.append(f"eta      {_dur(st['eta_seconds'])} ({_v(st['steps_per_second'])} steps/s)")
     if st["ended"]:

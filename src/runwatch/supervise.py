@@ -25,8 +25,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fcntl
-import json
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -37,14 +37,16 @@ from types import FrameType
 from typing import Any, TypeAlias
 
 from . import process as _proc
-from .errors import InvalidRunError, UsageError
-from .follow import tail_lines
+from . import proctree
+from .errors import ConfigError, InvalidRunError, UsageError
 from .goodput import goodput, latest_checkpoint, rollback_target
-from .launch import launch
+from .heartbeats import read_heartbeats
+from .launch import launch, log_target
 from .notify import Notifier, mask_url
 from .options import (
     INT_0,
     NON_NEGATIVE,
+    TEXT,
     TEXTS,
     add_command_arguments,
     add_flags,
@@ -54,25 +56,26 @@ from .options import (
     split_command,
     validate,
 )
+from .readers import ReadOptions, read_options
+from .readers import add_arguments as add_read_arguments
 from .records import Session, load_sessions, resolve_target
 from .resume import RESUME_ENV
 from .rules import fmt_step
+from .supervision import JOURNAL, append, last_output_line, last_record, stdout_tail, supervise_status
 from .verdict import read_verdict, write_verdict
 from .watchdog import Options, Verdict, Watcher, load_options
 
 __all__ = [
     "SuperviseOptions",
     "Supervisor",
-    "supervise_status",
+    "supervise_status",  # (from supervision, where status reads it)
     "add_arguments",
     "run",
     "JOURNAL",
     "LOCK",
     "MAX_BACKOFF_SECONDS",
-    "EVENTS",
 ]
 
-JOURNAL = "supervise.jsonl"
 LOCK = "supervise.lock"
 # The back-off doubles with each consecutive transient relaunch up to this (ten minutes: long enough
 # for a node to be drained or a file system to come back, short enough not to waste a night).
@@ -82,7 +85,6 @@ MAX_BACKOFF_SECONDS = 600.0
 MIN_FREE_BYTES = 16 * 2**20
 # Lines of stdout.log that go with an anomaly's notification.
 NOTIFY_TAIL_LINES = 20
-EVENTS = ("launch", "verdict", "warning", "stop", "relaunch", "rollback", "done", "gave_up", "notify_failed")
 _NOTIFIED = ("verdict", "warning", "rollback", "relaunch", "done", "gave_up")
 EXIT_USAGE = 2
 ENDED_GRACE_SECONDS = 10.0  # how long a process whose session ended (error, interrupted) may take to exit by itself
@@ -122,9 +124,30 @@ class SuperviseOptions:
         metavar="URL",
         commands=_SUP,
     )
+    resume_args: str | None = option(
+        None,
+        TEXT,
+        "arguments appended to the command on every relaunch and rollback, not on the first launch "
+        "(nanoGPT: '--init_from=resume')",
+        none=True,
+        metavar="ARGS",
+        commands=_SUP,
+    )
 
     def __post_init__(self) -> None:
         validate(self, "supervise")
+        if self.resume_args is not None:
+            try:
+                shlex.split(self.resume_args)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"supervise.resume_args must split like shell words, got {self.resume_args!r}: {exc}"
+                ) from None
+
+    @property
+    def resume_argv(self) -> list[str]:
+        """`--resume-args` as the words appended to the command."""
+        return shlex.split(self.resume_args) if self.resume_args else []
 
 
 def load_supervise_options(run_dir: str | None, given: dict[str, Any]) -> SuperviseOptions:
@@ -132,46 +155,6 @@ def load_supervise_options(run_dir: str | None, given: dict[str, Any]) -> Superv
     merged = read_toml(run_dir, SuperviseOptions, "supervise", table="supervise")
     merged.update({k: v for k, v in given.items() if v is not None and v != ()})
     return SuperviseOptions(**merged)
-
-
-# --- the journal ----------------------------------------------------------------------------------
-
-
-def _last_record(run_dir: str) -> dict[str, Any] | None:
-    """The last complete record of `supervise.jsonl`, read from the end; None when there is none."""
-    path = os.path.join(run_dir, JOURNAL)
-    try:
-        lines, _ = tail_lines(path, 1)
-    except OSError:
-        return None
-    try:
-        rec = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        return None
-    return rec if isinstance(rec, dict) else None
-
-
-def supervise_status(run_dir: str) -> dict[str, Any] | None:
-    """The supervision's state for `runwatch status`: attempt, restarts and rollbacks with their
-    budgets, the last event, and whether the supervisor still runs; None when never supervised."""
-    last = _last_record(run_dir)
-    if last is None:
-        return None
-    budgets = last.get("budgets")
-    if not isinstance(budgets, dict):
-        budgets = {}
-    sup = last.get("supervisor")
-    running = last.get("event") not in ("done", "gave_up") and type(sup) is int and _proc.alive(sup)
-    return {
-        "attempt": last.get("attempt"),
-        "restarts": last.get("restarts"),
-        "rollbacks": last.get("rollbacks"),
-        "max_restarts": budgets.get("restarts"),
-        "max_rollbacks": budgets.get("rollbacks"),
-        "event": last.get("event"),
-        "supervisor_pid": sup,
-        "supervisor_running": running,
-    }
 
 
 # --- the supervisor -------------------------------------------------------------------------------
@@ -187,6 +170,7 @@ class Supervisor:
         watch: Options | None = None,
         opts: SuperviseOptions | None = None,
         *,
+        read: ReadOptions | None = None,
         stop_grace: float = _proc.STOP_GRACE_SECONDS,
         out: Callable[[str], None] | None = None,
         log: Callable[[str], None] | None = None,
@@ -197,6 +181,8 @@ class Supervisor:
         self.cmd = list(cmd)
         self.watch = watch or Options()
         self.opts = opts or SuperviseOptions()
+        self.read = read or ReadOptions()
+        self.target = log_target(self.run_dir, self.read)  # the log the watch follows
         self.stop_grace = stop_grace
         self.out = out or (lambda line: print(line, flush=True))
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -207,10 +193,15 @@ class Supervisor:
         self.pid: int | None = None
         self.env: dict[str, str] = {}  # the RUNWATCH_* of the current attempt (a rollback's)
         self.checkpoints_at_launch = 0  # checkpoint events in the log when the attempt began
+        self.high = 0.0  # the highest step the run had logged when the attempt began
+        self.stuck = 0  # attempts in a row (this one included once judged) that logged no new step
+        self.first_launch: float | None = None  # when this supervision first launched (goodput's wall time)
+        self.stale: frozenset[str] = frozenset()  # sessions of heartbeat files older than the attempt
         self.fresh = 0  # records the attempt wrote, as far as its watch has read
         self.watcher: Watcher | None = None  # the current attempt's watch
         self.state: dict[str, Any] | None = None  # where the log was read to (Watcher.state_dict)
         self.new_process = False  # the next watch is of a newly launched process
+        self.adopted = False  # the current attempt was launched by an earlier supervisor
         self.interrupted: int | None = None
         self.notifier: Notifier | None = None
         self.warned = 0  # warnings of the watch journaled (and notified) so far: each once
@@ -281,15 +272,13 @@ class Supervisor:
             warned=self.warned,
             env=self.env,
             checkpoints_at_launch=self.checkpoints_at_launch,
+            high_step=self.high,
+            stuck=self.stuck,
+            first_launch=self.first_launch,
+            stale_sessions=sorted(self.stale),
             supervisor=os.getpid(),
         )
-        line = json.dumps(rec, allow_nan=False) + "\n"
-        fd = os.open(os.path.join(self.run_dir, JOURNAL), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        append(self.run_dir, rec)
         if event in _NOTIFIED and self.notifier is not None:
             self._notify(self.notifier, event, rec, verdict)
         return rec
@@ -307,7 +296,7 @@ class Supervisor:
             body.append(f"checkpoint: {rec['checkpoint']}")
         if verdict is not None and verdict.verdict == "anomaly":
             body.append("last lines of stdout.log:")
-            body.extend(self._stdout_tail())
+            body.extend(stdout_tail(self.run_dir, NOTIFY_TAIL_LINES))
         title = f"runwatch {event}: {os.path.basename(self.run_dir)}"
         for failure in notifier.send(title, "\n".join(body)):
             self.log(f"runwatch supervise: notification to {failure['url']} failed: {failure['error']}")
@@ -317,18 +306,11 @@ class Supervisor:
             finally:
                 self.notifier = notifier
 
-    def _stdout_tail(self) -> list[str]:
-        try:
-            lines, _ = tail_lines(os.path.join(self.run_dir, "stdout.log"), NOTIFY_TAIL_LINES)
-        except OSError:
-            return ["(no stdout.log)"]
-        return [raw.decode("utf-8", "replace")[:300] for raw in lines]
-
     def _drained(self, w: Watcher | None = None) -> Watcher:
         """A watcher positioned at the end of the log as it stands (its writer is gone), with the
         checkpoint events counted: the next attempt's watch continues from its state."""
         if w is None:
-            w = Watcher(self.run_dir, self.watch, poll_checks=[], log=lambda msg: None)
+            w = Watcher(self.target, self.watch, poll_checks=[], log=lambda msg: None, read=self.read)
             if self.state is not None:
                 w.load_state_dict(self.state)
         w.drain()
@@ -337,12 +319,9 @@ class Supervisor:
 
     def _sessions(self) -> list[Session]:
         try:
-            return (
-                load_sessions(self.run_dir, maps=self.watch.maps)
-                if os.path.exists(resolve_target(self.run_dir).log_path)
-                else []
-            )
-        except InvalidRunError:
+            t = resolve_target(self.target, self.read)
+            return load_sessions(t, maps=self.watch.maps) if os.path.exists(t.log_path) else []
+        except (InvalidRunError, UsageError):
             return []
 
     def _latest_checkpoint(self) -> str | None:
@@ -352,15 +331,24 @@ class Supervisor:
     # --- actions -------------------------------------------------------------------------------
 
     def _launch(self, event: str, env: dict[str, str], **fields: Any) -> None:
-        self.checkpoints_at_launch = self._drained(self.watcher).checkpoints
+        drained = self._drained(self.watcher)
+        self.checkpoints_at_launch = drained.checkpoints
+        self.high = max(self.high, drained.last_step)
         self.new_process = True
         full = {k: v for k, v in os.environ.items() if k not in RESUME_ENV}
         full.update(env)
         self.env = dict(env)
         self.attempt += 1
         self.fresh = 0
-        info = launch(self.run_dir, self.cmd, env=full)
+        self.adopted = False
+        # the heartbeat files lying there now belong to earlier attempts: never judged in this one
+        beats, _problems = read_heartbeats(self.run_dir)
+        self.stale = frozenset(b.session_id for b in beats.values())
+        cmd = self._command(resumed=event != "launch" or self._continues())
+        info = launch(self.run_dir, cmd, env=full)
         self.pid = info["pid"]
+        if self.first_launch is None:
+            self.first_launch = float(info["time"])
         fields.setdefault("checkpoint", env.get("RUNWATCH_RESUME_FROM") or self._latest_checkpoint())
         self.log(
             f"runwatch supervise: {event}: attempt {self.attempt}, pid {self.pid}"
@@ -370,15 +358,31 @@ class Supervisor:
                 else ""
             )
         )
-        self._record(event, command=self.cmd if event == "launch" else None, **fields)
+        self._record(event, command=cmd if event == "launch" or cmd != self.cmd else None, **fields)
+
+    def _command(self, resumed: bool) -> list[str]:
+        """CMD, with `--resume-args` appended on a relaunch or rollback."""
+        return self.cmd + self.opts.resume_argv if resumed else list(self.cmd)
+
+    def _continues(self) -> bool:
+        """This supervision continues an earlier one on RUN_DIR (a requeued job): its first launch
+        resumes too."""
+        try:
+            return os.path.getsize(os.path.join(self.run_dir, JOURNAL)) > 0
+        except OSError:
+            return False
 
     def _stop(self, why: str) -> None:
-        if self.pid is None or not _proc.alive(self.pid):
+        """Stop every process of the current attempt (none left when this returns), and say so."""
+        if self.pid is None:
             return
-        note = _proc.stop(self.pid, self.run_dir, self.stop_grace).replace("runwatch watch:", "runwatch supervise:")
-        note = f"{note} ({why})"
+        tree = proctree.ProcessTree.of_launch(self.run_dir, self.pid)
+        done = proctree.stop(tree, self.stop_grace) if tree is not None else None
+        if done is None or done.count == 0:
+            return
+        note = f"runwatch supervise: stopped {why}: {done.describe()}"
         self.log(note)
-        self._record("stop", message=note)
+        self._record("stop", message=note, stopped=done.count, seconds=round(done.seconds, 3), left=list(done.left))
 
     def _sleep(self, seconds: float) -> bool:
         """Sleep, waking for a signal; False when the supervisor was asked to stop."""
@@ -392,7 +396,10 @@ class Supervisor:
 
     def _watch(self) -> Verdict | None:
         """Watch the current attempt from where the last watch left the log (no re-reading)."""
-        w = Watcher(self.run_dir, dataclasses.replace(self.watch, pid=self.pid), log=self.log, out=self.out)
+        w = Watcher(
+            self.target, dataclasses.replace(self.watch, pid=self.pid), log=self.log, read=self.read, out=self.out
+        )
+        w.stale_sessions = self.stale
         if self.state is not None and w.load_state_dict(self.state) and self.new_process:
             w.expect_new_session()
         self.new_process = False
@@ -411,7 +418,8 @@ class Supervisor:
                 return None
 
     def _finish(self, event: str, verdict: Verdict, line: str, **fields: Any) -> None:
-        figures = goodput(self._sessions(), restarts=self.restarts, rollbacks=self.rollbacks)
+        wall = (self.first_launch, time.time()) if self.first_launch is not None else None
+        figures = goodput(self._sessions(), restarts=self.restarts, rollbacks=self.rollbacks, wall=wall)
         self._record(event, verdict, line=line, goodput=figures, checkpoint=self._latest_checkpoint(), **fields)
         ratio = "n/a" if figures["ratio"] is None else f"{figures['ratio']:.3f}"
         lost = "n/a" if figures["seconds_lost"] is None else f"{figures['seconds_lost']:.1f} s"
@@ -422,18 +430,24 @@ class Supervisor:
         )
         self.out(line)
 
-    def _give_up(self, verdict: Verdict, why: str | None) -> int:
-        self._stop("giving up")
+    def _give_up(self, verdict: Verdict, why: str | None, *, budget: bool = False) -> int:
+        self._stop("on giving up")
+        fields: dict[str, Any] = {}
+        if budget and self.stuck >= 2:  # the budget went on attempts that logged no new step
+            why = f"{why}: {self.stuck} attempts in a row made no progress"
+            fields["no_progress"] = self.stuck
         line = verdict.line() + (f" ({why})" if why else "")
-        self._finish("gave_up", verdict, line)
+        self._finish("gave_up", verdict, line, **fields)
         return verdict.exit_code_with(self.watch.exit_transient)
 
     def _let_exit(self, grace: float, why: str) -> None:
-        """Give a process whose session has ended `grace` seconds to exit on its own, then stop it."""
+        """Give a process whose session has ended `grace` seconds to exit on its own, then stop
+        it and whatever it left running."""
         end = time.monotonic() + grace
         while self.pid is not None and _proc.alive(self.pid) and time.monotonic() < end and self.interrupted is None:
             time.sleep(0.1)
-        self._stop(f"still running {grace:g} s after {why}")
+        lingered = self.pid is not None and _proc.alive(self.pid)
+        self._stop(f"when still running {grace:g} s after {why}" if lingered else f"when left running after {why}")
 
     def _done(self, verdict: Verdict) -> int:
         self._let_exit(self.opts.exit_grace, "the run completed")
@@ -445,12 +459,19 @@ class Supervisor:
         if v.verdict == "done":
             return self._done(v)
         cls = v.cls
+        w = self.watcher
+        if w is not None:  # (None: a verdict recorded by a supervisor that was stopped before acting)
+            if w.have_record and w.last_step > self.high:
+                self.stuck, self.high = 0, w.last_step
+            else:
+                self.stuck += 1
         if v.kind in ("session_error", "interrupted"):  # its session has ended: the process is on its way out
             self._let_exit(min(self.opts.exit_grace, ENDED_GRACE_SECONDS), f"its session ended ({v.kind})")
-        self._stop(f"{v.kind}, {cls}")
+        self._stop(f"after a {v.kind}")
         if (
             cls == "transient"
             and self.attempt == 1
+            and not self.adopted
             and self.fresh == 0
             and v.kind == "process_exit"
             and self.restarts == 0
@@ -458,7 +479,7 @@ class Supervisor:
         ):
             # A command that dies before its first record on its first launch (a typo, an import
             # error) does the same on every relaunch: say so instead of looping.
-            last = _last_output_line(self.run_dir)
+            last = last_output_line(self.run_dir)
             self._finish("gave_up", v, v.line() + " (not relaunched: it ended before its first record)")
             raise UsageError(
                 f"supervise: {' '.join(self.cmd)}: ended before writing its first record "
@@ -466,7 +487,7 @@ class Supervisor:
             )
         if cls == "transient":
             if self.restarts >= self.opts.restarts:
-                return self._give_up(v, f"gave up after {self.restarts} restarts")
+                return self._give_up(v, f"gave up after {self.restarts} restarts", budget=True)
             progressed = self._drained(self.watcher).checkpoints > self.checkpoints_at_launch
             if progressed:
                 self.streak = 0
@@ -481,9 +502,10 @@ class Supervisor:
             return None
         if cls == "divergence":
             if self.rollbacks >= self.opts.rollbacks:
-                return self._give_up(v, f"gave up after {self.rollbacks} rollbacks")
+                return self._give_up(v, f"gave up after {self.rollbacks} rollbacks", budget=True)
             sessions = self._sessions()
-            cwd = _launch_cwd(self.run_dir)
+            info = _proc.launch_info(self.run_dir)
+            cwd = info.get("cwd") if info is not None and isinstance(info.get("cwd"), str) else None
             rb = rollback_target(sessions, v.kind, v.step, v.onset, cwd=cwd)
             if rb is None:
                 onset = v.step if v.onset is None else v.onset
@@ -512,7 +534,7 @@ class Supervisor:
 
     def _begin(self) -> Verdict | None:
         """Adopt the training that still runs, take up an action cut short, or launch afresh."""
-        last = _last_record(self.run_dir)
+        last = last_record(self.run_dir)
         # the last record of a supervision that has not ended; None when there is none
         ongoing = last if last is not None and last.get("event") not in ("done", "gave_up") else None
         if ongoing is not None:
@@ -523,11 +545,17 @@ class Supervisor:
             self.warned = int(ongoing.get("warned") or 0)
             self.env = dict(ongoing.get("env") or {})
             self.checkpoints_at_launch = int(ongoing.get("checkpoints_at_launch") or 0)
+            high, first = ongoing.get("high_step"), ongoing.get("first_launch")
+            self.high = float(high) if isinstance(high, (int, float)) else 0.0
+            self.stuck = int(ongoing.get("stuck") or 0)
+            self.first_launch = float(first) if isinstance(first, (int, float)) else None
+            stale = ongoing.get("stale_sessions")
+            self.stale = frozenset(x for x in stale if isinstance(x, str)) if isinstance(stale, list) else frozenset()
         pid = _proc.read_pid_file(os.path.join(self.run_dir, "pid"))
         if pid is not None and _proc.alive(pid):
-            info = _read_json(os.path.join(self.run_dir, "launch.json"))
-            command = info.get("command") if isinstance(info, dict) else None
-            if command != self.cmd:
+            info = _proc.launch_info(self.run_dir)
+            command = info.get("command") if info is not None else None
+            if command not in (self.cmd, self._command(resumed=True)):
                 shown = " ".join(command) if isinstance(command, list) else "unknown"
                 raise UsageError(
                     f"supervise: {self.run_dir}: process {pid} launched there runs another command "
@@ -547,6 +575,7 @@ class Supervisor:
                 and isinstance(watching.get("state"), dict)
             ):
                 self.state = watching["state"]  # where the killed supervisor's watch had read to
+            self.adopted = True
             self.log(f"runwatch supervise: adopting the running process {pid} (attempt {self.attempt})")
             self._record("launch", adopted=True, checkpoint=self._latest_checkpoint())
             return None
@@ -564,6 +593,7 @@ class Supervisor:
             )
         if ongoing is not None and pid is not None:
             self.pid = pid  # gone meanwhile: the watch judges how it ended (done, or process_exit)
+            self.adopted = True
             self.log(f"runwatch supervise: process {pid} of attempt {self.attempt} has ended; judging its log")
             self._record("launch", adopted=True, checkpoint=self._latest_checkpoint())
             return None
@@ -599,7 +629,9 @@ class Supervisor:
                         write_verdict(self.run_dir, verdict)
                     except OSError as exc:
                         self.log(f"runwatch supervise: could not write watchdog.json: {exc.strerror or exc}")
-                    self._record("verdict", verdict, line=verdict.line())
+                    ended = _proc.read_exit(self.run_dir, self.pid) if self.pid is not None else None
+                    how = {"status": ended.status, "signal": ended.signal} if ended is not None else None
+                    self._record("verdict", verdict, line=verdict.line(), exit=how)
                 code = self._act(verdict)
                 if code is not None:
                     return code
@@ -616,7 +648,7 @@ class Supervisor:
     def _interrupted(self) -> int:
         """SIGTERM/SIGINT: stop the training (it ends its session as interrupted), end the supervision."""
         name = signal.Signals(self.interrupted or signal.SIGTERM).name
-        self._stop(f"the supervisor received {name}")
+        self._stop(f"after the supervisor received {name}")
         sessions = [s for s in self._sessions() if s.records]
         step = sessions[-1].records[-1].step if sessions else 0
         v = Verdict(
@@ -626,38 +658,12 @@ class Supervisor:
         return v.exit_code_with(self.watch.exit_transient)
 
 
-def _read_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
-        return None
-
-
-def _launch_cwd(run_dir: str) -> str | None:
-    info = _read_json(os.path.join(run_dir, "launch.json"))
-    cwd = info.get("cwd") if isinstance(info, dict) else None
-    return cwd if isinstance(cwd, str) else None
-
-
-def _last_output_line(run_dir: str) -> str | None:
-    """The last non-empty line of stdout.log that runwatch did not write itself."""
-    try:
-        lines, _ = tail_lines(os.path.join(run_dir, "stdout.log"), NOTIFY_TAIL_LINES)
-    except OSError:
-        return None
-    for raw in reversed(lines):
-        text = raw.decode("utf-8", "replace").strip()
-        if text and not text.startswith("--- runwatch launch"):
-            return text[:200]
-    return None
-
-
 # --- the command line -----------------------------------------------------------------------------
 
 
 def _declare(p: argparse.ArgumentParser) -> None:
     add_flags(p, Options, "watch", skip=("pid",))
+    add_read_arguments(p, "supervise")  # --format, --pattern, --run, --log
     add_flags(p, SuperviseOptions, "supervise")
 
 
@@ -666,13 +672,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _split(args: argparse.Namespace) -> list[str]:
-    return split_command(args, "supervise", _declare)
+    return split_command(args, "supervise", _declare, dash_values=("--resume-args",))
 
 
-def run(args: argparse.Namespace) -> int:
+def supervisor_from_args(args: argparse.Namespace) -> Supervisor:
+    """The Supervisor `runwatch supervise ARGS` runs, every option validated (nothing started yet)."""
     cmd = _split(args)
     run_dir = os.path.abspath(args.run_dir)
     toml_dir = run_dir if os.path.isdir(run_dir) else None
     watch = load_options(toml_dir, given_options(args, Options), command="watch")
     opts = load_supervise_options(toml_dir, given_options(args, SuperviseOptions))
-    return Supervisor(run_dir, cmd, watch, opts).run()
+    return Supervisor(run_dir, cmd, watch, opts, read=read_options(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    return supervisor_from_args(args).run()

@@ -116,7 +116,7 @@ def _rank_check(w: Watcher) -> Finding | None:
     monitor = w._rank_monitor
     if monitor is None:
         monitor = w._rank_monitor = RankMonitor(w.opts.rank_stall, w.opts.straggler_factor, w.opts.straggler_patience)
-    found = monitor.poll(w.run_dir, w.clock())
+    found = monitor.poll(w.run_dir, w.clock(), ignore=w.stale_sessions)
     return None if found is None else Finding(found[0], found[1], found[2])
 
 
@@ -161,7 +161,9 @@ class Watcher:
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.out = out or (lambda line: print(line, flush=True))  # WARNING lines, on stdout
         self.started = clock()
+        self.waited = not os.path.exists(self.target_arg)  # the target was not there when the watch began
         self.grace_anchor = self.started
+        self.grace_what: str | None = None  # what the startup grace counts from, when not the watch's start
         self.rules = Rules(self.opts, live=True)
         self.parser: RecordParser | None = None
         self.manifest: ManifestFollower | None = None
@@ -188,6 +190,9 @@ class Watcher:
         self.warnings: list[Finding] = []
         self.pending_warnings: list[Finding] = []
         self.named_loss_key = False  # the first finding said which key the loss is read from
+        # sessions of earlier attempts (their heartbeat files may still lie there): never judged
+        self.stale_sessions: frozenset[str] = frozenset()
+        self._announced = False  # the log's path was named on stderr
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -253,6 +258,7 @@ class Watcher:
         self.pending = None
         self.pending_warnings = []
         self.grace_anchor = self.clock()
+        self.grace_what = None
         start = self.parser.start_step(session) if self.parser else None
         self.last_step = start if start is not None else 0
 
@@ -438,6 +444,9 @@ class Watcher:
             self._switch(self.parser.latest_session())
         if not self._open():
             return None
+        if not self._announced and self.waited:
+            self._announced = True
+            self.log(f"runwatch watch: {self.target_arg} appeared; reading {self.target.log_path}")
         if self.reader is not None:
             return self._read_reader(self.reader, final)
         return self._read_log(self.follower) if self.follower is not None else self._read_trainer_state()
@@ -481,11 +490,15 @@ class Watcher:
                 "timeout", self.last_step, f"the watch ran {now - self.started:.0f} s (--timeout {opts.timeout:g})"
             )
         beat = liveness.watched_heartbeat(self.run_dir, self.current if self._v1() else None)
+        if beat is not None and beat.session_id in self.stale_sessions:
+            beat = None  # an earlier attempt's
         in_phase = beat is not None and beat.phase is not None
         if not self.have_record and not in_phase:
             if now - self.grace_anchor >= opts.startup_grace:
                 what = (
-                    "after the watch began"
+                    self.grace_what
+                    if self.grace_what is not None
+                    else "after the watch began"
                     if self.current is None or self.grace_anchor == self.started
                     else f"after session {self.current} began"
                 )
@@ -536,6 +549,13 @@ class Watcher:
         if self.pending is not None:
             return self._found(self.pending)
         status = _proc.exit_status(pid)
+        ended = _proc.wait_exit(self.run_dir, pid)
+        if ended is not None and ended.status == 0:
+            # Nothing in the log's latest session stopped the watch (an error or a non-finite loss
+            # would have): the process says it finished.
+            return self._verdict("done", None, self.last_step, "process exited with status 0")
+        if ended is not None:
+            status = ended.describe()
         oom = _proc.oom_line(os.path.join(self.run_dir, "stdout.log"))
         if oom is not None:
             return self._dead("oom", self.last_step, f"process {pid} ran out of memory: {oom}")
@@ -550,10 +570,12 @@ class Watcher:
     def run(self) -> Verdict:
         """Poll until a verdict; write watchdog.json; stop the process on an anomaly if asked."""
         opts = self.opts
-        self.log(
-            f"runwatch watch: {self.target.log_path} (poll {opts.poll:g} s, stall {opts.stall:g} s, "
-            f"startup grace {opts.startup_grace:g} s)"
-        )
+        timing = f"poll {opts.poll:g} s, stall {opts.stall:g} s, startup grace {opts.startup_grace:g} s"
+        if self.waited:  # not there yet: its log's name would be a guess (TensorBoard files may appear)
+            self.log(f"runwatch watch: waiting for {self.target_arg} to appear ({timing})")
+        else:
+            self._announced = True
+            self.log(f"runwatch watch: {self.target.log_path} ({timing})")
         while True:
             v = self.poll_once()
             if v is not None:
@@ -569,7 +591,7 @@ class Watcher:
             if pid is None:
                 self.log("runwatch watch: --stop-on-anomaly: no process to stop (no --pid, no RUN_DIR/pid)")
             else:
-                self.log(_proc.stop(pid, self.run_dir, self.stop_grace))
+                self.log(_proc.stop(pid, self.run_dir, self.stop_grace, why=f"a {v.kind}"))
         return v
 
     def heartbeat(self) -> None:
@@ -586,6 +608,13 @@ class Watcher:
             return
         parser = self.parser
         assert parser is not None  # set up by `_open`
+        if self.reader is not None:
+            while True:
+                chunk = self.reader.poll()
+                items = chunk.items if chunk.more else chunk.items + self.reader.finish()
+                self.checkpoints += sum(1 for rec in to_records(parser, items) if rec.kind == "checkpoint")
+                if not chunk.more:
+                    return
         if self.follower is None:  # trainer_state.json, rewritten whole: parse the entries not yet seen
             history = read_trainer_state(self.target.log_path)
             for i in range(self._state_count, len(history)):
@@ -608,9 +637,12 @@ class Watcher:
         self.have_record = False
         self.pending = None
         self.grace_anchor = self.clock()
+        self.grace_what = "after the process was launched"
 
     def _write_watching(self, now: float) -> None:
         """The watchdog's own heartbeat in watchdog.json, with the state a restarted watch resumes from."""
+        if not os.path.isdir(self.run_dir):
+            return  # the run directory does not exist yet: nothing to say there, and no folder to make
         record = liveness.watching_record(
             os.getpid(), self.started, now, self.last_step, self.opts.poll, self.state_dict(), self.warning_dicts()
         )
@@ -629,6 +661,7 @@ class Watcher:
             "have_record": self.have_record,
             "last_step": self.last_step,
             "follower": self.follower.state_dict() if self.follower is not None else None,
+            "reader": self.reader.state_dict() if self.reader is not None else None,
             "parser": self.parser.state_dict() if self.parser is not None else None,
             "rules": self.rules.state_dict(),
             "trainer_state_entries": self._state_count,
@@ -647,6 +680,8 @@ class Watcher:
         self.parser.load_state_dict(state["parser"])
         if self.follower is not None and state["follower"] is not None:
             self.follower.load_state_dict(state["follower"])
+        if self.reader is not None and state.get("reader") is not None:
+            self.reader.load_state_dict(state["reader"])
         self._state_count = int(state.get("trainer_state_entries") or 0)
         self.checkpoints = int(state.get("checkpoints") or 0)
         self.current = state["current"]
@@ -697,12 +732,17 @@ def run_watch(args: argparse.Namespace) -> int:
     return v.exit_code_with(opts.exit_transient)
 
 
-def run_check(args: argparse.Namespace) -> int:
+def check_from_args(args: argparse.Namespace) -> tuple[CheckResult, Options]:
+    """`runwatch check`'s replay from its parsed command line: the result and the options used."""
     if not os.path.exists(args.target):
         raise UsageError(f"check: {args.target}: no such run directory or log")
     read = read_options(args)
     opts = options_from_args(args, resolve_target(args.target, read).run_dir, "check")
-    result = check(args.target, opts, read)
+    return check(args.target, opts, read), opts
+
+
+def run_check(args: argparse.Namespace) -> int:
+    result, opts = check_from_args(args)
     for note in result.notes:
         print(f"runwatch check: {note}", file=sys.stderr)
     if isinstance(result.torn_line, str):
@@ -710,22 +750,7 @@ def run_check(args: argparse.Namespace) -> int:
     elif result.torn_line is not None:
         print(f"runwatch check: left out the torn last line {result.torn_line} (no newline yet)", file=sys.stderr)
     if getattr(args, "json", False):
-        first = result.first_stop
-        print(
-            json.dumps(
-                {
-                    "findings": [f.to_json() for f in result.findings],
-                    "warnings": len(result.warnings),
-                    "last_step": result.last_step,
-                    "torn_line": result.torn_line,
-                    "verdict": result.lines()[-1],
-                    "class": first.cls if first else None,
-                    "onset": first.to_json()["onset"] if first else None,
-                },
-                indent=2,
-                allow_nan=False,
-            )
-        )
+        print(json.dumps(result.to_json(), indent=2, allow_nan=False))
     else:
         for line in result.lines():
             print(line)

@@ -10,10 +10,14 @@ same RUN_DIR resumes from the latest one as a new session. Nothing is downloaded
 Faults for demos and tests: `--inject KIND --inject-at STEP` (from that step on, every time);
 `--fault KIND@STEP` (repeatable) fires once across relaunches (a marker file in RUN_DIR remembers it):
 `crash` (the process exits at once, no session_end), `kill` (SIGKILL), `hang` (sleeps for an hour),
-`nan` (a NaN loss), `spike` (the logged loss 20x for two windows), `sigterm` (a preemption),
+`stop` (SIGSTOPs itself: frozen until SIGCONT), `nan` (a NaN loss), `spike` (the logged loss 20x for two windows), `sigterm` (a preemption),
 `exit_hang` (the run completes, then the process never exits). `--labels inverted|random` gives a
 run whose metric is inverted (the held-out labels stay true) or that never learns (labels are noise
 everywhere); `--crash-at STEP` kills the process (SIGKILL) once, to show a crash and a resume.
+
+Under `torchrun` (WORLD_SIZE > 1) it is a DDP training on gloo: each rank its own data, rank 0
+saves the checkpoints, every rank resumes from them, and `--fault` fires on `--fault-rank` only
+(default: the last rank, a worker that does not write the log).
 
 Resuming: `runwatch.resume_checkpoint()` names the checkpoint (RUNWATCH_RESUME_FROM after a
 supervised rollback, else the run's latest verified one); the batches of RUNWATCH_SKIP_STEPS are
@@ -41,7 +45,7 @@ if TYPE_CHECKING:
 
 VOCAB = 16
 INJECTIONS = ("nan", "stall", "crash", "slowdown", "explode")
-FAULTS = ("crash", "kill", "hang", "nan", "spike", "sigterm", "exit_hang")
+FAULTS = ("crash", "kill", "hang", "stop", "nan", "spike", "sigterm", "exit_hang")
 # A spike multiplies the logged loss by this for this many windows (the loss_spike rule needs 2).
 SPIKE_FACTOR = 20.0
 SPIKE_WINDOWS = 2
@@ -79,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
         help=f"a fault that fires once across relaunches ({', '.join(FAULTS)}); repeatable",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--fault-rank", type=int, default=None, help="under torchrun, the rank --fault fires on (default: the last)"
+    )
     return p
 
 
@@ -136,8 +143,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
-    model = build_model()
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    rank = 0
+    if world > 1:  # under torchrun: DDP on gloo
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+    args.rank = rank
+    args.fault_rank = world - 1 if args.fault_rank is None else args.fault_rank
+    net = build_model()
+    opt = torch.optim.AdamW(net.parameters(), lr=args.lr)
     from ..resume import resume_checkpoint
 
     ckpt_dir = os.path.join(args.run_dir, "ckpt")
@@ -149,16 +165,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_offset = 0
     if resume.path is not None:
         state = torch.load(resume.path, weights_only=True)
-        model.load_state_dict(state["model"])
+        net.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         resume_from = state["runwatch"]
         step = resume_from["step"]
         data_offset = int(state.get("data_offset", 0))
         how = f" (rollback {resume.rollback})" if resume.rollback else ""
         print(f"resuming from {resume.path} at step {step}{how}", flush=True)
+    model = torch.nn.parallel.DistributedDataParallel(net) if world > 1 else net
 
     recipe = {
-        "batch_size": args.batch_size,
+        "batch_size": args.batch_size * world,
         "seq_len": args.seq_len,
         "gradient_accumulation_steps": 1,
         "qk_clip_threshold": None,
@@ -203,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; session ended (reason interrupted)", file=sys.stderr, flush=True)
         return 130
+    if world > 1:
+        torch.distributed.destroy_process_group()
     print(f"done: {args.steps} steps, run directory {args.run_dir}", flush=True)
     if _fires(args, "exit_hang", args.steps):
         print("training done; not exiting (injected)", flush=True)
@@ -211,8 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fires(args: argparse.Namespace, kind: str, step: int) -> bool:
-    """Whether the fault `kind` is due at `step` and has not fired yet in this run (once only)."""
-    if (kind, step) not in args.fault:
+    """Whether the fault `kind` is due at `step` on this rank and has not fired yet in this run (once only)."""
+    if (kind, step) not in args.fault or args.rank != args.fault_rank:
         return False
     marker = os.path.join(args.run_dir, f".fault-{kind}-{step}")
     if os.path.exists(marker):
@@ -244,7 +263,9 @@ def _train(
         if skip is not None and step + 1 == skip.start:
             data_offset += len(skip)  # leave out the batches that led into the trouble
             print(f"skipping the batches of steps {skip.start}-{skip.stop - 1}", flush=True)
-        x, y = make_batch(step + data_offset, args.batch_size, args.seq_len, args.labels, seed=args.seed)
+        x, y = make_batch(
+            step + data_offset, args.batch_size, args.seq_len, args.labels, seed=args.seed + 1000 * args.rank
+        )
         loss = loss_fn(model(x), y)
         fault = args.inject if args.inject and step >= args.inject_at else None
         if _fires(args, "spike", step + 1):
@@ -276,6 +297,9 @@ def _train(
         if _fires(args, "kill", step):
             print(f"step {step}: killed (SIGKILL, injected)", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+        if _fires(args, "stop", step):
+            print(f"step {step}: stopped (SIGSTOP, injected)", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
         if _fires(args, "sigterm", step):
             print(f"step {step}: preempted (SIGTERM, injected)", flush=True)
             os.kill(os.getpid(), signal.SIGTERM)
@@ -302,13 +326,13 @@ def _train(
             if area is not None:
                 metrics["auroc"] = area
             log.val(loss=val_loss, metrics=metrics)
-        if step % args.ckpt_every == 0 or step == args.steps:
+        if (step % args.ckpt_every == 0 or step == args.steps) and args.rank == 0:  # rank 0 saves for all
             t0 = time.perf_counter()
             path = os.path.join(ckpt_dir, f"step-{step}.pt")
             size = _save_checkpoint(
                 path,
                 {
-                    "model": model.state_dict(),
+                    "model": getattr(model, "module", model).state_dict(),
                     "opt": opt.state_dict(),
                     "runwatch": log.state_dict(),
                     "data_offset": data_offset,

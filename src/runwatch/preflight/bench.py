@@ -257,7 +257,7 @@ def bench(
     updates (with the last error line of its output), InvalidRunError when its log is invalid.
     """
     from ..launch import launch
-    from ..process import alive, exit_status, stop
+    from ..process import alive, exit_status, stop, wait_exit
 
     if not cmd:
         raise UsageError("bench: no command given (runwatch bench RUN_DIR [options] -- CMD ...)")
@@ -283,7 +283,12 @@ def bench(
             if tail.ended and ended_at is None:
                 ended_at = time.monotonic()
             if not running or (ended_at is not None and time.monotonic() - ended_at > EXIT_WAIT_SECONDS):
-                how = (exit_status(pid) or "exited") if not running else "its session ended"
+                ended = wait_exit(run_dir, pid) if not running else None
+                how = (
+                    (ended.describe() if ended else exit_status(pid) or "exited")
+                    if not running
+                    else "its session ended"
+                )
                 line = last_error_line(os.path.join(run_dir, "stdout.log"))
                 raise InsufficientRunError(
                     f"the command ended ({how}) after {done} of {options.steps} updates;"
@@ -292,7 +297,7 @@ def bench(
             time.sleep(POLL_SECONDS)
     finally:
         if alive(pid):
-            note = stop(pid, run_dir)
+            note = stop(pid, run_dir, why=f"{tail.updates()} updates")
             stopped = note.split(": ", 1)[-1]
         tail.close()
     # Only the records up to the one that reached `steps` count (the job ran on while it was stopped).

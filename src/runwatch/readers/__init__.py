@@ -56,7 +56,7 @@ READER_FORMATS = ("tensorboard", "mlflow", "csv", "text")
 
 # One line a record; a named group a key. Values that parse as numbers become numbers.
 FORMAT_CHECK = Check(f"one of {', '.join(FORMATS)}", lambda v: v in FORMATS, str)
-READ_COMMANDS = ("watch", "check", "plot", "status")
+READ_COMMANDS = ("watch", "check", "plot", "status", "launch", "supervise")
 PRESETS: dict[str, tuple[str, ...]] = {
     # nanoGPT train.py: `iter 200: loss 2.3456, time 12.34ms, mfu 1.23%` and
     # `step 200: train loss 2.3456, val loss 2.4567` at each eval
@@ -136,6 +136,15 @@ class ReadOptions:
         metavar="ID",
         commands=READ_COMMANDS,
     )
+    log: str | None = option(
+        None,
+        TEXT,
+        "the log to watch, relative to RUN_DIR (default: stdout.log with --format text, nanogpt, "
+        "megatron or --pattern, else RUN_DIR's metrics.jsonl, trainer_state.json or another tool's log)",
+        none=True,
+        metavar="PATH",
+        commands=("launch", "supervise"),
+    )
 
     def __post_init__(self) -> None:
         validate(self, "read")
@@ -158,9 +167,10 @@ class ReadOptions:
         return self.pattern or PRESETS.get(self.format or "", ())
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Declare --format, --pattern and --run on a command that reads logs (watch, check, status, plot)."""
-    add_flags(p, ReadOptions, "check")
+def add_arguments(p: argparse.ArgumentParser, command: str = "check") -> None:
+    """Declare --format, --pattern and --run on a command that reads logs (watch, check, status,
+    plot), and --log too on one that launches the program (launch, supervise)."""
+    add_flags(p, ReadOptions, command)
 
 
 def read_options(args: argparse.Namespace) -> ReadOptions:
