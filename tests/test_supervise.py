@@ -153,7 +153,11 @@ def test_divergence_without_a_checkpoint_before_it_is_fatal(tmp_path):
     assert "rollback" not in _events(run)
 
 
-@pytest.mark.parametrize("opts, code", [([], 7), (["--exit-transient", "75"], 75)])
+@pytest.mark.parametrize(
+    "opts, code",
+    # a spent budget exits with gave_up's code, whatever the class of the last verdict
+    [([], 7), (["--exit-transient", "75"], 7), (["--exit-code", "gave_up=9", "--exit-code", "transient=3"], 9)],
+)
 def test_a_spent_restart_budget_gives_up(tmp_path, opts, code):
     run = tmp_path / "run"
     res = _supervise(run, ["--restarts", "1", *opts], train=["--fault", "crash@7", "--fault", "crash@17"])

@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import EXIT_ANOMALY, EXIT_OK, InvalidRunError, UsageError
+from .errors import InvalidRunError, UsageError
 from .readers import ReadOptions
 from .records import iter_records, parser_for, resolve_target
 from .rules import Finding, Replay, RuleOptions, fmt_step
+from .verdict import exit_status
 
 __all__ = ["CheckResult", "check"]
 
@@ -25,15 +26,14 @@ class CheckResult:
     torn_line: int | str | None = None  # a line number; other formats: where (a str)
 
     @property
-    def exit_code(self) -> int:
-        return self.exit_code_with(None)
+    def outcome(self) -> str | None:
+        """What decides the exit status (`verdict.exit_status`): None when clean, else the first finding's class."""
+        return self.findings[0].cls if self.findings else None
 
-    def exit_code_with(self, exit_transient: int | None = None) -> int:
-        """0 clean; 7 findings, or `exit_transient` when the first finding is transient and it is given."""
-        if not self.findings:
-            return EXIT_OK
-        first = self.findings[0]
-        return exit_transient if exit_transient is not None and first.cls == "transient" else EXIT_ANOMALY
+    @property
+    def exit_code(self) -> int:
+        """The exit status under the default codes (0 clean, 7 findings)."""
+        return exit_status(self.outcome)
 
     def lines(self) -> list[str]:
         out = [f.line("FINDING") for f in self.findings]
