@@ -241,25 +241,6 @@ def test_a_killed_supervisor_is_replaced_and_adopts_the_training(tmp_path):
     assert (run / "stdout.log").read_text().count("--- runwatch launch") == 2  # never a second copy
 
 
-def test_sigterm_stops_the_training_and_ends_the_supervision(tmp_path):
-    run = tmp_path / "run"
-    sup = subprocess.Popen(
-        _cmd(run, ["--exit-transient", "75"], ["--steps", "400", "--sleep", "0.05"]),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert _wait(lambda: (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").stat().st_size > 0)
-    child = int((run / "pid").read_text())
-    sup.send_signal(signal.SIGTERM)
-    out, err = sup.communicate(timeout=60)
-    assert sup.returncode == 75, err
-    assert out.splitlines()[-1].startswith("ANOMALY interrupted step=")
-    assert out.splitlines()[-1].endswith(": the supervisor received SIGTERM; the training was stopped")
-    assert not alive(child)
-    assert _events(run)[-2:] == ["stop", "gave_up"]
-
-
 # --- bad input ------------------------------------------------------------------------------------
 
 

@@ -139,6 +139,7 @@ class Supervisor:
         self.adopted = False  # the current attempt was launched by an earlier supervisor
         self.interrupted: int | None = None  # the signal that asked the supervisor to stop
         self.signal_time: float | None = None
+        self.killed_at_once = False  # a second Ctrl-C SIGKILLed the training
         self.slurm = SlurmJob.from_env()
         self.continued = False  # this supervisor continues an earlier allocation's budgets
         self.notifier: Notifier | None = None
@@ -317,7 +318,8 @@ class Supervisor:
         done = proctree.stop(tree, self.stop_grace if grace is None else grace) if tree is not None else None
         if done is None or done.count == 0:
             return
-        note = f"runwatch supervise: stopped {why}: {done.describe()}"
+        how = done.describe() + ("; SIGKILL at a second Ctrl-C" if self.killed_at_once else "")
+        note = f"runwatch supervise: stopped {why}: {how}"
         self.log(note)
         self._record("stop", message=note, stopped=done.count, seconds=round(done.seconds, 3), left=list(done.left))
 
@@ -583,8 +585,8 @@ class Supervisor:
         elif signum == signal.SIGINT == self.interrupted and self.pid is not None:
             # Ctrl-C again while the training stops: kill it now (the stop sees it gone)
             tree = proctree.ProcessTree.of_launch(self.run_dir, self.pid)
-            if tree is not None:
-                proctree.signal_all(tree, signal.SIGKILL)
+            if tree is not None and proctree.signal_all(tree, signal.SIGKILL):
+                self.killed_at_once = True
 
     def run(self) -> int:
         """Supervise until done (0), fatal, out of budget or preempted (the class's exit code)."""
