@@ -15,6 +15,7 @@ import threading
 import time
 
 import pytest
+import yaml
 
 from runwatch import RunLogger
 from runwatch.cli import main
@@ -416,7 +417,6 @@ def _blocks(lang):
 
 
 def test_the_kubernetes_recipe_acts_on_the_codes_runwatch_exits_with():
-    yaml = pytest.importorskip("yaml")
     jobs = [d for d in map(yaml.safe_load, _blocks("yaml")) if isinstance(d, dict) and d.get("kind") == "Job"]
     assert len(jobs) == 1
     spec = jobs[0]["spec"]
@@ -438,7 +438,6 @@ def test_the_kubernetes_recipe_acts_on_the_codes_runwatch_exits_with():
 
 
 def test_the_skypilot_recipe_recovers_on_the_preempted_code():
-    yaml = pytest.importorskip("yaml")
     tasks = [d for d in map(yaml.safe_load, _blocks("yaml")) if isinstance(d, dict) and "run" in d]
     assert len(tasks) == 1
     recovery = tasks[0]["resources"]["job_recovery"]
