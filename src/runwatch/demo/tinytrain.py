@@ -269,7 +269,7 @@ def _train(
         loss = loss_fn(model(x), y)
         fault = args.inject if args.inject and step >= args.inject_at else None
         if _fires(args, "spike", step + 1):
-            spike_until = step + SPIKE_WINDOWS * args.window
+            spike_until = step + SPIKE_WINDOWS * log.window  # the logger's window (--window, else its default)
         shown = loss.detach() * SPIKE_FACTOR if step < spike_until else None
         if fault == "nan" or _fires(args, "nan", step + 1):
             print(f"step {step + 1}: NaN loss (injected)", flush=True)
