@@ -369,6 +369,22 @@ def test_breakdown_detection_runs_from_the_onsets_record(tmp_path):
     assert split["buckets"]["startup"] == 5.0  # from the first launch (995) to the session's start
 
 
+def test_an_attempt_that_ended_without_a_verdict_yet_waits_in_detection(tmp_path, capsys):
+    run = tmp_path / "run"
+    _write_run(run, [(0, 1000, [("train", 10, 1010), ("train", 10, 1020)])])
+    journal = [
+        _rec("launch", 1000.0, 1, pid=4242, launched_at=1000.0, first_launch=1000.0),
+        _rec("heartbeat_failed", 1030.0, 1, pid=4242, first_launch=1000.0),
+    ]
+    (run / "supervise.jsonl").write_text("".join(json.dumps(r) + "\n" for r in journal))
+    (run / "exit.json").write_text(json.dumps({"pid": 4242, "status": 1, "signal": None, "time": 1024.0}))
+    assert main(["goodput", str(run), "--json"]) == 0
+    split = json.loads(capsys.readouterr().out)
+    # trained to 1020, ran unlogged until its exit at 1024, then 6 s with no verdict yet
+    assert split["productive_seconds"] == 24.0 and split["buckets"]["detection"] == 6.0
+    assert split["wall_seconds"] == 30.0
+
+
 def test_breakdown_of_a_log_without_times_splits_training_by_steps(tmp_path):
     log = tmp_path / "run" / "metrics.jsonl"
     log.parent.mkdir()

@@ -22,6 +22,7 @@ from runwatch.cli import main
 from runwatch.goodput import breakdown
 from runwatch.process import alive
 from runwatch.records import load_sessions
+from runwatch.status import format_status, status
 from runwatch.supervision import SuperviseOptions, read_journal
 from runwatch.verdict import DEFAULT_EXIT_CODES, exit_status
 
@@ -168,6 +169,8 @@ def test_a_preemption_stops_the_training_and_exits_with_the_preempted_code(tmp_p
     assert (pre["kind"], pre["class"], pre["signal"], pre["restarts"]) == ("interrupted", "transient", name, 0)
     assert t0 - 1 <= pre["signal_time"] <= pre["time"] and "requeue" not in pre
     assert pre["goodput"]["steps_kept"] == step
+    shown = format_status(status(str(run), gpus=False))
+    assert "supervise attempt 1, restarts 0/5, rollbacks 0/2 (supervisor preempted)" in shown
     # the training ended its session itself, after the SIGTERM the supervisor passed on
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert (last["event"], last["reason"], last["error"]) == ("session_end", "interrupted", "SIGTERM")

@@ -351,12 +351,18 @@ def _session_attempts(sessions: list[Session]) -> tuple[list[_Attempt], float, f
 
 
 def breakdown(
-    sessions: list[Session], journal: list[dict[str, Any]] | None = None, *, end: float | None = None
+    sessions: list[Session],
+    journal: list[dict[str, Any]] | None = None,
+    *,
+    end: float | None = None,
+    exited: float | None = None,
 ) -> Breakdown:
     """Split the wall time of the supervision in `journal` (its latest; from the first launch to
     `end`, default its last record) into productive training and the lost buckets of `BUCKETS`,
     from the log's `sessions`; without a journal, from the first session's start to the last
-    record. docs/SUPERVISE.md, "Goodput, broken down", states the model. Each bucket is counted
+    record. `exited`: when the last attempt's process ended (its `exit.json`), for an attempt the
+    journal has no verdict on yet: the time after it waits for one (`detection`).
+    docs/SUPERVISE.md, "Goodput, broken down", states the model. Each bucket is counted
     in whole milliseconds, so the buckets and productive time sum to the wall time exactly."""
     recs = supervision(journal or [])
     if recs:
@@ -379,7 +385,8 @@ def breakdown(
     for i, a in enumerate(attempts):
         nxt = attempts[i + 1] if i + 1 < len(attempts) else None
         stop = nxt.start if nxt is not None else w1
-        cuts_a, interrupted = _attempt_cuts(a, nxt, stop, windowed if timed else None, keep, share)
+        ended = exited if nxt is None else None
+        cuts_a, interrupted = _attempt_cuts(a, nxt, stop, windowed if timed else None, keep, share, ended)
         cuts.extend(cuts_a)
         interruptions += interrupted
     totals = dict.fromkeys((*BUCKETS, _PRODUCTIVE), 0)
@@ -425,6 +432,7 @@ def _attempt_cuts(
     timed: list[tuple[float, Session, Record]] | None,
     keep: dict[int, int | float],
     share: float,
+    exited: float | None = None,
 ) -> tuple[list[tuple[float, str]], int]:
     """The cuts of one attempt's time, from its launch to the next one's: each (time, label of
     the span that ends there), and whether the attempt was interrupted (1) or not (0)."""
@@ -475,6 +483,8 @@ def _attempt_cuts(
     elif nxt is not None:
         cuts += [(stop - nxt.backoff, "stopping"), (stop, "backoff")]
     else:
+        if v is None and exited is not None:  # it ended; no verdict yet
+            cuts += [(exited, _PRODUCTIVE), (stop, "detection")]
         cuts.append((stop, "stopping" if v is not None else _PRODUCTIVE))
     return cuts, interrupted
 
@@ -605,6 +615,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from .errors import InvalidRunError, UsageError
+    from .process import read_exit
     from .readers import ReadOptions
     from .records import load_sessions, parse_maps, resolve_target
     from .supervision import read_journal
@@ -623,7 +634,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"goodput: {args.run_dir}: cannot read the log: {exc}") from None
     if not journal and not sessions:
         raise UsageError(f"goodput: {args.run_dir}: no supervise.jsonl and no log")
-    split = breakdown(sessions, journal)
+    launches = [r for r in journal if r.get("event") in _LAUNCHES and type(r.get("pid")) is int]
+    ended = read_exit(run_dir, launches[-1]["pid"]) if launches else None
+    split = breakdown(sessions, journal, exited=ended.time if ended is not None and ended.time > 0 else None)
     if args.json:
         print(json.dumps(split, indent=2, allow_nan=False))
     else:
