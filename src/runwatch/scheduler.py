@@ -63,6 +63,16 @@ class SlurmJob:
             return f"{self.array_job_id}_{self.array_task_id}"
         return self.job_id
 
+    def continues(self, journal: list[dict[str, Any]]) -> bool:
+        """This run is a later one of the job that wrote `journal` (a requeue): a record of this job
+        at a lower SLURM_RESTART_COUNT."""
+        return self.restart_count > 0 and any(
+            r.get("slurm_job_id") == self.job_id
+            and type(r.get("slurm_restart_count")) is int
+            and r["slurm_restart_count"] < self.restart_count
+            for r in journal
+        )
+
     def facts(self) -> dict[str, Any]:
         """The journal's view of the job (on every launch record)."""
         out: dict[str, Any] = {"slurm_job_id": self.job_id, "slurm_restart_count": self.restart_count}

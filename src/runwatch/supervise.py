@@ -69,7 +69,7 @@ from .supervision import (
     supervise_status,
 )
 from .verdict import exit_status, read_verdict, write_verdict
-from .waiter import subreaper
+from .waiter import reap, subreaper
 from .watchdog import Options, Verdict, Watcher, load_options
 
 __all__ = [
@@ -190,23 +190,19 @@ class Supervisor:
         return rec
 
     def _notify(self, notifier: Notifier, event: str, rec: dict[str, Any], verdict: Verdict | None) -> None:
-        line = rec.get("line") or (
-            verdict.line() if verdict is not None else f"{event} attempt {self.counters.attempt}"
-        )
+        c = self.counters
         body = [
-            line,
-            f"event: {event} (attempt {self.counters.attempt}, restarts {self.counters.restarts}/{self.opts.restarts}, "
-            f"rollbacks {self.counters.rollbacks}/{self.opts.rollbacks})",
+            rec.get("line") or (verdict.line() if verdict is not None else f"{event} attempt {c.attempt}"),
+            f"event: {event} (attempt {c.attempt}, restarts {c.restarts}/{self.opts.restarts}, "
+            f"rollbacks {c.rollbacks}/{self.opts.rollbacks})",
             f"run: {self.run_dir}",
             f"host: {self.host}",
         ]
         if rec.get("checkpoint"):
             body.append(f"checkpoint: {rec['checkpoint']}")
         if verdict is not None and verdict.verdict == "anomaly":
-            body.append("last lines of stdout.log:")
-            body.extend(stdout_tail(self.run_dir, NOTIFY_TAIL_LINES))
-        title = f"runwatch {event}: {os.path.basename(self.run_dir)}"
-        for failure in notifier.send(title, "\n".join(body)):
+            body += ["last lines of stdout.log:", *stdout_tail(self.run_dir, NOTIFY_TAIL_LINES)]
+        for failure in notifier.send(f"runwatch {event}: {os.path.basename(self.run_dir)}", "\n".join(body)):
             self.log(f"runwatch supervise: notification to {failure['url']} failed: {failure['error']}")
             self.notifier = None  # the failure's own record is not notified
             try:
@@ -253,7 +249,7 @@ class Supervisor:
         beats, _problems = read_heartbeats(self.run_dir)
         self.counters.stale_sessions = frozenset(b.session_id for b in beats.values())
         cmd = self._command(resumed=event != "launch" or self._continues())
-        self._reap_waiters()
+        reap(self.waiters)
         info = launch(self.run_dir, cmd, env=full)
         self.pid = info["pid"]
         if type(info.get("waiter")) is int:
@@ -287,16 +283,6 @@ class Supervisor:
             "map": list(self.watch.map),
         }
         return facts
-
-    def _reap_waiters(self) -> None:
-        """Reap the waiters of ended attempts (this process adopted them as a subreaper)."""
-        for pid in list(self.waiters):
-            try:
-                done, _status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:  # not our child (not adopted), or reaped
-                done = pid
-            if done == pid:
-                self.waiters.discard(pid)
 
     def _command(self, resumed: bool) -> list[str]:
         """CMD, with `--resume-args` appended on a relaunch or rollback."""
@@ -348,7 +334,7 @@ class Supervisor:
             if v is not None:
                 return v
             w.heartbeat()  # watchdog.json: the supervisor's liveness and the state to resume from
-            self._reap_waiters()
+            reap(self.waiters)
             if self.deadman is not None:
                 self.deadman.poll(new)  # a fetch runs on its own thread: never waited for here
                 for failure in self.deadman.failures():
@@ -489,24 +475,13 @@ class Supervisor:
 
     # --- the loop ------------------------------------------------------------------------------
 
-    def _requeued(self) -> bool:
-        """This is a later run of the Slurm job the journal's supervision ran in (a requeue)."""
-        job = self.slurm
-        if job is None or job.restart_count == 0:
-            return False
-        return any(
-            r.get("slurm_job_id") == job.job_id
-            and type(r.get("slurm_restart_count")) is int
-            and r["slurm_restart_count"] < job.restart_count
-            for r in read_journal(self.run_dir)
-        )
-
     def _begin(self) -> Verdict | None:
         """Continue an earlier allocation, adopt the training that still runs, take up an action
         cut short, or launch afresh."""
         last = last_record(self.run_dir)
         event = last.get("event") if last is not None else None
-        if last is not None and (event == "preempted" or (event != "done" and self._requeued())):
+        requeued = self.slurm is not None and self.slurm.continues(read_journal(self.run_dir))
+        if last is not None and (event == "preempted" or (event != "done" and requeued)):
             # A new allocation (a requeued job, a rescheduled pod): budgets, attempts and goodput go on.
             self.counters = Counters.from_json(last)
             self.continued = True

@@ -48,6 +48,18 @@ def subreaper() -> bool:
         return False
 
 
+def reap(pids: set[int]) -> None:
+    """Reap those of `pids` that have ended and are our children (waiters adopted by a subreaper
+    supervisor); drop them, and those that are not our children, from `pids`."""
+    for pid in list(pids):
+        try:
+            done, _status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not our child (never adopted), or reaped already
+            done = pid
+        if done == pid:
+            pids.discard(pid)
+
+
 def describe(status: int) -> dict[str, Any]:
     """`{"status": code or None, "signal": name or None}` of a wait status."""
     if os.WIFSIGNALED(status):
