@@ -3,8 +3,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 # Everything the tests exercise: torch (CPU wheel, pinned), the HF and Lightning integrations,
-# plots, TensorBoard export, data audit formats, the orjson fast path, pytest + hypothesis.
-EXTRAS := torch,hf,lightning,plot,tensorboard,data,fast,dev
+# plots, TensorBoard export, data audit formats, the orjson fast path, the MCP SDK, pytest + hypothesis.
+EXTRAS := torch,hf,lightning,plot,tensorboard,data,fast,mcp,dev
 
 .PHONY: demo test lint bench fuzz clean
 

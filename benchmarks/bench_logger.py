@@ -10,13 +10,16 @@ Peers, measured side by side in one run (repeats interleaved, so a busy machine 
 - W&B: `wandb.log` of the five values, offline (WANDB_MODE=offline, a temporary directory);
 - a naive per-step writer: `json.dumps` + `write` + `flush` of one line a step (fed tensors, it
   calls float() on each value: a host-device sync each on a GPU);
-- the heartbeat's share: `RunLogger.step()` with its heartbeat as shipped (a window's heartbeat
-  posted to a writer thread, written at most once a second) and without heartbeats; then, apart
+- the train line's share: `RunLogger.step()` with each train record encoded by `dumps()` of its
+  dict instead of `window.TrainLine`;
+- the heartbeat's share: `RunLogger.step()` with its heartbeat as shipped (a window's numbers
+  posted for a writer thread that looks for posts once a second) and without heartbeats; then, apart
   (a write per window floods the file system's journal and would slow the peers measured after
   it), the training thread's µs for a window's heartbeat posted or written in place, and for a
   phase change (two atomic replaces).
 
-Reports the median host microseconds per step over the repeats and the ratio to TensorBoard, then
+Reports the median host microseconds per step over the repeats and the ratios to TensorBoard and to
+the naive writer (floats), then
 counts the host-device conversions (`.item()`, `.tolist()`, `__float__`, `__bool__`, `__int__` on
 torch.Tensor) that `step()` makes with tensors: per step between windows, and per window.
 """
@@ -99,14 +102,20 @@ def peer_runlogger_no_heartbeat(tmp: str):
     return run, close
 
 
+def peer_runlogger_dumps(tmp: str):
+    """RunLogger with every train record encoded by dumps() of its dict (no TrainLine)."""
+    run, close = peer_runlogger(tmp)
+    close.__self__._train_line = lambda *args: None  # TrainLine's "another shape": dumps() it
+    return run, close
+
+
 def synchronous_heartbeat(log) -> None:
     """Make a single process's heartbeat writer write each window in step() itself (no writer thread)."""
     beat = log._beat
-    posted, beat._posted = beat._posted, None
     beat._stop.set()
-    posted.set()
     beat._thread.join()
     beat._stop.clear()
+    beat._write_windows = True
 
 
 def peer_tensorboard(tmp: str):
@@ -222,6 +231,7 @@ PEERS = [
     ("empty loop (floor)", peer_empty, "float", 20_000),
     ("RunLogger.step, floats", peer_runlogger, "float", 5_000),
     ("RunLogger.step, floats, no heartbeat", peer_runlogger_no_heartbeat, "float", 5_000),
+    ("RunLogger.step, floats, record by dumps()", peer_runlogger_dumps, "float", 5_000),
     ("RunLogger.step, 0-dim tensors", peer_runlogger, "tensor", 2_000),
     ("naive json.dumps+write+flush, floats", peer_naive, "float", 2_000),
     ("naive json.dumps+write+flush, tensors", peer_naive_tensors, "tensor", 2_000),
@@ -363,10 +373,13 @@ def main() -> int:
     results = measure(args.repeats, args.scale, args.no_wandb)
     base = statistics.median(results[BASELINE])
     print()
-    print(f"{'peer':<40} {'median us/step':>15} {'min':>8} {'max':>8} {'x TensorBoard':>14}")
+    naive = statistics.median(results["naive json.dumps+write+flush, floats"])
+    print(f"{'peer':<40} {'median us/step':>15} {'min':>8} {'max':>8} {'x TensorBoard':>14} {'x naive':>8}")
     for name, samples in results.items():
         med = statistics.median(samples)
-        print(f"{name:<40} {med:>15.2f} {min(samples):>8.2f} {max(samples):>8.2f} {med / base:>14.4f}")
+        print(
+            f"{name:<40} {med:>15.2f} {min(samples):>8.2f} {max(samples):>8.2f} {med / base:>14.4f} {med / naive:>8.3f}"
+        )
 
     conv = count_conversions()
     print()
@@ -394,6 +407,10 @@ def main() -> int:
         (
             "step() with floats cheaper than the naive writer (floats)",
             floats < med["naive json.dumps+write+flush, floats"],
+        ),
+        (
+            "step() with floats <= 0.6x the naive writer (floats)",
+            floats <= 0.6 * med["naive json.dumps+write+flush, floats"],
         ),
         (
             "step() with tensors cheaper than the naive writer (floats)",

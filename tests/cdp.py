@@ -2,6 +2,7 @@
 
     with Browser(chromium, url, user_data_dir) as b:
         b.evaluate("document.title")            # a JavaScript expression's value
+        assert b.exceptions == []               # the page threw nothing (since it was loaded again)
 
 Chromium starts with `--remote-debugging-port=0` and writes the port it chose to
 `<user-data-dir>/DevToolsActivePort`; the page opened on the command line is a target listed at
@@ -117,7 +118,15 @@ class WebSocket:
 class Browser:
     """Headless Chromium on one page, evaluated through the DevTools protocol."""
 
-    def __init__(self, chromium: str, url: str, user_data_dir: str, timeout: float = 90.0) -> None:
+    def __init__(
+        self,
+        chromium: str,
+        url: str,
+        user_data_dir: str,
+        timeout: float = 90.0,
+        size: str = "1280,900",
+        catch: bool = True,
+    ) -> None:
         self.timeout = timeout
         self.proc = subprocess.Popen(
             [
@@ -125,7 +134,7 @@ class Browser:
                 *CHROMIUM_FLAGS,
                 f"--user-data-dir={user_data_dir}",
                 "--remote-debugging-port=0",
-                "--window-size=1280,900",
+                f"--window-size={size}",
                 url,
             ],
             stdout=subprocess.DEVNULL,
@@ -151,12 +160,21 @@ class Browser:
             time.sleep(0.2)
         self.ws = WebSocket(pages[0]["webSocketDebuggerUrl"], timeout=timeout)
         self._id = 0
+        self.exceptions: list[str] = []  # the page's uncaught exceptions (once `Runtime` is enabled)
+        if catch:  # load the page again with the runtime's events on: every exception from the start
+            self.call("Runtime.enable")
+            self.call("Page.reload")
 
     def call(self, method: str, **params: object) -> dict:
         self._id += 1
         self.ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
         while True:
             msg = json.loads(self.ws.recv())
+            if msg.get("method") == "Runtime.exceptionThrown":
+                d = msg["params"]["exceptionDetails"]
+                self.exceptions.append(
+                    f"{d.get('url', '')}:{d.get('lineNumber')}: {d.get('exception', {}).get('description') or d.get('text')}"
+                )
             if msg.get("id") == self._id:
                 if "error" in msg:
                     raise RuntimeError(f"{method}: {msg['error']}")
@@ -180,6 +198,56 @@ class Browser:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"never true: {expression} (last {value!r})")
             time.sleep(0.2)
+
+    # --- real input: the browser's own mouse, keyboard and touch events ------------------------------
+
+    def center(self, selector: str) -> tuple[float, float]:
+        """The middle of the first element matching `selector`, in viewport pixels (scrolled into view)."""
+        box = self.evaluate(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.scrollIntoView({{block: 'center'}});"
+            " const r = e.getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        )
+        assert isinstance(box, list)
+        return float(box[0]), float(box[1])
+
+    def click(self, x: float, y: float, count: int = 1) -> None:
+        for n in range(1, count + 1):
+            for kind in ("mousePressed", "mouseReleased"):
+                self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=n, buttons=1)
+
+    def drag(self, x0: float, y0: float, x1: float, y1: float, steps: int = 8) -> None:
+        """Press at (x0, y0), move to (x1, y1) in `steps`, release: a mouse drag."""
+        self.call("Input.dispatchMouseEvent", type="mouseMoved", x=x0, y=y0)
+        self.call("Input.dispatchMouseEvent", type="mousePressed", x=x0, y=y0, button="left", clickCount=1, buttons=1)
+        for i in range(1, steps + 1):
+            x, y = x0 + (x1 - x0) * i / steps, y0 + (y1 - y0) * i / steps
+            self.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y, button="left", buttons=1)
+        self.call("Input.dispatchMouseEvent", type="mouseReleased", x=x1, y=y1, button="left", clickCount=1, buttons=0)
+
+    def touch_drag(self, x0: float, y0: float, x1: float, y1: float, steps: int = 8) -> None:
+        """One finger from (x0, y0) to (x1, y1) (needs `Emulation.setTouchEmulationEnabled`)."""
+        self.call("Input.dispatchTouchEvent", type="touchStart", touchPoints=[{"x": x0, "y": y0}])
+        for i in range(1, steps + 1):
+            x, y = x0 + (x1 - x0) * i / steps, y0 + (y1 - y0) * i / steps
+            self.call("Input.dispatchTouchEvent", type="touchMove", touchPoints=[{"x": x, "y": y}])
+        self.call("Input.dispatchTouchEvent", type="touchEnd", touchPoints=[])
+
+    def tap(self, x: float, y: float) -> None:
+        self.call("Input.dispatchTouchEvent", type="touchStart", touchPoints=[{"x": x, "y": y}])
+        self.call("Input.dispatchTouchEvent", type="touchEnd", touchPoints=[])
+
+    def key(self, key: str, code: str | None = None, key_code: int = 0) -> None:
+        """Press and release one key (`key` as KeyboardEvent.key names it: "Tab", "Enter", "+", "ArrowRight")."""
+        text = key if len(key) == 1 else ("\r" if key == "Enter" else "")
+        down = {"type": "keyDown" if text else "rawKeyDown", "key": key, "code": code or key, "text": text}
+        if key_code:
+            down["windowsVirtualKeyCode"] = key_code
+        self.call("Input.dispatchKeyEvent", **down)
+        self.call("Input.dispatchKeyEvent", type="keyUp", key=key, code=code or key, windowsVirtualKeyCode=key_code)
+
+    def type(self, text: str) -> None:
+        """Type `text` into the focused element (as an input method commits it)."""
+        self.call("Input.insertText", text=text)
 
     def close(self) -> None:
         if getattr(self, "ws", None) is not None:

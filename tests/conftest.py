@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+
+import pytest
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 sys.path.insert(0, SRC)
@@ -33,7 +36,6 @@ def pytest_collection_modifyitems(config, items):
     are set up once; every other test is handed out on its own, the longest modules first."""
     if getattr(config.option, "dist", "no") == "no":
         return
-    import pytest
 
     def rank(item):
         name = os.path.basename(str(item.fspath))
@@ -44,3 +46,31 @@ def pytest_collection_modifyitems(config, items):
         defs = [d for fd in item._fixtureinfo.name2fixturedefs.values() for d in fd]
         if any(d.scope != "function" and d.func.__module__ == item.module.__name__ for d in defs):
             item.add_marker(pytest.mark.xdist_group(os.path.basename(str(item.fspath))))
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's chromium for the pages' tests, installed with apt-get when missing (once: the
+    workers of `make test` take a lock, so that two never run apt-get at the same time)."""
+    import fcntl
+    import shutil
+    import subprocess
+
+    path = shutil.which("chromium") or "/usr/bin/chromium"
+    with open(os.path.join(tempfile.gettempdir(), "runwatch-tests-chromium.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(path):
+            if os.geteuid() != 0 or not shutil.which("apt-get"):
+                pytest.skip(
+                    "chromium is not installed and cannot be installed here (needs root and apt-get): "
+                    "apt-get install chromium"
+                )
+            res = subprocess.run(
+                ["sh", "-c", "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium"],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
+            if res.returncode != 0 or not os.path.exists(path):
+                pytest.skip(f"chromium could not be installed: {(res.stderr or res.stdout).strip()[-300:]}")
+    return path

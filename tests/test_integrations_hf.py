@@ -17,7 +17,7 @@ import torch  # noqa: E402
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 import runwatch  # noqa: E402
-from runwatch.errors import InvalidRunError, NonFiniteLossError  # noqa: E402
+from runwatch.errors import ConfigError, InvalidRunError, NonFiniteLossError  # noqa: E402
 from runwatch.integrations.hf import RunwatchCallback, auroc_metrics  # noqa: E402
 from runwatch.integrations.session import STATE_FILE, CallbackOptions  # noqa: E402
 
@@ -409,8 +409,12 @@ def test_auroc_metrics(predictions, labels, expected):
 def test_auroc_metrics_rejects_multiclass_logits():
     import numpy as np
 
-    with pytest.raises(ValueError, match=r"expected logits of shape \(N,\), \(N, 1\) or \(N, 2\), got \(2, 3\)"):
+    with pytest.raises(ConfigError) as info:
         auroc_metrics((np.zeros((2, 3)), np.zeros(2)))
+    assert str(info.value) == "auroc_metrics: predictions must have shape (N,), (N, 1) or (N, 2), got (2, 3)"
+    with pytest.raises(ConfigError) as info:
+        auroc_metrics((np.zeros(3), np.zeros(2)))
+    assert str(info.value) == "auroc_metrics: label_ids must hold one label per prediction (3), got 2"
 
 
 # --- phases: the heartbeat shows an evaluation and a save while they run -----------------------------

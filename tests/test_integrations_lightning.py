@@ -19,11 +19,13 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint  # noqa: E402
 
 import runwatch  # noqa: E402
 from runwatch.auroc import auroc  # noqa: E402
-from runwatch.errors import NonFiniteLossError  # noqa: E402
+from runwatch.errors import ConfigError, NonFiniteLossError  # noqa: E402
 from runwatch.integrations.lightning import RunwatchCallback  # noqa: E402
 
-# Lightning 2.6's own pytree helper warns under torch 2.13; it is not ours to fix.
-pytestmark = pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated")
+pytestmark = [
+    # Lightning 2.6's own pytree helper warns under torch 2.13; it is not ours to fix.
+    pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated"),
+]
 
 VOCAB, SEQ, BATCH = 16, 16, 32
 
@@ -399,3 +401,17 @@ def test_the_heartbeat_shows_eval_during_a_slow_validation_and_checkpoint_during
     assert (end["phase"], end["phase_since"], end["state"], end["step"]) == (None, None, "ended", 40)
     assert [r["event"] for r in records(run_dir)].count("val") == 2
     assert runwatch.summarize(run_dir, expect_step=40)["completed"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"batch_size": 0}, "RunwatchCallback.batch_size must be an int >= 1 or None, got 0"),
+        ({"val_prefix": ""}, "RunwatchCallback.val_prefix must be a non-empty string, got ''"),
+        ({"window": 0}, "RunwatchCallback.window must be an int >= 1 or None, got 0"),
+    ],
+)
+def test_options_are_checked(kwargs, message):
+    with pytest.raises(ConfigError) as info:
+        RunwatchCallback(**kwargs)
+    assert str(info.value) == message

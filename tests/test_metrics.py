@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from runwatch import RunLogger, summarize
-from runwatch.errors import NonFiniteLossError, RunLockedError, RunwatchError
+from runwatch.errors import ConfigError, NonFiniteLossError, RunLockedError, RunwatchError
 
 RECIPE = {"batch_size": 2, "seq_len": 3, "gradient_accumulation_steps": 1}
 
@@ -254,7 +254,7 @@ def test_qk_clip_counts(tmp_path):
         "max_logit": 120.0,
     }
     assert summarize(str(d))["qk_clip"]["clipped_fraction"] == 1 / 16
-    with pytest.raises(ValueError, match="QK-Clip counts need recipe.qk_clip_threshold"):
+    with pytest.raises(ConfigError, match="qk_observed and qk_clipped need recipe.qk_clip_threshold"):
         with RunLogger(tmp_path / "b", recipe=RECIPE) as log:
             log.step(loss=1.0, lr=0.1, grad_norm=1.0, qk_observed=8, qk_clipped=1)
 
@@ -275,7 +275,10 @@ def test_profiling_seconds(tmp_path):
     "kwargs, message",
     [
         (dict(window=0), "RunLogger.window must be an int >= 1, got 0"),
-        (dict(recipe={"batch_size": 1, "seq_len": 1}), r"RunLogger.recipe.gradient_accumulation_steps is required"),
+        (
+            dict(recipe={"batch_size": 1, "seq_len": 1}),
+            r"RunLogger.recipe.gradient_accumulation_steps must be a positive int, got none \(the key is missing\)",
+        ),
         (dict(recipe=dict(RECIPE, seq_len=0)), "RunLogger.recipe.seq_len must be a positive int, got 0"),
         (
             dict(recipe=dict(RECIPE, qk_clip_threshold=-1)),
@@ -287,7 +290,7 @@ def test_profiling_seconds(tmp_path):
 )
 def test_bad_configuration_names_the_option(tmp_path, kwargs, message):
     kwargs.setdefault("recipe", RECIPE)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         RunLogger(tmp_path / "run", **kwargs)
     assert not (tmp_path / "run" / "run.json").exists()
 
@@ -298,7 +301,7 @@ def test_run_dir_from_environment(tmp_path, monkeypatch):
         log.step(loss=1.0, lr=0.1, grad_norm=1.0)
     assert (tmp_path / "env" / "run.json").exists()
     monkeypatch.delenv("RUNWATCH_RUN_DIR")
-    with pytest.raises(ValueError, match="RunLogger needs a run directory"):
+    with pytest.raises(ConfigError, match=r"^RunLogger.run_dir must be a path \(or RUNWATCH_RUN_DIR set\), got None$"):
         RunLogger(recipe=RECIPE)
 
 

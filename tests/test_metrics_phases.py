@@ -14,7 +14,8 @@ import time
 import pytest
 
 from runwatch import RunLogger, summarize
-from runwatch.errors import RunwatchError
+from runwatch.distributed import HeartbeatWriter
+from runwatch.errors import ConfigError, RunwatchError
 from runwatch.heartbeats import RankMonitor, parse_heartbeat, rank_status_lines, read_heartbeats
 
 RECIPE = {"batch_size": 2, "seq_len": 3, "gradient_accumulation_steps": 1}
@@ -70,6 +71,67 @@ def test_a_single_process_heartbeat_follows_windows_and_phases(tmp_path):
     assert end["state"] == "ended" and end["phase"] is None
     assert os.listdir(d / "heartbeats") == ["rank-0.json"]  # no temp file left
     assert [r["event"] for r in records(d)] == ["train", "train", "val", "session_end"]  # the JSONL is as before
+
+
+def test_a_window_close_posts_the_heartbeat_and_the_writer_thread_writes_it(tmp_path, monkeypatch):
+    """The training thread writes the heartbeat file only at phase changes (and start and end); the
+    windows it posts reach the file from the writer thread, the latest of a burst included."""
+    writers: list[str] = []
+    put = HeartbeatWriter._put
+
+    def recording_put(self, seq, data):
+        writers.append(threading.current_thread().name)
+        put(self, seq, data)
+
+    monkeypatch.setattr(HeartbeatWriter, "_put", recording_put)
+    d = tmp_path / "run"
+    with RunLogger(d, recipe=RECIPE, window=2) as log:
+        assert writers == ["MainThread"]  # the first heartbeat, at start
+        for _ in range(2 * 40):  # 40 windows in a burst: posts within a second coalesce
+            log.step(loss=1.0, lr=0.1, grad_norm=1.0)
+        posted = time.monotonic()
+        assert eventually(lambda: heartbeat(d)["window"] == 40), heartbeat(d)
+        assert time.monotonic() - posted < 30  # within ~1 s on an idle machine; generous under load
+        beat = heartbeat(d)
+        assert (beat["step"], beat["attempted"], len(beat["window_seconds"])) == (80, 80, 16)
+        assert beat["window_seconds"] == beat["busy_seconds"]  # nothing samples a single process
+        assert set(writers[1:]) == {"runwatch-heartbeat-writer"}
+        assert len(writers) <= 1 + 3  # not one write a window: the first post, then the rest together
+        before = len(writers)
+        with log.phase("eval"):
+            assert writers[before:] == ["MainThread"]  # a phase is written at once, by the caller
+    assert writers[-2:] == ["MainThread", "MainThread"]  # leaving the phase; the end
+
+
+def test_a_hung_training_thread_stops_the_heartbeat(tmp_path):
+    """No step(), no phase change: nothing rewrites the file, so its time stops (a watchdog sees the
+    hang); the next window close brings it up to date again."""
+    d = tmp_path / "run"
+    path = d / "heartbeats" / "rank-0.json"
+    with RunLogger(d, recipe=RECIPE, window=3) as log:
+        for _ in range(6):
+            log.step(loss=1.0, lr=0.1, grad_norm=1.0)
+        assert eventually(lambda: heartbeat(d)["window"] == 2)
+        written = path.read_bytes()
+        hung = time.time()
+        time.sleep(2.5)  # the training thread "hangs": more than twice the writer's spacing
+        assert path.read_bytes() == written
+        assert heartbeat(d)["time"] < hung and heartbeat(d)["progress_time"] < hung
+        for _ in range(3):
+            log.step(loss=1.0, lr=0.1, grad_norm=1.0)
+        assert eventually(lambda: heartbeat(d)["window"] == 3)
+        beat = heartbeat(d)
+        assert beat["step"] == 9 and beat["time"] > hung + 2.5 and beat["progress_time"] > hung + 2.5
+
+
+def test_a_phase_change_writes_the_windows_posted_before_it(tmp_path):
+    d = tmp_path / "run"
+    with RunLogger(d, recipe=RECIPE, window=1) as log:
+        for _ in range(3):
+            log.step(loss=1.0, lr=0.1, grad_norm=1.0)
+        with log.phase("checkpoint"):
+            inside = heartbeat(d)  # read at once: written by this thread on entering
+            assert (inside["phase"], inside["step"], inside["window"]) == ("checkpoint", 3, 3)
 
 
 def test_an_inner_phase_wins_and_the_outer_one_comes_back(tmp_path):
@@ -245,7 +307,9 @@ def test_the_default_window_comes_from_runwatch_window(tmp_path, monkeypatch):
 def test_step_checks_its_arguments_before_a_nan_ends_the_session(tmp_path):
     d = tmp_path / "run"
     with RunLogger(d, recipe=RECIPE) as log:
-        with pytest.raises(ValueError, match=r"^RunLogger.step: grad_norm is required \(the pre-clip gradient norm\)$"):
+        with pytest.raises(
+            ConfigError, match=r"^RunLogger.step: grad_norm must be a number or a one-element tensor, got None$"
+        ):
             log.step(float("nan"), 0.1, None)
         log.step(loss=1.0, lr=0.1, grad_norm=1.0)  # nothing was recorded: the session goes on
     recs = records(d)

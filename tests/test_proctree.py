@@ -30,7 +30,8 @@ daemon = (
     "import os, sys, time\n"
     "if os.fork(): os._exit(0)\n"
     "os.setsid()\n"
-    f"open({run_dir!r} + '/daemon.pid', 'w').write(str(os.getpid()))\n"
+    f"open({run_dir!r} + '/daemon.pid.tmp', 'w').write(str(os.getpid()))\n"
+    f"os.replace({run_dir!r} + '/daemon.pid.tmp', {run_dir!r} + '/daemon.pid')\n"
     "time.sleep(300)\n"
 )
 workers = [subprocess.Popen([sys.executable, "-c", sleeper], start_new_session=True) for _ in range(2)]
@@ -63,7 +64,9 @@ def family(tmp_path):
     def start(mode: str = "obey"):
         run = str(tmp_path / f"run-{len(started)}")
         info = launch(run, [sys.executable, "-c", FAMILY, run, mode])
-        assert _wait(lambda: os.path.exists(os.path.join(run, "pids.json"))), open(run + "/stdout.log").read()
+        if not _wait(lambda: os.path.exists(os.path.join(run, "pids.json"))):
+            with open(os.path.join(run, "stdout.log")) as f:
+                pytest.fail(f"the family did not start:\n{f.read()}")
         with open(os.path.join(run, "pids.json")) as f:
             pids = json.load(f)
         every = [pids["agent"], *pids["workers"], pids["daemon"]]

@@ -18,10 +18,12 @@ import pytest
 import yaml
 
 from runwatch import RunLogger
+from runwatch.agent.verdicts import watch_state
 from runwatch.cli import main
 from runwatch.goodput import breakdown
 from runwatch.process import alive
 from runwatch.records import load_sessions
+from runwatch.serve.supervision import SupervisionView
 from runwatch.status import format_status, status
 from runwatch.supervision import SuperviseOptions, read_journal
 from runwatch.verdict import DEFAULT_EXIT_CODES, exit_status
@@ -168,9 +170,17 @@ def test_a_preemption_stops_the_training_and_exits_with_the_preempted_code(tmp_p
     assert stop["message"] == f"runwatch supervise: stopped after the supervisor received {name}: SIGTERM (1 process)"
     assert (pre["kind"], pre["class"], pre["signal"], pre["restarts"]) == ("interrupted", "transient", name, 0)
     assert t0 - 1 <= pre["signal_time"] <= pre["time"] and "requeue" not in pre
-    assert pre["goodput"]["steps_kept"] == step
+    assert pre["goodput"]["steps_kept"] == step and pre["exit_code"] == code
     shown = format_status(status(str(run), gpus=False))
     assert "supervise attempt 1, restarts 0/5, rollbacks 0/2 (supervisor preempted)" in shown
+    # the run page and the agent's wait_for_verdict read the same end, with the code it exited with
+    view = SupervisionView(str(run / "supervise.jsonl"))
+    view.refresh()
+    facts = view.facts()
+    assert facts is not None and facts["finished"] and facts["attempts"][-1]["end"]["event"] == "preempted"
+    waited = watch_state(str(run))
+    assert (waited["state"], waited["by"], waited["event"], waited["exit"]) == ("final", "supervise", "preempted", code)
+    assert waited["verdict"]["kind"] == "interrupted" and waited["line"] == out.splitlines()[-1]
     # the training ended its session itself, after the SIGTERM the supervisor passed on
     last = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
     assert (last["event"], last["reason"], last["error"]) == ("session_end", "interrupted", "SIGTERM")
@@ -197,7 +207,7 @@ def test_ctrl_c_stops_the_training_and_exits_130(tmp_path):
     assert rc == 130
     assert out.splitlines()[-1].endswith(": the supervisor received SIGINT; the training was stopped")
     end = _journal(run)[-1]
-    assert (end["event"], end["kind"], end["signal"]) == ("gave_up", "interrupted", "SIGINT")
+    assert (end["event"], end["kind"], end["signal"], end["exit_code"]) == ("gave_up", "interrupted", "SIGINT", 130)
     assert "SIGINT: stopping the training (SIGTERM to each of its processes, SIGKILL after 25 s); Ctrl-C again" in (
         _stderr(run)
     )
@@ -261,6 +271,7 @@ def test_a_preempted_supervision_continues_its_budgets_attempts_and_goodput(tmp_
     assert cont["checkpoint"] == str(run / "ckpt-30.json") and cont["first_launch"] == recs[0]["first_launch"]
     assert f"resume path={run / 'ckpt-30.json'}" in (run / "stdout.log").read_text().split("--- runwatch launch")[-1]
     assert recs[-1]["goodput"]["restarts"] == 1  # the preemption spent none
+    assert (recs[4]["exit_code"], recs[-1]["exit_code"]) == (75, 0)
     split = breakdown(load_sessions(str(run)), recs)
     assert split["buckets"]["preempted"] > 0 and split["advice"]["interruptions"] == 2
     assert abs(split["wall_seconds"] - (recs[-1]["time"] - recs[0]["first_launch"])) < 0.002
@@ -283,7 +294,7 @@ def test_a_requeued_slurm_job_continues_after_giving_up(tmp_path):
         timeout=120,
         env=env,
     )
-    assert first.returncode == 7 and _journal(run)[-1]["event"] == "gave_up"
+    assert first.returncode == 7 and (_journal(run)[-1]["event"], _journal(run)[-1]["exit_code"]) == ("gave_up", 7)
     assert _journal(run)[0]["slurm_job_id"] == "4242" and _journal(run)[0]["slurm_restart_count"] == 0
     env["SLURM_RESTART_COUNT"] = "1"
     second = subprocess.run(

@@ -11,7 +11,6 @@ import http.client
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -243,16 +242,35 @@ def test_series_keeps_at_most_limit_points_and_every_spike(n, limit):
     s = Series(limit)
     spike = n * 2 // 3
     for i in range(n):
-        s.add(i, float(i % 7) + (1000.0 if i == spike else 0.0))
+        s.add(i, float(i % 7) + (1000.0 if i == spike else 0.0), 100.0 + i)
     s.add(n, math.nan)  # not drawable: skipped
     pts = s.points()
     assert len(pts) <= limit
-    assert max(y for _, y in pts) == 1000.0 + spike % 7
-    assert min(y for _, y in pts) == 0.0
-    assert pts[-1] == [n - 1, float((n - 1) % 7)]
-    assert [x for x, _ in pts] == sorted(x for x, _ in pts)
+    assert max(y for _, y, _ in pts) == 1000.0 + spike % 7
+    assert min(y for _, y, _ in pts) == 0.0
+    assert pts[-1] == [n - 1, float((n - 1) % 7), 100.0 + n - 1]
+    assert [x for x, _, _ in pts] == sorted(x for x, _, _ in pts)
+    assert all(t == 100.0 + x for x, _, t in pts)  # each point keeps its own time
     if n <= limit - 1:
         assert len(pts) == n
+
+
+@pytest.mark.parametrize("n, limit", [(60, 1000), (5000, 100)])
+@pytest.mark.parametrize("cut", [(30, True), (31, False)])
+def test_series_cut_drops_the_redone_steps_and_keeps_the_path(n, limit, cut):
+    # a rollback to step 30: the steps after it are logged again, and drawn once
+    s = Series(limit)
+    for i in range(1, n + 1):
+        s.add(i, 1.0 / i)
+    s.cut(cut)
+    assert all(x <= 30 for x, _, _ in s.points()) and s.last is not None and s.last[0] <= 30
+    for i in range(31, n + 1):
+        s.add(i, 2.0 / i)
+    xs = [x for x, _, _ in s.points()]
+    assert xs == sorted(xs) and len(xs) == len(set(xs))  # no line back in time, no step twice
+    assert s.points()[-1][:2] == [n, 2.0 / n]
+    if n < limit:
+        assert xs == list(range(1, n + 1)) and s.points()[29][1] == 1.0 / 30 and s.points()[30][1] == 2.0 / 31
 
 
 def test_host_warning():
@@ -306,10 +324,11 @@ def test_run_facts_equal_status_and_check(server, root):
     without_age = [line for line in status_mod.format_status(st) if not line.startswith("step")]
     assert [line for line in d["status_lines"] if not line.startswith("step")] == without_age
     charts = {c["name"]: c for c in d["charts"]}
-    assert set(charts) == {"loss", "lr", "grad_norm", "throughput", "metrics"}
-    assert [s["name"] for s in charts["loss"]["series"]] == ["train", "eval"]
+    assert set(charts) == {"loss", "lr", "grad_norm", "throughput", "eval_auroc"}
+    assert [(s["name"], s["key"]) for s in charts["loss"]["series"]] == [("train", "loss"), ("eval", "eval_loss")]
     assert len(charts["loss"]["series"][0]["points"]) == 40 and charts["loss"]["series"][0]["points"][-1][0] == 40
-    assert charts["metrics"]["series"][0]["name"] == "auroc"
+    assert [(s["name"], s["key"]) for s in charts["eval_auroc"]["series"]] == [("auroc", "eval_auroc")]
+    assert charts["throughput"]["title"] == "throughput (tokens/s)"
     assert d["supervise"] is None
     # the findings of `check` on the same log, the same kinds, steps and messages
     sweep = get_json(server, "/api/run/proj/sweep/lr-1/train.jsonl")
@@ -320,8 +339,11 @@ def test_run_facts_equal_status_and_check(server, root):
 def test_trainer_state_and_supervision(server):
     hf = wait_run(server, "hf", lambda r: r["step"] == 20, "at step 20")
     assert (hf["max_steps"], hf["loss"]) == (200, 0.05)
-    d = get_json(server, "/api/run/supervised/train.jsonl")
-    s = d["supervise"]
+    wait_run(server, "supervised/train.jsonl", lambda r: r["step"] == 30, "at step 30")
+    deadline = time.monotonic() + WAIT
+    while (s := get_json(server, "/api/run/supervised/train.jsonl")["supervise"]) is None or not s["finished"]:
+        assert time.monotonic() < deadline, "the journal was never read"
+        time.sleep(0.2)
     assert (s["attempt"], s["restarts"], s["rollbacks"], s["budgets"], s["finished"]) == (
         2,
         1,
@@ -334,7 +356,7 @@ def test_trainer_state_and_supervision(server):
         (1, 111, "launch", None),
         (2, 222, "relaunch", "ckpt/10"),
     ]
-    assert s["attempts"][0]["verdict"] == {"kind": "process_exit", "class": "transient", "step": 12}
+    assert s["attempts"][0]["verdict"] == {"kind": "process_exit", "class": "transient", "step": 12, "line": None}
     assert s["attempts"][0]["end"] == {"event": "relaunch", "step": 12, "time": 6.0}
     assert s["attempts"][1]["end"] == {"event": "done", "step": 30, "time": 9.0}
 
@@ -411,7 +433,7 @@ def test_pages_carry_no_markup_from_runs(server):
     name = f"{EVIL}/train.jsonl"
     run = wait_run(server, name, lambda r: r["findings"] == 1, "with its finding")
     assert run["first_finding"]["message"] == f"FATAL: {EVIL_FATAL}"
-    for path in ("/", "/run/" + urllib.request.quote(name)):
+    for path in ("/", "/run/" + urllib.request.quote(name), "/compare?run=" + urllib.request.quote(EVIL, safe="")):
         code, body = get(server, path)
         assert code == 200
         text = body.decode()
@@ -470,26 +492,6 @@ def test_cli_port_in_use(root, server, capsys):
 # --- a real browser -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def chromium():
-    path = shutil.which("chromium") or "/usr/bin/chromium"
-    if not os.path.exists(path):
-        if os.geteuid() != 0 or not shutil.which("apt-get"):
-            pytest.skip(
-                "chromium is not installed and cannot be installed here (needs root and apt-get): "
-                "apt-get install chromium"
-            )
-        res = subprocess.run(
-            ["sh", "-c", "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium"],
-            capture_output=True,
-            text=True,
-            timeout=1800,
-        )
-        if res.returncode != 0 or not os.path.exists(path):
-            pytest.skip(f"chromium could not be installed: {(res.stderr or res.stdout).strip()[-300:]}")
-    return path
-
-
 def _chromium(chromium, tmp_path, *args: str) -> str:
     profile = tmp_path / f"profile-{time.monotonic_ns()}"
     res = subprocess.run(
@@ -512,7 +514,7 @@ def test_browser_renders_the_list_and_a_run(server, chromium, tmp_path):
     assert "not a regular file" in dom
     run_url = base + "run/proj/sweep/lr-1/train.jsonl"
     dom = _chromium(chromium, tmp_path, "--dump-dom", run_url)
-    assert 'data-chart="loss"' in dom and 'data-chart="metrics"' in dom and "<polyline" in dom
+    assert 'data-chart="loss"' in dom and 'data-chart="eval_auroc"' in dom and "<polyline" in dom
     assert 'data-points="63"' in dom  # 60 train losses + 3 eval losses on the loss chart
     assert 'data-kind="loss_spike"' in dom and "ANOMALY loss_spike" in dom
     evil_url = base + "run/" + urllib.request.quote(f"{EVIL}/train.jsonl")
@@ -550,6 +552,7 @@ def test_browser_updates_without_reload(server, root, chromium, tmp_path, page, 
         b.wait_for(f"({probe}).includes('{last + 17}')")
         assert b.evaluate("window.__sameDocument") == 42  # the same document: no reload
         assert b.evaluate("performance.getEntriesByType('navigation').length") == 1
+        assert b.exceptions == []
 
 
 def test_other_tools_logs_are_runs_read_incrementally(tmp_path):
@@ -573,7 +576,7 @@ def test_other_tools_logs_are_runs_read_incrementally(tmp_path):
     (tmp_path / "data.csv").write_text("text,label\nhello,1\n")
     (tmp_path / "other.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
     runs = dict(find_runs(str(tmp_path)))
-    assert sorted(runs) == ["lit/metrics.csv", "tb"]
+    assert sorted(runs) == ["lit/metrics.csv", "tb/version_0"]  # (a folder of event files is the run)
     from runwatch.serve.runs import RunView
 
     for rel, target in runs.items():
@@ -583,7 +586,7 @@ def test_other_tools_logs_are_runs_read_incrementally(tmp_path):
         assert view.error is None, view.error
         assert view.records > 0 and view.tail[-1].kind == "train"
         view.refresh()  # a reader may give its last step once the file stayed quiet for a poll
-        assert view.records >= (30 if rel == "tb" else 20) - 1
+        assert view.records >= (30 if rel.startswith("tb") else 20) - 1
         # nothing new: a refresh applies nothing
         records = view.records
         assert view.refresh() is False and view.records == records

@@ -47,6 +47,16 @@ CORE = [
     "runwatch.readers.csvlog",
     "runwatch.readers.textlog",
 ]
+# `runwatch mcp`'s tools (the SDK is imported by runwatch.agent.server alone) and the runbook.
+CORE += [
+    "runwatch.runbook",
+    "runwatch.agent",
+    "runwatch.agent.tools",
+    "runwatch.agent.act",
+    "runwatch.agent.tail",
+    "runwatch.agent.verdicts",
+    "runwatch.agent.bound",
+]
 # `runwatch serve`: http.server and the readers, nothing else.
 CORE += [
     "runwatch.serve",
@@ -94,6 +104,8 @@ def test_public_api():
             "InsufficientRunError",
             "DataError",
             "CheckpointError",
+            "StoreLockedError",
+            "Terminated",
             "__version__",
         ]
     )
@@ -105,7 +117,8 @@ def test_every_error_of_the_tree_is_exported():
     from runwatch import errors
 
     classes = {n for n in errors.__all__ if isinstance(getattr(errors, n), type)}
-    assert classes == {n for n in runwatch.__all__ if n.endswith("Error")}
+    exported = {n for n in runwatch.__all__ if isinstance(getattr(runwatch, n), type)}
+    assert classes == {n for n in exported if issubclass(getattr(runwatch, n), BaseException)}
     for name in classes:
         assert getattr(runwatch, name) is getattr(errors, name)
-        assert issubclass(getattr(errors, name), errors.RunwatchError)
+        assert issubclass(getattr(errors, name), (errors.RunwatchError, KeyboardInterrupt))

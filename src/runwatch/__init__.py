@@ -17,6 +17,8 @@ from .errors import (
     RanksOutOfStepError,
     RunLockedError,
     RunwatchError,
+    StoreLockedError,
+    Terminated,
     UsageError,
 )
 from .metrics import RunLogger
@@ -34,12 +36,14 @@ __all__ = [
     "UsageError",
     "ConfigError",
     "RunLockedError",
+    "StoreLockedError",
     "LogWriteError",
     "NonFiniteLossError",
     "RanksOutOfStepError",
     "InsufficientRunError",
     "DataError",
     "CheckpointError",
+    "Terminated",
     "__version__",
 ]
 

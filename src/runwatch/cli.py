@@ -154,6 +154,19 @@ def _add_serve(sub: _Subcommands) -> None:
     p.set_defaults(func=lambda args: serve.run(args))
 
 
+def _add_mcp(sub: _Subcommands) -> None:
+    from . import agent
+
+    p = sub.add_parser(
+        "mcp", help="an MCP server over stdio: runwatch's facts, verdicts and actions as tools (runwatch[mcp])"
+    )
+    agent.add_arguments(p)
+    p.set_defaults(func=agent.run)
+    p = sub.add_parser("skill", help="print the agent skill: how to supervise training runs with runwatch")
+    agent.add_skill_arguments(p)
+    p.set_defaults(func=agent.run_skill)
+
+
 def _add_preflight(sub: _Subcommands) -> None:
     from .preflight import audit, bench, plan, smoke, subsample
 
@@ -186,6 +199,7 @@ _COMMANDS: list[Callable[[_Subcommands], None]] = [
     _add_tensorboard,
     _add_preflight,
     _add_serve,
+    _add_mcp,
 ]
 
 

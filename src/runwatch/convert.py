@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, TypeAlias, cast
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["as_float_list", "Number", "Scalar", "Flag"]
+__all__ = ["as_float_list", "as_numbers", "Number", "Scalar", "Flag"]
 
 # What a training loop hands the logger for one value (`RunLogger.step()`, `val()`):
 # a host number: a Python float, int or bool, a numpy scalar, or any other number that float() takes;
@@ -66,6 +66,16 @@ def as_float_list(values: Sequence[Scalar]) -> list[float]:
             for i, f in zip(idx, _stack_all(device, [[tensors[i] for i in group] for group in device_groups]).tolist()):
                 out[i] = float(f)
     return out
+
+
+def as_numbers(values: list[Scalar]) -> list[float]:
+    """`values` as host numbers in one sync per device, like `as_float_list`, except that a list of
+    Python floats, ints and bools only (the common case) is returned as it is, unconverted: the
+    window's sums and counts take them as they are, and a float() of each would cost a window close
+    more than its sums do."""
+    if _HOST_NUMBER_TYPES.issuperset(map(type, values)):
+        return cast("list[float]", values)  # ints and bools are numbers (PEP 484's numeric tower)
+    return as_float_list(values)
 
 
 def _stack_all(device: torch.device, groups: list[list[torch.Tensor]]) -> torch.Tensor:

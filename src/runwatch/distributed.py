@@ -17,6 +17,7 @@ torch is never imported here: it is taken from `sys.modules` when the program al
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import socket
@@ -44,9 +45,10 @@ _WAITING_DIRS = tuple(
 )
 _THIS_FILE = os.path.abspath(__file__)
 _MAX_STACK = 64  # frames looked at a sample; deeper stacks are judged by their innermost 64
-# A single process's window heartbeats are written at most this often (the latest posted one; the
-# ones in between coalesce): fast windows then cost one atomic replace a second, not one a window,
-# and a watchdog judging staleness in minutes loses nothing.
+# How often a single process's writer thread looks for windows posted since its last write (and
+# writes them, all in one): fast windows then cost one atomic replace a second, not one a window,
+# the file is at most this much behind the latest window, and a watchdog judging staleness in
+# minutes loses nothing.
 POSTED_WRITE_SPACING = 1.0
 
 T = TypeVar("T")
@@ -90,9 +92,8 @@ class SoloGroup:
         """`[row]`: the only rank's row."""
         return [row]
 
-    def agree(self, flag: bool) -> bool:
-        """Rank 0's decision is this process's."""
-        return flag
+    # Rank 0's decision is this process's own: bool(flag), a C call (step() makes it every step).
+    agree = staticmethod(bool)
 
 
 class RankGroup:
@@ -176,16 +177,20 @@ def _where(frame: FrameType | None) -> str | None:
 
 
 class HeartbeatWriter:
-    """Keeps one rank's heartbeat file: at each window close and phase change (from the training
-    thread) and, when started with `refresh`, every `config.every_seconds` (from a daemon thread
-    that samples the training thread's stack every `config.sample_seconds`).
+    """Keeps one rank's heartbeat file: at each window close and phase change and, when started
+    with `refresh`, every `config.every_seconds` (from a daemon thread that samples the training
+    thread's stack every `config.sample_seconds`).
 
-    A single process starts no refresh thread: its heartbeat changes only when its training thread
-    closes a window or changes phase, so a hung training thread really stops it. The window's
-    write is handed to a small writer thread that writes only what was posted, the latest post at
-    most every `POSTED_WRITE_SPACING` (an atomic replace costs from ~15 µs on tmpfs to over a
-    millisecond on a busy ext4, which flushes a file renamed over another); phase changes and the
-    end are written at once, by the caller.
+    At a window close the training thread only posts the window's numbers (`window`: one append of
+    a tuple; no dict, no JSON, no clock, no lock). Whoever writes the file next folds the posts into
+    the heartbeat's fields: under torch.distributed the training thread itself, at once, before the
+    window's collective (a rank blocked in it has shown that it got there); in a single process a
+    small writer thread that looks for new posts every `POSTED_WRITE_SPACING` (an atomic replace
+    costs from ~15 µs on tmpfs to over a millisecond on a busy ext4, which flushes a file renamed
+    over another). That thread writes nothing but posts: a hung training thread posts nothing, so
+    its heartbeat stops. Nothing on the training thread wakes it, so a window close never hands
+    the interpreter lock to it. Phase changes and the end are written at once, by the training
+    thread, so the file shows a phase before the work inside it begins.
 
     Writes are atomic (temp file + `os.replace`) and not fsynced: a heartbeat is liveness for a
     watchdog reading the same page cache or shared-file-system client; after a host crash a stale
@@ -207,10 +212,9 @@ class HeartbeatWriter:
         os.makedirs(os.path.join(run_dir, HEARTBEAT_DIR), exist_ok=True)
         self._progress = progress  # () -> (attempted updates so far, perf_counter of the last step())
         self._config = config
-        self._lock = threading.Lock()  # the fields
+        self._lock = threading.Lock()  # the fields, and folding the posts into them
         self._file_lock = threading.Lock()  # the file: one write at a time, never an older one last
         self._seq = self._written = 0
-        self._dirty = False  # fields changed since the latest snapshot (a posted window not yet written)
         self._fields: dict[str, Any] = {
             "rank": rank,
             "world_size": world_size,
@@ -231,67 +235,89 @@ class HeartbeatWriter:
             "phase": None,
             "phase_since": None,
         }
-        self._busy = 0  # samples outside collectives since the last window
-        self._wait = 0
+        # Windows posted by the training thread, (window, step, train_seconds, busy samples, waiting
+        # samples) each: deque.append is atomic, so posting needs no lock; older posts than the
+        # history holds are of no use.
+        self._posts: collections.deque[tuple[int, int, float, int, int]] = collections.deque(maxlen=HISTORY_WINDOWS)
+        self._windows = 0  # windows posted (the training thread's count)
+        # Samples outside and inside collectives so far (the sampler thread's counts, never reset:
+        # a window's share is the difference between its post and the one before).
+        self._busy = self._wait = 0
+        self._folded = (0, 0, 0)  # (window, busy, wait) of the latest post folded into the fields
+        self._history: collections.deque[tuple[float, float]] = collections.deque(maxlen=HISTORY_WINDOWS)
         self._main = threading.get_ident()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runwatch-heartbeat", daemon=True)
-        self._posted: threading.Event | None = None  # set: a window to write (no refresh thread)
+        self._write_windows = True  # whether window() writes at once (the refresh thread's ranks)
 
     def start(self, step: int, refresh: bool = True) -> None:
-        """Write the first heartbeat (window 0 at `step`); with `refresh`, start the thread."""
+        """Write the first heartbeat (window 0 at `step`); with `refresh`, start the refresh
+        thread, else the writer thread of posted windows."""
         with self._lock:
             self._fields["step"] = step
             self._write_locked()
         if not refresh:
-            self._posted = threading.Event()
+            self._write_windows = False
             self._thread = threading.Thread(target=self._write_posted, name="runwatch-heartbeat-writer", daemon=True)
         self._thread.start()
 
     def phase(self, name: str | None, since: float | None) -> None:
         """The process entered phase `name` at `since` (Unix seconds), or left every phase
-        (None, None): write, now."""
+        (None, None): write, now (with the windows posted so far)."""
         with self._lock:
             self._fields["phase"] = name
             self._fields["phase_since"] = since
             self._write_locked()
 
     def window(self, step: int, train_seconds: float) -> None:
-        """A window closes at `step` (as this rank sees it): record its times and write, now (a
-        single process: post it to the writer thread)."""
-        with self._lock:
-            total = self._busy + self._wait
-            busy = train_seconds * (self._busy / total) if total else train_seconds
-            self._busy = self._wait = 0
-            f = self._fields
-            f["step"] = step
-            f["window"] += 1
-            f["train_seconds"] = train_seconds
-            f["window_seconds"] = (f["window_seconds"] + [train_seconds])[-HISTORY_WINDOWS:]
-            f["busy_seconds"] = (f["busy_seconds"] + [busy])[-HISTORY_WINDOWS:]
-            self._dirty = True
-            if self._posted is None:
+        """A window closed at `step` (as this rank sees it) after `train_seconds` of training: post
+        it. Under torch.distributed write it now; a single process's writer thread writes it."""
+        self._windows += 1
+        self._posts.append((self._windows, step, train_seconds, self._busy, self._wait))
+        if self._write_windows:
+            with self._lock:
                 self._write_locked()
-        posted = self._posted
-        if posted is not None and not posted.is_set():  # set and not yet taken: that post will do
-            posted.set()
 
     def end(self) -> None:
         """The session ended on this rank: a last heartbeat with state `ended`; stop the thread."""
         self._stop.set()
-        if self._posted is not None:
-            self._posted.set()
         with self._lock:
             self._fields["state"] = "ended"
             self._write_locked()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
 
+    def _unfolded(self) -> bool:
+        """Whether a window was posted after the latest one folded into the fields."""
+        posts = self._posts
+        return bool(posts) and posts[-1][0] > self._folded[0]
+
+    def _fold_locked(self) -> None:
+        """Bring the window fields up to date with the posts (under `_lock`)."""
+        if not self._unfolded():
+            return
+        window, busy, wait = self._folded
+        f = self._fields
+        for post in list(self._posts):  # a copy in one C call: a post appended meanwhile waits
+            if post[0] <= window:
+                continue
+            window, f["step"], seconds, busy_now, wait_now = post
+            samples = busy_now - busy + wait_now - wait
+            # the window's time outside collectives, by the share of its samples taken there
+            self._history.append((seconds, seconds * (busy_now - busy) / samples if samples else seconds))
+            busy, wait = busy_now, wait_now
+            f["train_seconds"] = seconds
+        self._folded = (window, busy, wait)
+        f["window"] = window
+        f["window_seconds"] = [h[0] for h in self._history]
+        f["busy_seconds"] = [h[1] for h in self._history]
+
     def _write_locked(self) -> None:
         self._put(*self._snapshot_locked())
 
     def _snapshot_locked(self) -> tuple[int, bytes]:
         """The heartbeat as of now (under `_lock`), numbered so that an older one never replaces it."""
+        self._fold_locked()
         attempted, mark = self._progress()
         now = time.time()
         f = self._fields
@@ -299,7 +325,6 @@ class HeartbeatWriter:
         f["progress_time"] = now - max(0.0, time.perf_counter() - mark)
         f["time"] = now
         self._seq += 1
-        self._dirty = False
         return self._seq, (dumps(f) + "\n").encode("utf-8")
 
     def _put(self, seq: int, data: bytes) -> None:
@@ -331,21 +356,18 @@ class HeartbeatWriter:
             self._fields["waiting"] = waiting
 
     def _write_posted(self) -> None:
-        """The writer of a single process: the latest posted window, nothing else."""
-        posted = self._posted
-        assert posted is not None  # set by start() before this thread starts
-        while True:
-            posted.wait()
-            posted.clear()  # a window posted from here on is written by the next turn
+        """The writer of a single process: every `POSTED_WRITE_SPACING`, the windows posted since
+        its last write, if any; nothing else (no post, no write: a training thread that stopped
+        closing windows stops the file). It is never woken by the training thread, which only
+        appends a post: a window close costs no lock, no event and no thread switch."""
+        while not self._stop.wait(POSTED_WRITE_SPACING):
+            if not self._unfolded():
+                continue  # nothing new, or a phase change has written it meanwhile
             with self._lock:
                 if self._stop.is_set():
                     return
-                if not self._dirty:
-                    continue  # a phase change has written it meanwhile
                 snapshot = self._snapshot_locked()
             self._put(*snapshot)  # outside `_lock`: the training thread never waits for the disk
-            if self._stop.wait(POSTED_WRITE_SPACING):
-                return
 
     def _run(self) -> None:
         every = self._config.every_seconds

@@ -3,8 +3,10 @@
     RunwatchError                       anything runwatch raises on purpose
     ├── InvalidRunError (ValueError)    a run directory or log breaks docs/FORMAT.md
     ├── UsageError                      a command line or option that cannot work (exit 2)
-    │   └── ConfigError (ValueError)    a bad option, recipe or runwatch.toml value, named in the message
+    │   └── ConfigError (ValueError)    a bad option, recipe, argument or runwatch.toml value: the
+    │                                   message names it, what it must be and what it got
     ├── RunLockedError                  a second logger on a run directory in use
+    ├── StoreLockedError                an MLflow SQLite store that a writer kept locked too long
     ├── LogWriteError (OSError)         the logger could not write a record (disk full, EFBIG)
     ├── NonFiniteLossError              the training loss went NaN/Inf; the session was ended
     ├── RanksOutOfStepError             torch.distributed ranks called RunLogger.step() unequally
@@ -12,8 +14,12 @@
     ├── DataError                       a data set `audit-data` cannot read as a whole (not one bad row)
     └── CheckpointError                 a checkpoint that cannot be read back (`verify_checkpoint`)
 
+    Terminated (KeyboardInterrupt)      SIGTERM, raised in the training loop's main thread by the
+                                        logger's handler; like Ctrl-C, no `except Exception` stops it
+
 The command line maps these to the exit codes below in one place (`runwatch.cli.main`);
-docs/FORMAT.md, "Exit codes", lists them per command.
+docs/FORMAT.md, "Exit codes", lists them per command. Every class here is exported from
+`runwatch` (a test walks the package for exception classes and checks it).
 """
 
 from __future__ import annotations
@@ -23,23 +29,21 @@ __all__ = [
     "EXIT_FAIL",
     "EXIT_USAGE",
     "EXIT_ANOMALY",
+    "EXIT_TEMPFAIL",
+    "EXIT_INTERRUPTED",
     "RunwatchError",
     "InvalidRunError",
     "UsageError",
     "ConfigError",
     "RunLockedError",
+    "StoreLockedError",
     "LogWriteError",
     "NonFiniteLossError",
     "RanksOutOfStepError",
     "InsufficientRunError",
     "DataError",
     "CheckpointError",
-    "EXIT_OK",
-    "EXIT_FAIL",
-    "EXIT_USAGE",
-    "EXIT_ANOMALY",
-    "EXIT_TEMPFAIL",
-    "EXIT_INTERRUPTED",
+    "Terminated",
 ]
 
 # --- exit codes -----------------------------------------------------------------------------------
@@ -64,7 +68,8 @@ class UsageError(RunwatchError):
 
 
 class ConfigError(UsageError, ValueError):
-    """A configuration value that cannot work: an option, a `RunLogger` recipe, `runwatch.toml`.
+    """A configuration value that cannot work: an option, a `RunLogger` recipe or argument, a
+    callback's argument, `runwatch.toml`; the message names it, what it must be and what it got.
 
     A `ValueError` too, so code that validates arguments the Python way catches it; the command
     line treats it as a usage error (exit 2)."""
@@ -72,6 +77,11 @@ class ConfigError(UsageError, ValueError):
 
 class RunLockedError(RunwatchError):
     """Another RunLogger holds the run directory."""
+
+
+class StoreLockedError(RunwatchError):
+    """An MLflow SQLite store stayed locked by a writer for longer than a reader waits
+    (`runwatch.readers.mlflowstore.LOCK_WAIT_SECONDS`)."""
 
 
 class LogWriteError(RunwatchError, OSError):
@@ -97,3 +107,9 @@ class DataError(RunwatchError):
 
 class CheckpointError(RunwatchError):
     """A checkpoint file that cannot be read back, or holds no tensors."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that `with RunLogger(...)` ends the session
+    (`interrupted`, error `SIGTERM`). A KeyboardInterrupt, not a RunwatchError: code that catches
+    `Exception` lets it through, as it lets Ctrl-C through."""

@@ -23,7 +23,7 @@ import stat as _stat
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidRunError
+from .errors import ConfigError, InvalidRunError
 from .schema import MAX_LINE_BYTES, open_regular, read_manifest
 
 __all__ = ["Batch", "LogFollower", "ManifestFollower", "tail_lines", "READ_CHUNK_BYTES"]
@@ -55,8 +55,9 @@ class LogFollower:
     """
 
     def __init__(self, path: str, max_line_bytes: int = MAX_LINE_BYTES, chunk_bytes: int = READ_CHUNK_BYTES) -> None:
-        if max_line_bytes < 1 or chunk_bytes < 1:
-            raise ValueError("LogFollower: max_line_bytes and chunk_bytes must be >= 1")
+        for name, value in (("max_line_bytes", max_line_bytes), ("chunk_bytes", chunk_bytes)):
+            if type(value) is not int or value < 1:
+                raise ConfigError(f"LogFollower.{name} must be an int >= 1, got {value!r}")
         self.path = path
         self.max_line_bytes = max_line_bytes
         self.chunk_bytes = chunk_bytes

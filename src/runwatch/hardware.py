@@ -61,13 +61,19 @@ def rank_hardware(hw: dict[str, Any], peers: list[dict[str, Any]], detected: boo
     return hw
 
 
-def _host_rss_peak_bytes() -> int | None:
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not on Unix
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
+try:
+    import resource
+except ImportError:  # pragma: no cover - not on Unix
+    resource = None  # type: ignore[assignment]
+# ru_maxrss is in KiB on Linux, in bytes on macOS.
+_RSS_UNIT = 1 if sys.platform == "darwin" else 1024
+# Whose usage to ask for. Linux reports the process's peak RSS (its memory's high-water mark) for
+# the calling thread as for the whole process (tests/test_hardware.py), and RUSAGE_THREAD spares
+# the kernel summing the CPU times of every thread, which grows with the threads torch starts (a
+# record asks once a window).
+_RUSAGE_WHO: int = 0 if resource is None else resource.RUSAGE_SELF
+if sys.platform == "linux" and resource is not None:
+    _RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", _RUSAGE_WHO)
 
 
 def memory_peaks() -> dict[str, int]:
@@ -77,9 +83,8 @@ def memory_peaks() -> dict[str, int]:
     if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_available():  # cheap test first
         memory["cuda_allocated_peak_bytes"] = int(torch.cuda.max_memory_allocated())
         memory["cuda_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved())
-    rss = _host_rss_peak_bytes()
-    if rss is not None:
-        memory["host_rss_peak_bytes"] = rss
+    if resource is not None:
+        memory["host_rss_peak_bytes"] = resource.getrusage(_RUSAGE_WHO).ru_maxrss * _RSS_UNIT
     return memory
 
 

@@ -32,7 +32,7 @@ import statistics
 import time
 from typing import Any, Literal, overload
 
-from .errors import InvalidRunError
+from .errors import ConfigError, InvalidRunError
 from .schema import loads, open_regular
 
 __all__ = [
@@ -77,7 +77,7 @@ class HeartbeatConfig:
         for name in ("every_seconds", "sample_seconds"):
             value = getattr(self, name)
             if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"heartbeat.{name} must be a finite number > 0, got {value!r}")
+                raise ConfigError(f"heartbeat.{name} must be a finite number > 0, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)

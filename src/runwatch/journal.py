@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-from .errors import InvalidRunError, LogWriteError, RunLockedError, RunwatchError
+from .errors import ConfigError, InvalidRunError, LogWriteError, RunLockedError, RunwatchError
 from .hardware import device_name
 from .schema import SCHEMA_VERSION, dumps, read_manifest
 
@@ -229,14 +229,19 @@ class Journal:
 
     def append(self, rec: dict[str, Any], sync: bool = False) -> None:
         """Append one record line; on failure cut the file back and raise LogWriteError."""
+        self.append_line(dumps(rec), sync)
+
+    def append_line(self, line: str, sync: bool = False) -> None:
+        """Append one record, already encoded as a JSON line (without its newline); see `append`."""
         if self._failed is not None:
             raise LogWriteError(self._failed)
-        data = (dumps(rec) + "\n").encode("utf-8")
-        view = memoryview(data)
+        data = (line + "\n").encode("utf-8")
         try:
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            written = os.write(self._fd, data)  # one write() of the whole line
+            if written < len(data):  # short (a file-size limit, a full disk): the rest, or the error
+                view = memoryview(data)
+                while written < len(data):
+                    written += os.write(self._fd, view[written:])
             if sync or self._fsync:
                 os.fsync(self._fd)
         except OSError as exc:
@@ -258,6 +263,9 @@ class NullJournal:
         """Rank 0 writes run.json."""
 
     def append(self, rec: dict[str, Any], sync: bool = False) -> None:
+        """Rank 0 writes metrics.jsonl."""
+
+    def append_line(self, line: str, sync: bool = False) -> None:
         """Rank 0 writes metrics.jsonl."""
 
     def close(self) -> None:
@@ -305,5 +313,5 @@ def open_session(
     windows = sorted({p["window"] for p in peers})
     if len(windows) > 1:
         journal.close()
-        raise ValueError(f"RunLogger.window must be the same on every rank, got {windows}")
+        raise ConfigError(f"RunLogger.window must be the same on every rank, got {windows}")
     return journal, manifest, peers

@@ -36,14 +36,25 @@ from typing import Any
 
 from .convert import Flag, Scalar, as_float_list
 from .distributed import HeartbeatWriter, rank_group
-from .errors import NonFiniteLossError, RanksOutOfStepError, RunwatchError
+from .errors import ConfigError, NonFiniteLossError, RanksOutOfStepError, RunwatchError
 from .hardware import detect_hardware, memory_peaks, rank_hardware
 from .heartbeats import HeartbeatConfig
 from .journal import open_session, utc_now
 from .recipe import check_arguments, check_recipe, check_start
-from .schema import END_REASONS, SCHEMA_VERSION, validate_manifest, window_tokens
+from .schema import END_REASONS, SCHEMA_VERSION, dumps, validate_manifest, window_tokens
 from .signals import SignalGuard, Terminated
-from .window import ATTEMPTED, BAD, BAD_VALUE, SECONDS, UPDATES, OpenWindow, window_fields, window_row
+from .window import (
+    ATTEMPTED,
+    BAD,
+    BAD_VALUE,
+    SECONDS,
+    UPDATES,
+    OpenWindow,
+    TrainLine,
+    columns,
+    window_fields,
+    window_row,
+)
 
 __all__ = ["RunLogger", "detect_hardware", "default_window", "PHASE_NAME", "WINDOW_ENV"]
 
@@ -63,8 +74,6 @@ def default_window(fallback: int | None = DEFAULT_WINDOW) -> int | None:
     if not text:
         return fallback
     if not text.isascii() or not text.isdigit() or int(text) < 1:
-        from .errors import ConfigError
-
         raise ConfigError(f"{WINDOW_ENV} must be an int >= 1, got {text!r}")
     return int(text)
 
@@ -115,19 +124,17 @@ class RunLogger:
         if run_dir is None:
             run_dir = os.environ.get("RUNWATCH_RUN_DIR")
             if not run_dir:
-                raise ValueError("RunLogger needs a run directory (run_dir=..., or RUNWATCH_RUN_DIR)")
-        if recipe is None:
-            raise ValueError("RunLogger.recipe is required: batch_size, seq_len, gradient_accumulation_steps")
+                raise ConfigError("RunLogger.run_dir must be a path (or RUNWATCH_RUN_DIR set), got None")
         if window is None:
-            window = default_window()
-        if type(window) is not int or window < 1:
-            raise ValueError(f"RunLogger.window must be an int >= 1, got {window!r}")
+            window = default_window() or DEFAULT_WINDOW  # (never None with the default fallback)
         optimizers = [] if optimizers is None else list(optimizers)
         check_arguments(window, max_window_seconds, optimizers, hardware, heartbeat)
         self.run_dir = os.fspath(run_dir)
         self.recipe = check_recipe(recipe)
         self.window = window
         self.max_window_seconds = None if max_window_seconds is None else float(max_window_seconds)
+        self._due_after = math.inf if max_window_seconds is None else float(max_window_seconds)
+        self._full = 4 * window  # len(OpenWindow.values) of a full window (4 values an update)
         start = check_start(resume_from) if resume_from is not None else {"step": 0, "tokens": 0, "skipped": 0}
         self._tokens_per_attempt = window_tokens(self.recipe, 1)
         self._qk_threshold: float | None = self.recipe["qk_clip_threshold"]
@@ -138,6 +145,7 @@ class RunLogger:
         self._journal, manifest, self._peers = open_session(self.run_dir, self._group, bool(fsync), resume_from, window)
         self.run_id: str = self._peers[0]["run_id"]
         self.session_id: str = self._peers[0]["session_id"]
+        self._train_line = TrainLine(self.run_id, self.session_id)
         if manifest is not None:
             self._add_session(manifest, start, optimizers, hardware)
 
@@ -149,7 +157,7 @@ class RunLogger:
         self._profiling_seconds = 0.0
         self._t0 = time.monotonic()
         self._mark = time.perf_counter()  # the latest step() (or the end of a phase, val, checkpoint)
-        self._window = OpenWindow(self._mark)
+        self._window = OpenWindow(self._mark, self._due_after)
         self._attempted_done = 0  # attempted updates of this session in closed windows
         # Whether step() asks if the window is due on time: always in a single process (it reads
         # its own clock); across ranks only while windows are slow (see _close_window).
@@ -222,30 +230,28 @@ class RunLogger:
         if self._closed:
             raise RunwatchError(self._closed_message())
         if grad_norm is None:
-            raise ValueError("RunLogger.step: grad_norm is required (the pre-clip gradient norm)")
+            raise ConfigError("RunLogger.step: grad_norm must be a number or a one-element tensor, got None")
         qk = qk_observed is not None or qk_clipped is not None
         if qk and self._qk_threshold is None:
-            raise ValueError("RunLogger.step: QK-Clip counts need recipe.qk_clip_threshold")
+            raise ConfigError(
+                "RunLogger.step: qk_observed and qk_clipped need recipe.qk_clip_threshold (a positive number), got None"
+            )
         # Keep the value, not the autograd graph. (Only a tensor requires grad: mypy cannot narrow
         # on that, and a cast or an isinstance would cost every step.)
-        if type(loss) is not float and getattr(loss, "requires_grad", False):
+        host_loss = type(loss) is float
+        if not host_loss and getattr(loss, "requires_grad", False):
             loss = loss.detach()  # type: ignore[union-attr]  # a tensor, see above
-        if getattr(grad_norm, "requires_grad", False):
+        if type(grad_norm) is not float and getattr(grad_norm, "requires_grad", False):
             grad_norm = grad_norm.detach()  # type: ignore[attr-defined]  # a tensor, see above
-        updates = win.updates
-        updates.append((loss, grad_norm, clipped, skipped))  # one append: a signal cannot split it
-        if type(loss) is float and loss - loss != 0.0 and self._group.solo:
+        values = win.values
+        values += (loss, grad_norm, clipped, skipped)  # one C call: a signal cannot split it
+        if host_loss and loss - loss != 0.0 and self._group.solo:  # type: ignore[operator]  # a float here
             # NaN or +-Inf: fail loud now (across ranks the window closes together, at its boundary)
             self._close_window()
         win.lr = lr
         if qk:
-            win.qk.append((len(updates) - 1, qk_observed, qk_clipped, qk_max_logit))
-        if (
-            len(updates) >= self.window
-            or self._time_checks
-            # _time_checks is only ever true with max_window_seconds set
-            and self._group.agree(now - win.opened >= self.max_window_seconds)  # type: ignore[operator]
-        ):
+            win.qk.append(((len(values) >> 2) - 1, qk_observed, qk_clipped, qk_max_logit))
+        if len(values) >= self._full or self._time_checks and self._group.agree(now >= win.due):
             self._close_window()
 
     def val(self, loss: Scalar, metrics: Mapping[str, Scalar] | None = None) -> None:
@@ -263,7 +269,7 @@ class RunLogger:
                 warnings.warn(
                     f"runwatch: val metric {name!r} is {value}; left out of the record", RuntimeWarning, stacklevel=2
                 )
-        self._write(self._record("val", loss=loss_f, metrics=clean))
+        self._write(self._record("val", {"loss": loss_f, "metrics": clean}))
         self._mark = time.perf_counter()
 
     def checkpoint(
@@ -273,17 +279,21 @@ class RunLogger:
         read back and loaded)."""
         self._ensure_open()
         self._close_window_before_record()
-        seconds = float(seconds)
+        given = seconds
+        try:
+            seconds = float(seconds)
+        except (TypeError, ValueError):
+            seconds = math.nan
         if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"RunLogger.checkpoint: seconds must be a finite number >= 0, got {seconds!r}")
+            raise ConfigError(f"RunLogger.checkpoint: seconds must be a finite number >= 0, got {given!r}")
         fields: dict[str, Any] = {"path": os.fspath(path), "seconds": seconds}
         if bytes is not None:
             if type(bytes) is not int or bytes < 0:
-                raise ValueError(f"RunLogger.checkpoint: bytes must be an int >= 0, got {bytes!r}")
+                raise ConfigError(f"RunLogger.checkpoint: bytes must be an int >= 0, got {bytes!r}")
             fields["bytes"] = bytes
         if verified is not None:
             fields["verified"] = bool(verified)
-        self._write(self._record("checkpoint", **fields))
+        self._write(self._record("checkpoint", fields))
         self._mark = time.perf_counter()
 
     @contextlib.contextmanager
@@ -307,7 +317,7 @@ class RunLogger:
         not count as training time (`train_seconds`); leaving it counts as progress.
         """
         if not isinstance(name, str) or PHASE_NAME.fullmatch(name) is None:
-            raise ValueError(f"RunLogger.phase: name must match [a-z][a-z0-9_]* (e.g. 'eval'), got {name!r}")
+            raise ConfigError(f"RunLogger.phase: name must match [a-z][a-z0-9_]* (e.g. 'eval'), got {name!r}")
         self._ensure_open()
         outer = self._phase
         self._set_phase((name, time.time()))
@@ -327,11 +337,11 @@ class RunLogger:
         self._ensure_open()
         self._close_window_before_record()
         step, tokens, skipped = self._step, self._tokens_total, self._skipped_total
-        updates = self._window.updates
-        if not self._group.solo and updates:
-            skips = sum(1 for s in as_float_list([u[3] for u in updates]) if s)  # note: a sync, once per checkpoint
-            step += len(updates) - skips
-            tokens += self._tokens_per_attempt * len(updates)
+        win = self._window
+        if not self._group.solo and win.values:
+            skips = sum(1 for s in as_float_list(win.values[3::4]) if s)  # note: a sync, once per checkpoint
+            step += win.attempted - skips
+            tokens += self._tokens_per_attempt * win.attempted
             skipped += skips
         return {
             "schema_version": SCHEMA_VERSION,
@@ -357,7 +367,7 @@ class RunLogger:
         if self._closed:
             return
         if reason not in END_REASONS:
-            raise ValueError(f"RunLogger.close: reason must be one of {sorted(END_REASONS)}, got {reason!r}")
+            raise ConfigError(f"RunLogger.close: reason must be one of {sorted(END_REASONS)}, got {reason!r}")
         out_of_step: RanksOutOfStepError | None = None
         try:
             if self._journal.failed is None:
@@ -402,50 +412,49 @@ class RunLogger:
             self._close_window()
 
     def _close_window(self, final: bool = False) -> None:
-        """Close the window on every rank at once: convert its values (one sync), write the
+        """Close the window on every rank at once: convert its values (one sync), post the
         heartbeat, gather one short row per rank (one collective; a single process: its own row);
         the gathered rows, the same on every rank, decide everything that follows."""
         win = self._window
-        n = len(win.updates)
+        n = win.attempted
         if self._closed or (n == 0 and (not final or self._group.solo)):
             return
         values = win.convert()
-        bad = values.first_nonfinite_loss()
-        row = window_row(values, n, win.train_seconds, bad)
+        row = window_row(values, n, win.train_seconds)
         if n:
             # Before the collective: a rank blocked in it has shown that it got here, and a rank
             # that never arrives has not.
             self._beat.window(self._step + int(row[UPDATES]), win.train_seconds)
-        rows = self._group.gather(row)
-        counts = [int(r[ATTEMPTED]) for r in rows]
+        col = columns(self._group.gather(row))
+        counts = col[ATTEMPTED]
         if min(counts) != max(counts):
             lo, hi = counts.index(min(counts)), counts.index(max(counts))
             raise RanksOutOfStepError(
-                f"ranks out of step at a window close: rank {lo} had {counts[lo]} attempted updates, "
-                f"rank {hi} {counts[hi]}; every rank must call RunLogger.step() the same number of times"
+                f"ranks out of step at a window close: rank {lo} had {int(counts[lo])} attempted updates, "
+                f"rank {hi} {int(counts[hi])}; every rank must call RunLogger.step() the same number of times"
             )
         if self.max_window_seconds is not None and not self._group.solo:
             # Ranks ask rank 0 whether a window is due on time (a CPU broadcast a step) only while
             # rank 0's windows take more than half of max_window_seconds: fast windows never do.
-            per_attempt = rows[0][SECONDS] / max(1, n)
+            per_attempt = col[SECONDS][0] / max(1, n)
             self._time_checks = per_attempt * self.window > self.max_window_seconds / 2
-        cut = int(min(r[BAD] for r in rows))
+        cut = int(min(col[BAD]))
         if cut < n:
-            culprit = min(range(len(rows)), key=lambda k: (rows[k][BAD], k))
-            value = rows[culprit][BAD_VALUE]
+            culprit = min(range(len(counts)), key=lambda k: (col[BAD][k], k))
+            value = col[BAD_VALUE][culprit]
             # The fatal path alone gathers twice: every rank now knows the cut, and the updates
             # before it form the last window.
-            prefix = self._group.gather(window_row(values, cut, win.train_seconds, cut)) if cut > 0 else None
-            self._emit(prefix, cut, values.lr, allow_empty=True)
+            prefix = columns(self._group.gather(window_row(values, cut, win.train_seconds))) if cut > 0 else None
+            self._emit(prefix, cut, values.lr, True)  # allow_empty
             on_rank = "" if self._group.solo else f" on rank {culprit}"
             self._fail_nonfinite(f"non-finite loss {value}{on_rank} at the attempted update after step {self._step}")
-        self._emit(rows, n, values.lr, allow_empty=False)
+        self._emit(col, n, values.lr, False)
 
-    def _emit(self, rows: list[list[float]] | None, attempted: int, lr: float, allow_empty: bool) -> None:
-        """Write the train window of the first `attempted` updates from the gathered rows. A window
-        holds at least one successful update: skipped attempts wait for one; if the session ends
-        first (allow_empty), they are left out of the counters and the log alike."""
-        fields = window_fields(rows, attempted, self._tokens_per_attempt, lr, self._qk_threshold) if rows else None
+    def _emit(self, col: list[tuple[float, ...]] | None, attempted: int, lr: float, allow_empty: bool) -> None:
+        """Write the train window of the first `attempted` updates from the gathered rows' columns.
+        A window holds at least one successful update: skipped attempts wait for one; if the
+        session ends first (allow_empty), they are left out of the counters and the log alike."""
+        fields = window_fields(col, attempted, self._tokens_per_attempt, lr, self._qk_threshold) if col else None
         if fields is None:
             if allow_empty:
                 self._reset_window(attempted)
@@ -454,54 +463,71 @@ class RunLogger:
         # session_end whose totals count a window the log does not hold.
         with self._signals:
             self._step += fields["updates"]
-            self._tokens_total += fields["tokens"]
+            tokens = fields["tokens"]
+            self._tokens_total += tokens
             self._skipped_total += fields["skipped"]
-            self._session_tokens += fields["tokens"]
+            self._session_tokens += tokens
             self._reset_window(attempted)
-            self._journal.append(self._record("train", **fields))
+            self._journal.append_line(self._train_record_line(fields))
 
     def _reset_window(self, attempted: int) -> None:
         self._attempted_done += attempted
-        self._window = OpenWindow(time.perf_counter())
+        self._window = OpenWindow(time.perf_counter(), self._due_after)
 
     def _progress(self) -> tuple[int, float]:
         """(attempted updates of the session so far, perf_counter of the latest step()); read by
         the heartbeat writer, so no cost in step()."""
-        return self._attempted_done + len(self._window.updates), self._mark
+        return self._attempted_done + self._window.attempted, self._mark
 
     def _set_phase(self, phase: tuple[str, float] | None) -> None:
         self._phase = phase
         if not self._closed:
             self._beat.phase(*(phase or (None, None)))
 
-    def _record(self, event: str, **fields: Any) -> dict[str, Any]:
-        elapsed = time.monotonic() - self._t0
+    def _record(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
+        return self._record_at(event, fields, time.monotonic() - self._t0, time.time(), memory_peaks())
+
+    def _record_at(
+        self, event: str, fields: dict[str, Any], elapsed: float, now: float, memory: dict[str, int]
+    ) -> dict[str, Any]:
+        tokens = self._session_tokens
         rec: dict[str, Any] = {
             "run_id": self.run_id,
             "session_id": self.session_id,
             "event": event,
             "step": self._step,
-            "time": time.time(),
+            "time": now,
+            **fields,
+            "session": {
+                "elapsed_seconds": elapsed,
+                "tokens": tokens,
+                "tokens_per_second": tokens / elapsed if elapsed > 0 else None,
+                "profiling_seconds": self._profiling_seconds,
+            },
         }
-        rec.update(fields)
-        rec["session"] = {
-            "elapsed_seconds": elapsed,
-            "tokens": self._session_tokens,
-            "tokens_per_second": self._session_tokens / elapsed if elapsed > 0 else None,
-            "profiling_seconds": self._profiling_seconds,
-        }
-        memory = memory_peaks()
         if memory:
             rec["memory"] = memory
         return rec
+
+    def _train_record_line(self, fields: dict[str, Any]) -> str:
+        """The train record's line: formatted at once by `TrainLine`, or `dumps` of its dict."""
+        elapsed = time.monotonic() - self._t0
+        now = time.time()
+        memory = memory_peaks()
+        tokens = self._session_tokens
+        session = (elapsed, tokens, tokens / elapsed if elapsed > 0 else None, self._profiling_seconds)
+        line = self._train_line(self._step, now, fields, session, memory)
+        return dumps(self._record_at("train", fields, elapsed, now, memory)) if line is None else line
 
     def _end_record(self, reason: str, error: str | None) -> None:
         self._write(
             self._record(
                 "session_end",
-                reason=reason,
-                error=error,
-                totals={"tokens": self._tokens_total, "skipped": self._skipped_total},
+                {
+                    "reason": reason,
+                    "error": error,
+                    "totals": {"tokens": self._tokens_total, "skipped": self._skipped_total},
+                },
             ),
             sync=True,
         )

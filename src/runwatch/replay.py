@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import InvalidRunError, UsageError
 from .readers import ReadOptions
@@ -34,6 +35,18 @@ class CheckResult:
     def exit_code(self) -> int:
         """The exit status under the default codes (0 clean, 7 findings)."""
         return exit_status(self.outcome)
+
+    def to_json(self) -> dict[str, Any]:
+        """What `runwatch check --json` prints: every finding, the verdict line, its class and onset."""
+        first = self.findings[0] if self.findings else None
+        return {
+            "findings": [f.to_json() for f in self.findings],
+            "last_step": self.last_step,
+            "torn_line": self.torn_line,
+            "verdict": self.lines()[-1],
+            "class": first.cls if first else None,
+            "onset": first.to_json()["onset"] if first else None,
+        }
 
     def lines(self) -> list[str]:
         out = [f.line("FINDING") for f in self.findings]

@@ -17,15 +17,13 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import TypeAlias
 
+from .errors import Terminated
+
 __all__ = ["Terminated", "SignalGuard"]
 
 # What signal.signal() takes and signal.getsignal() returns: a function, SIG_DFL, SIG_IGN, or None
 # (a handler not installed from Python).
 Handler: TypeAlias = "Callable[[int, FrameType | None], object] | int | signal.Handlers | None"
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread so that `with RunLogger(...)` ends the session."""
 
 
 class SignalGuard:

@@ -43,6 +43,7 @@ from .verdict import read_verdict
 __all__ = [
     "status",
     "describe",
+    "watchdog_facts",
     "format_status",
     "gpu_info",
     "add_arguments",
@@ -257,27 +258,8 @@ def describe(
         process = {"pid": pid, "alive": alive(pid)}
     else:  # another node of the cluster: its pids mean nothing here
         process = {"pid": pid, "alive": None, "host": host}
-    verdict, _problem = read_verdict(t.run_dir, watching=True)
-    launch = _read_json(os.path.join(t.run_dir, "launch.json"))
-    if isinstance(verdict, dict):
-        verdict.pop("state", None)  # the watch's resumable state: not for a check-in
-        if verdict.get("verdict") == "watching":
-            watching, line = watchdog_liveness(verdict, now)
-            verdict = {**verdict, "alive": watching, "line": line}
-        else:
-            stale = (
-                isinstance(launch, dict)
-                and isinstance(launch.get("time"), (int, float))
-                and isinstance(verdict.get("time"), (int, float))
-                and verdict["time"] < launch["time"]
-            )
-            verdict = {
-                **verdict,
-                "class": verdict.get("class", verdict_class(verdict.get("kind"))),
-                "before_current_launch": bool(stale),
-            }
-    watchdog = verdict if isinstance(verdict, dict) else None
-    error: str | None = verdict.get("last_error") if isinstance(verdict, dict) else None
+    watchdog = watchdog_facts(t.run_dir, now)
+    error: str | None = watchdog.get("last_error") if watchdog is not None else None
     if error is None and process and process["alive"] is False and not (ended and ended["reason"] == "normal"):
         error = last_error(os.path.join(t.run_dir, "stdout.log"))
     return {
@@ -299,6 +281,31 @@ def describe(
         "gpus": gpu_info() if gpus else None,
         "ranks": rank_status_lines(t.run_dir, now),  # multi-rank runs: at most 4 lines; else []
         "supervise": supervise_status(t.run_dir),  # a supervised run: attempt, restarts, rollbacks; else None
+    }
+
+
+def watchdog_facts(run_dir: str, now: float) -> dict[str, Any] | None:
+    """watchdog.json as a check-in shows it: a `watching` record with `alive` and its `line` (is
+    the watch itself still running), or a verdict with its `class` and `before_current_launch`
+    (older than launch.json's `time`); None when there is none."""
+    verdict, _problem = read_verdict(run_dir, watching=True)
+    if not isinstance(verdict, dict):
+        return None
+    verdict.pop("state", None)  # the watch's resumable state: not for a check-in
+    if verdict.get("verdict") == "watching":
+        watching, line = watchdog_liveness(verdict, now)
+        return {**verdict, "alive": watching, "line": line}
+    launch = _read_json(os.path.join(run_dir, "launch.json"))
+    stale = (
+        isinstance(launch, dict)
+        and isinstance(launch.get("time"), (int, float))
+        and isinstance(verdict.get("time"), (int, float))
+        and verdict["time"] < launch["time"]
+    )
+    return {
+        **verdict,
+        "class": verdict.get("class", verdict_class(verdict.get("kind"))),
+        "before_current_launch": bool(stale),
     }
 
 

@@ -41,7 +41,7 @@ from typing import Any, TypeAlias
 from . import process as _proc
 from . import proctree
 from .deadman import DeadMan
-from .errors import EXIT_INTERRUPTED, InvalidRunError, UsageError
+from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InvalidRunError, UsageError
 from .goodput import goodput, latest_checkpoint, rollback_target
 from .heartbeats import read_heartbeats
 from .launch import launch, log_target
@@ -344,9 +344,10 @@ class Supervisor:
             if not self._sleep(self.watch.poll):
                 return None
 
-    def _finish(self, event: str, verdict: Verdict, line: str, **fields: Any) -> None:
-        """The allocation's last record (`done`, `gave_up`, `preempted`) with the goodput up to it."""
-        rec = self._entry(event, verdict, line=line, checkpoint=self._latest_checkpoint(), **fields)
+    def _finish(self, event: str, verdict: Verdict, line: str, code: int, **fields: Any) -> int:
+        """The allocation's last record (`done`, `gave_up`, `preempted`) with the goodput up to it
+        and `code`, the exit status the supervisor ends with; returns `code`."""
+        rec = self._entry(event, verdict, line=line, checkpoint=self._latest_checkpoint(), exit_code=code, **fields)
         journal = read_journal(self.run_dir) + [rec]
         figures = goodput(
             self._sessions(),
@@ -367,6 +368,7 @@ class Supervisor:
             f"{lost} lost"
         )
         self.out(line)
+        return code
 
     def _give_up(self, verdict: Verdict, why: str | None, *, budget: bool = False) -> int:
         self._stop("on giving up")
@@ -375,11 +377,11 @@ class Supervisor:
             why = f"{why}: {self.counters.stuck} attempts in a row made no progress"
             fields["no_progress"] = self.counters.stuck
         line = verdict.line() + (f" ({why})" if why else "")
-        self._finish("gave_up", verdict, line, **fields)
         # a spent budget has gave_up's code whatever the verdict; a divergence with nothing to roll back to is fatal
-        return exit_status(
+        code = exit_status(
             "gave_up" if budget else "fatal" if verdict.cls == "divergence" else verdict.outcome, self.codes
         )
+        return self._finish("gave_up", verdict, line, code, **fields)
 
     def _let_exit(self, grace: float, why: str) -> None:
         """Give a process whose session has ended `grace` seconds to exit on its own, then stop
@@ -392,8 +394,7 @@ class Supervisor:
 
     def _done(self, verdict: Verdict) -> int:
         self._let_exit(self.opts.exit_grace, "the run completed")
-        self._finish("done", verdict, verdict.line())
-        return 0
+        return self._finish("done", verdict, verdict.line(), EXIT_OK)
 
     def _act(self, v: Verdict) -> int | None:
         """Do what the verdict's class asks; an exit status, or None once relaunched."""
@@ -421,7 +422,7 @@ class Supervisor:
             # A command that dies before its first record on its first launch (a typo, an import
             # error) does the same on every relaunch: say so instead of looping.
             last = last_output_line(self.run_dir)
-            self._finish("gave_up", v, v.line() + " (not relaunched: it ended before its first record)")
+            self._finish("gave_up", v, v.line() + " (not relaunched: it ended before its first record)", EXIT_USAGE)
             raise UsageError(
                 f"supervise: {' '.join(self.cmd)}: ended before writing its first record "
                 f"({v.message}); not relaunched" + (f". Last output: {last}" if last else "")
@@ -627,8 +628,7 @@ class Supervisor:
             v = Verdict(
                 "anomaly", "interrupted", step, "the supervisor received SIGINT; the training was stopped", time.time()
             )
-            self._finish("gave_up", v, v.line(), **fields)
-            return EXIT_INTERRUPTED
+            return self._finish("gave_up", v, v.line(), EXIT_INTERRUPTED, **fields)
         v = Verdict("anomaly", "interrupted", step, f"preempted by {sig.name}", time.time())
         if self.opts.requeue and self.slurm is not None:
             fields["requeue"] = done = requeue(self.slurm)
@@ -636,8 +636,7 @@ class Supervisor:
                 f"runwatch supervise: {' '.join(done['command'])}: "
                 + ("requeued" if done["requeued"] else f"not requeued ({done['output'] or done['status']})")
             )
-        self._finish("preempted", v, v.line(), **fields)
-        return exit_status("preempted", self.codes)
+        return self._finish("preempted", v, v.line(), exit_status("preempted", self.codes), **fields)
 
 
 # --- the command line -----------------------------------------------------------------------------
@@ -657,13 +656,18 @@ def _split(args: argparse.Namespace) -> list[str]:
     return split_command(args, "supervise", _declare, dash_values=("--resume-args",))
 
 
-def run(args: argparse.Namespace) -> int:
+def supervisor_from_args(args: argparse.Namespace) -> Supervisor:
+    """The Supervisor `runwatch supervise ARGS` runs, every option validated (nothing started yet)."""
     cmd = _split(args)
     run_dir = os.path.abspath(args.run_dir)
     toml_dir = run_dir if os.path.isdir(run_dir) else None
     watch = load_options(toml_dir, given_options(args, Options), command="watch")
     opts = load_supervise_options(toml_dir, given_options(args, SuperviseOptions))
-    sup = Supervisor(run_dir, cmd, watch, opts, read=read_options(args))
+    return Supervisor(run_dir, cmd, watch, opts, read=read_options(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    sup = supervisor_from_args(args)
     # The waiter of each attempt forks away from its launcher; as a subreaper this process adopts it,
     # so the training stays a descendant of the supervisor, inside a scheduler's job (Slurm's
     # proctrack/linuxproc follows the parent chain: a waiter re-parented to init would escape it).

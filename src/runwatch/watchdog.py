@@ -689,32 +689,23 @@ def run_watch(args: argparse.Namespace) -> int:
     return exit_status(v.outcome, opts.exit_codes)
 
 
-def run_check(args: argparse.Namespace) -> int:
+def check_from_args(args: argparse.Namespace) -> tuple[CheckResult, Options]:
+    """`runwatch check`'s replay from its parsed command line: the result and the options used."""
     if not os.path.exists(args.target):
         raise UsageError(f"check: {args.target}: no such run directory or log")
     read = read_options(args)
     opts = options_from_args(args, resolve_target(args.target, read).run_dir, "check")
-    result = check(args.target, opts, read)
+    return check(args.target, opts, read), opts
+
+
+def run_check(args: argparse.Namespace) -> int:
+    result, opts = check_from_args(args)
     if isinstance(result.torn_line, str):
         print(f"runwatch check: left out {result.torn_line} (not complete yet)", file=sys.stderr)
     elif result.torn_line is not None:
         print(f"runwatch check: left out the torn last line {result.torn_line} (no newline yet)", file=sys.stderr)
     if getattr(args, "json", False):
-        first = result.findings[0] if result.findings else None
-        print(
-            json.dumps(
-                {
-                    "findings": [f.to_json() for f in result.findings],
-                    "last_step": result.last_step,
-                    "torn_line": result.torn_line,
-                    "verdict": result.lines()[-1],
-                    "class": first.cls if first else None,
-                    "onset": first.to_json()["onset"] if first else None,
-                },
-                indent=2,
-                allow_nan=False,
-            )
-        )
+        print(json.dumps(result.to_json(), indent=2, allow_nan=False))
     else:
         for line in result.lines():
             print(line)

@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from None
 
 from ..auroc import auroc
-from ..errors import NonFiniteLossError
+from ..errors import ConfigError, NonFiniteLossError
 from ..metrics import DEFAULT_MAX_WINDOW_SECONDS, RunLogger
 from .session import NO_SESSION as _NO_SESSION
 from .session import (
@@ -586,9 +586,11 @@ def auroc_metrics(eval_pred: Any) -> dict[str, float]:
     elif logits.ndim == 1 or (logits.ndim == 2 and logits.shape[1] == 1):
         scores = logits.reshape(-1)
     else:
-        raise ValueError(f"auroc_metrics: expected logits of shape (N,), (N, 1) or (N, 2), got {logits.shape}")
+        raise ConfigError(f"auroc_metrics: predictions must have shape (N,), (N, 1) or (N, 2), got {logits.shape}")
     if scores.shape[0] != y.shape[0]:
-        raise ValueError(f"auroc_metrics: {scores.shape[0]} predictions but {y.shape[0]} labels")
+        raise ConfigError(
+            f"auroc_metrics: label_ids must hold one label per prediction ({scores.shape[0]}), got {y.shape[0]}"
+        )
     out = {"accuracy": float(((scores > 0) == (y > 0.5)).mean()) if y.size else 0.0}
     if np.isfinite(scores).all():
         area = auroc(scores.tolist(), y.tolist())

@@ -42,7 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         f"runwatch.integrations.lightning needs lightning and torch: pip install 'runwatch[lightning]' ({exc})"
     ) from None
 
-from ..errors import NonFiniteLossError
+from ..errors import ConfigError, NonFiniteLossError
 from ..metrics import RunLogger
 from ..signals import Terminated
 from .session import NO_SESSION as _NO_SESSION
@@ -288,9 +288,9 @@ class RunwatchCallback(Callback):
         )
         self.resume_from = resume_from(resume, self.options.run_dir)
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):
-            raise ValueError(f"RunwatchCallback.batch_size must be an int >= 1 or None, got {batch_size!r}")
+            raise ConfigError(f"RunwatchCallback.batch_size must be an int >= 1 or None, got {batch_size!r}")
         if not isinstance(val_prefix, str) or not val_prefix:
-            raise ValueError(f"RunwatchCallback.val_prefix must be a non-empty string, got {val_prefix!r}")
+            raise ConfigError(f"RunwatchCallback.val_prefix must be a non-empty string, got {val_prefix!r}")
         self.batch_size = batch_size
         self.val_prefix = val_prefix
         self.run_dir: str | None = None  # the run directory, once a fit has begun

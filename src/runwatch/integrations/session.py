@@ -61,15 +61,15 @@ class CallbackOptions:
 
     def __post_init__(self) -> None:
         if self.run_dir is not None and not isinstance(self.run_dir, (str, os.PathLike)):
-            raise ValueError(f"RunwatchCallback.run_dir must be a path or None, got {self.run_dir!r}")
+            raise ConfigError(f"RunwatchCallback.run_dir must be a path or None, got {self.run_dir!r}")
         if self.window is None:  # frozen: the environment's default is resolved once, here
             object.__setattr__(self, "window", default_window(None))
         for name in ("window", "seq_len"):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
-                raise ValueError(f"RunwatchCallback.{name} must be an int >= 1 or None, got {value!r}")
+                raise ConfigError(f"RunwatchCallback.{name} must be an int >= 1 or None, got {value!r}")
         if type(self.fsync) is not bool:
-            raise ValueError(f"RunwatchCallback.fsync must be a bool, got {self.fsync!r}")
+            raise ConfigError(f"RunwatchCallback.fsync must be a bool, got {self.fsync!r}")
 
     def resolve_run_dir(self, output_dir: str | os.PathLike[str] | None) -> str:
         """The run directory: the option, else `RUNWATCH_RUN_DIR`, else `<output_dir>/runwatch`."""

@@ -41,6 +41,8 @@ __all__ = [
     "plan",
     "session_records",
     "subsample_command",
+    "exit_code",
+    "verdict_line",
 ]
 
 _UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
@@ -263,6 +265,11 @@ def subsample_command(max_samples: int, data: str | None = None, stratify: str |
     return shlex.join(argv)
 
 
+def exit_code(result: Projection) -> int:
+    """`runwatch plan`'s exit status: 0 when the projection fits the window, 1 when it does not."""
+    return 0 if result["fits"] else 1
+
+
 def verdict_line(result: Projection) -> str:
     """`FITS: ...` or `DOES NOT FIT: ...` with the largest run that fits."""
     used, window = format_duration(result["projected_seconds"]), format_duration(result["window_seconds"])
@@ -378,4 +385,4 @@ def run(args: argparse.Namespace) -> int:
     """`runwatch plan`: exit 0 when the projection fits the window, 1 when it does not (2: cannot project)."""
     result = plan(args.run_dir, options_from_args(args))
     print(json.dumps(result, indent=2, allow_nan=False) if args.json else render(result))
-    return 0 if result["fits"] else 1
+    return exit_code(result)

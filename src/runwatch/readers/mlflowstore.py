@@ -25,7 +25,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from ..errors import InvalidRunError, RunwatchError
+from ..errors import InvalidRunError, StoreLockedError
 from ..follow import LogFollower
 from . import Chunk, Item
 from .keys import KeyMap, StepGrouper
@@ -39,10 +39,6 @@ LOCK_WAIT_SECONDS = 10.0
 # sqlite3's busy handler: how long one query waits for a lock before it reports "locked".
 BUSY_TIMEOUT_SECONDS = 0.5
 _FLOAT_MAX = sys.float_info.max  # MLflow's stand-in for infinity
-
-
-class StoreLockedError(RunwatchError):
-    """The SQLite store stayed locked by a writer for LOCK_WAIT_SECONDS."""
 
 
 def _value(value: float, is_nan: Any) -> float:

@@ -9,7 +9,9 @@
 A `RunView` keeps one follower (`follow.LogFollower`) and one parser (`records.RecordParser`,
 the watchdog's) per run, applies the watchdog's record rules to every record (the findings of
 `runwatch check`), keeps the last records of the latest session for the status facts
-(`status.describe`) and one downsampled `Series` per chart. A refresh reads at most a bounded
+(`status.describe`), one downsampled `Series` per value (`export.record_values`) along the path
+to the final step (a session that redoes steps cuts the earlier ones: `export.session_cut`), and
+the checkpoints saved on that path (`markers.Checkpoints`). A refresh reads at most a bounded
 number of bytes, so a huge log is caught up over several refreshes and never holds the server.
 Standard library only.
 
@@ -45,6 +47,9 @@ from ..records import (
 from ..rules import RuleOptions, Rules
 from ..schema import read_manifest, read_regular_file
 from ..status import TAIL_RECORDS, Status, StatusHead, describe, format_status
+from .export import record_values, session_cut
+from .facts import FactsCache
+from .markers import Checkpoints, Marker, markers
 from .series import Point, Series
 from .supervision import SupervisionView
 
@@ -73,6 +78,7 @@ class RunSummary(Status):
     path: str  # relative to the served folder, "/" separated
     verdict: ListVerdict
     findings: int  # the rules' findings so far
+    warnings: int  # those of them of severity warn
     first_finding: dict[str, Any] | None
     records: int
     error: str | None  # the first of `errors`
@@ -85,6 +91,7 @@ class ChartSeries(TypedDict):
     """One line of a chart: its points (downsampled) and its latest point."""
 
     name: str
+    key: str  # the value's column in the CSV
     points: list[Point]
     last: Point | None
 
@@ -103,6 +110,8 @@ class RunDetail(RunSummary):
     status_lines: list[str]
     findings_list: list[dict[str, Any]]
     charts: list[Chart]
+    markers: list[Marker]
+    first_time: float | None  # the time of the run's first record: "time since start" counts from it
 
 
 # How deep below the served folder runs are looked for ("runs/<project>/<sweep>/<run>").
@@ -141,6 +150,8 @@ def run_target(path: str) -> Target | None:
         if not any(os.path.lexists(os.path.join(path, n)) for n in ("metrics.jsonl", "run.json", "trainer_state.json")):
             # a HF output folder (checkpoint-N/trainer_state.json), TensorBoard or MLflow logs
             t = resolve_target(path)
+            if t.format == "tensorboard" and not _own_event_files(path):
+                return None  # event files one level down: each folder of them is a run of its own
             return t if t.format == "trainer_state" or t.format in READER_FORMATS else None
         return resolve_target(path)
     if name.endswith(".jsonl") and name not in NOT_LOGS and name != "metrics.jsonl":
@@ -151,6 +162,17 @@ def run_target(path: str) -> Target | None:
     if found[0] == "csv" and not _csv_log(path):
         return None  # a data table, not a log of steps
     return resolve_target(path)
+
+
+def _own_event_files(path: str) -> bool:
+    """The folder holds TensorBoard event files itself (not only in its sub-folders: those are
+    the runs, as TensorBoard and Lightning's `lightning_logs/version_N/` lay them out)."""
+    from ..readers.tfevents import is_event_file
+
+    try:
+        return any(is_event_file(n) for n in os.listdir(path))
+    except OSError:
+        return False
 
 
 def _csv_log(path: str) -> bool:
@@ -238,6 +260,7 @@ class RunView:
         except UsageError as exc:
             self.options_error = f"{exc} (the rules use their defaults)"
         self.supervision = SupervisionView(os.path.join(target.run_dir, "supervise.jsonl"))
+        self.facts = FactsCache(target.run_dir, rel)
         self.error: str | None = None  # why the log cannot be read now
         self.version = 0  # bumps whenever something new was read
         self._reset()
@@ -250,6 +273,10 @@ class RunView:
         self.rules_session: str | None = None
         self.findings: list[dict[str, Any]] = []
         self.findings_total = 0
+        self.warnings_total = 0
+        self.path_session: str | None = None  # the session of the last record on the path
+        self.first_time: float | None = None
+        self.checkpoints = Checkpoints()
         self.records = 0
         self.invalid: str | None = None  # the latest invalid line's message
         self.tail: deque[Record] = deque(maxlen=TAIL_RECORDS)
@@ -463,36 +490,39 @@ class RunView:
             self.rules_session = rec.session
         f = self.rules.observe(rec)
         if f is not None:
+            finding = {**f.to_json(), "session": rec.session, "time": rec.time}
             self.findings_total += 1
+            self.warnings_total += finding.get("severity") == "warn"
             if len(self.findings) < MAX_FINDINGS:
-                self.findings.append({**f.to_json(), "session": rec.session})
+                self.findings.append(finding)
         if rec.kind == "invalid":
             self.invalid = rec.error
             return
         if self.tail and self.tail[-1].session != rec.session:
             self.tail.clear()
         self.tail.append(rec)
-        step = rec.step
-        if rec.kind == "train":
-            self._add("loss", step, rec.loss)
-            self._add("lr", step, rec.lr)
-            self._add("grad_norm", step, rec.grad_mean)
-            if rec.grad_max is not None and rec.grad_max != rec.grad_mean:
-                self._add("grad_norm_max", step, rec.grad_max)
-            self._add("throughput", step, rec.throughput)
-        if rec.eval_loss is not None:
-            self._add("eval_loss", step, rec.eval_loss)
-        for name, value in (rec.metrics or {}).items():
-            if f"metric:{name}" in self.series or sum(k.startswith("metric:") for k in self.series) < MAX_METRICS:
-                self._add(f"metric:{name}", step, value)
+        if self.first_time is None and rec.time is not None:
+            self.first_time = rec.time
+        if rec.session != self.path_session:
+            if self.path_session is not None:  # a relaunch or a rollback: the steps it redoes go
+                cut = session_cut(self.parser, rec)
+                for series in self.series.values():
+                    series.cut(cut)
+                self.checkpoints.cut(cut)
+            self.path_session = rec.session
+        if rec.kind == "checkpoint":
+            self.checkpoints.add(rec)
+        v1 = self.parser is not None and self.parser.mode == "v1"
+        for key, value in record_values(rec, v1):
+            s = self.series.get(key)
+            if s is None:
+                if key.startswith("eval_") and key != "eval_loss" and self._metrics() >= MAX_METRICS:
+                    continue
+                s = self.series[key] = Series()
+            s.add(rec.step, value, rec.time)  # (a non-finite value is skipped: nothing to draw)
 
-    def _add(self, name: str, x: int | float, y: float | None) -> None:
-        if y is None:  # the common absent value; Series.add skips non-finite ones itself
-            return
-        s = self.series.get(name)
-        if s is None:
-            s = self.series[name] = Series()
-        s.add(x, y)
+    def _metrics(self) -> int:
+        return sum(k.startswith("eval_") and k != "eval_loss" for k in self.series)
 
     # --- facts ------------------------------------------------------------------------------
 
@@ -520,8 +550,15 @@ class RunView:
         return describe(t, out, recs, mtime, now, gpus=False)
 
     def summary(self, now: float | None = None) -> RunSummary:
-        """The list's facts: the `status --json` keys plus path, verdict, findings and errors."""
+        """The list's facts: the `status --json` keys plus path, verdict, findings and errors
+        (kept while nothing they come from changed: `facts.FactsCache`)."""
         now = time.time() if now is None else now
+        pending = self.follower.pending_bytes() if self.follower is not None else 0
+        catching_up = pending > 1 << 20
+        key = (self.version, self.error, self.invalid, self.options_error, pending)
+        return self.facts.get(key, now, lambda: self._summary(now, catching_up))
+
+    def _summary(self, now: float, catching_up: bool) -> RunSummary:
         st = self._status(now)
         errors = [e for e in (self.error, self.invalid, self.options_error) if e]
         return {
@@ -529,11 +566,12 @@ class RunView:
             "path": self.rel,
             "verdict": verdict_of(st["watchdog"], now),
             "findings": self.findings_total,
+            "warnings": self.warnings_total,
             "first_finding": self.findings[0] if self.findings else None,
             "records": self.records,
             "error": errors[0] if errors else None,
             "errors": errors,
-            "catching_up": bool(self.follower is not None and self.follower.pending_bytes() > 1 << 20),
+            "catching_up": catching_up,
             "version": self.version,
         }
 
@@ -545,26 +583,17 @@ class RunView:
             "status_lines": format_status(summary),
             "findings_list": list(self.findings),
             "charts": [c for c in (self._chart(*spec) for spec in CHARTS) if c["series"]],
+            "markers": markers(self.findings, self.checkpoints, self.supervision.moves, summary["watchdog"]),
+            "first_time": self.first_time,
         }
-        metrics = sorted(k for k in self.series if k.startswith("metric:"))
-        if metrics:
-            st["charts"].append(
-                {
-                    "name": "metrics",
-                    "title": "Eval metrics",
-                    "series": [
-                        {"name": k[7:], "points": self.series[k].points(), "last": self.series[k].last} for k in metrics
-                    ],
-                }
-            )
+        for key in sorted(k for k in self.series if k.startswith("eval_") and k != "eval_loss"):
+            st["charts"].append(self._chart(key, f"eval {key[5:]}", ((key, key[5:]),)))
         st["supervise"] = self.supervision.facts()
         return st
 
     def _chart(self, name: str, title: str, keys: tuple[tuple[str, str], ...]) -> Chart:
-        if name == "throughput" and (self.parser is None or self.parser.mode != "v1"):
-            title, keys = "Throughput (samples/s)", (("throughput", "samples/s"),)  # minimal telemetry: sps
         series: list[ChartSeries] = [
-            {"name": label, "points": self.series[k].points(), "last": self.series[k].last}
+            {"name": label, "key": k, "points": self.series[k].points(), "last": self.series[k].last}
             for k, label in keys
             if k in self.series
         ]
@@ -588,10 +617,12 @@ def _read_state(path: str, name: str) -> tuple[dict[str, Any], list[Any]]:
 
 # Eval metric names charted per run (a log may carry any number of eval_* keys).
 MAX_METRICS = 8
-# (chart, title, ((series key, legend), ...)); the eval metrics chart follows these.
+# (chart, title, ((series key, legend), ...)); one chart per eval metric follows these.
 CHARTS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
-    ("loss", "Loss", (("loss", "train"), ("eval_loss", "eval"))),
-    ("lr", "Learning rate", (("lr", "lr"),)),
-    ("grad_norm", "Gradient norm", (("grad_norm", "mean"), ("grad_norm_max", "max"))),
-    ("throughput", "Throughput (tokens/s)", (("throughput", "tokens/s"),)),
+    ("loss", "loss", (("loss", "train"), ("eval_loss", "eval"))),
+    ("lr", "learning rate", (("lr", "lr"),)),
+    ("grad_norm", "gradient norm", (("grad_norm", "mean"), ("grad_norm_max", "max"))),
+    ("throughput", "throughput (tokens/s)", (("tokens_per_second", "tokens/s"),)),
+    # minimal telemetry's `sps`: a chart of its own, so that a comparison never mixes the two units
+    ("throughput_samples", "throughput (samples/s)", (("samples_per_second", "samples/s"),)),
 )

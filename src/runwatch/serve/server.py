@@ -2,13 +2,14 @@
 
     server = Server("/runs", "127.0.0.1", 0)     # binds; finds the runs under /runs
     server.catalog.start()                       # one thread reads every run's new bytes
-    server.serve_forever()                       # GET /, /run/<path>, /api/runs, /api/run/<path>
+    server.serve_forever()                       # GET /, /run/<path>, /compare?run=..., /api/...
 
-Request threads never read a log: they take the facts the reader thread has gathered so far
-(under the run's lock, held for at most one slice of records), so a FIFO, a 2 GB line or a
-100 GB log cannot hold a page. Only GET and HEAD exist; the paths served are the catalog's keys,
-so anything else (`..`, an encoded `%2e%2e`, a symlink leading out of the folder) is a 404.
-Standard library only.
+Request threads never read a log for a page: they take the facts the reader thread has gathered
+so far (under the run's lock, held for at most one slice of records), so a FIFO, a 2 GB line or a
+100 GB log cannot hold a page. The one exception is the CSV export (`/api/run/<path>.csv`), which
+streams the whole log in its own request's thread (at most `MAX_EXPORTS` at a time). Only GET and
+HEAD exist; the paths served are the catalog's keys, so anything else (`..`, an encoded `%2e%2e`,
+a symlink leading out of the folder) is a 404. Standard library only.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from .runs import RunSummary, RunView, find_runs
+from ..errors import InvalidRunError
+from .export import csv_chunks
+from .runs import RunDetail, RunSummary, RunView, find_runs
 
 __all__ = ["STATIC_FILES", "Catalog", "Server", "is_loopback"]
 
@@ -37,6 +40,7 @@ IDLE_POLL_SECONDS = 0.5
 # The shipped files (package data), by URL.
 STATIC_FILES = {
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/chart.js": ("chart.js", "text/javascript; charset=utf-8"),
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
 }
 # Nothing from elsewhere: no CDN, no inline script, no framing by another site.
@@ -49,6 +53,10 @@ SECURITY_HEADERS = {
 }
 # Sort order of the list: trouble first.
 _ORDER = {"anomaly": 0, "error": 1, "stale": 2, "watching": 3, "none": 4, "ok": 5}
+# Runs drawn on one compare page: beyond this the charts are a tangle (and the colours repeat).
+MAX_COMPARE = 50
+# CSV exports read whole logs in request threads: at most this many at once, the others wait.
+MAX_EXPORTS = 2
 
 
 def is_loopback(host: str) -> bool:
@@ -136,11 +144,24 @@ class Catalog:
 
         def key(s: RunSummary) -> tuple[int, str]:
             state = s["verdict"]["state"]
-            if state != "anomaly" and (s["error"] or s["findings"]):
+            if state != "anomaly" and (s["error"] or s["findings"] > s["warnings"]):
                 state = "error"
             return (_ORDER.get(state, 9), s["path"])
 
         return sorted(out, key=key)
+
+    def compare(self, names: list[str]) -> dict[str, Any]:
+        """The details of the runs named (in that order, each once) and the names not found."""
+        runs: list[RunDetail] = []
+        missing: list[str] = []
+        for rel in dict.fromkeys(names):
+            view = self.get(rel) if len(runs) < MAX_COMPARE else None
+            if view is None:
+                missing.append(rel)
+                continue
+            with view.lock:
+                runs.append(view.detail())
+        return {"root": self.root, "runs": runs, "missing": missing, "limit": MAX_COMPARE}
 
 
 def _strict(obj: Any) -> Any:
@@ -175,7 +196,7 @@ def page(kind: str, title: str, api: str, data: Any) -> bytes:
         f'<body class="page-{kind}"><header id="top"><a class="brand" href="/">runwatch</a>'
         '<span id="live" class="live">loading</span></header>\n<main id="app"></main>\n'
         f'<script id="initial" type="application/json">{blob}</script>\n'
-        '<script src="/static/app.js"></script>\n</body></html>\n'
+        '<script src="/static/chart.js"></script><script src="/static/app.js"></script>\n</body></html>\n'
     ).encode()
 
 
@@ -245,9 +266,24 @@ class Handler(BaseHTTPRequestHandler):
             )
         elif path == "/api/runs":
             self._send(200, to_json({"root": catalog.root, "runs": catalog.summaries()}), "application/json", head)
+        elif path in ("/compare", "/api/compare"):
+            query = urlsplit(self.path).query
+            names = [n for n in parse_qs(query, keep_blank_values=False).get("run", []) if n]
+            data = catalog.compare(names)
+            if path == "/api/compare":
+                self._send(200, to_json(data), "application/json", head)
+            else:
+                title = f"runwatch · compare {len(names)} run{'s' if len(names) != 1 else ''}"
+                self._send(200, page("compare", title, "/api/compare?" + query, data), "text/html; charset=utf-8", head)
         elif path.startswith("/run/") or path.startswith("/api/run/"):
             api = path.startswith("/api/")
-            view = self._view(path[len("/api/run/" if api else "/run/") :])
+            rest = path[len("/api/run/" if api else "/run/") :]
+            view = self._view(rest)
+            if view is None and api and rest.endswith(".csv"):  # a run's own path wins over its export
+                export = self._view(rest[: -len(".csv")])
+                if export is not None:
+                    self._export(export, head)
+                    return
             if view is None:
                 self._not_found(head, "no such run")
                 return
@@ -263,6 +299,35 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, self.server.static[name], ctype, head, cache="no-cache")
         else:
             self._not_found(head)
+
+    def _export(self, view: RunView, head: bool) -> None:
+        """The run's CSV, streamed (chunked) from its log as `export.csv_chunks` reads it."""
+        with self.server.exports:
+            try:
+                chunks = csv_chunks(view.target, view.opts.maps)  # the first pass: columns and cuts
+            except (InvalidRunError, OSError) as exc:
+                text = f"422 {view.rel}: cannot export: {getattr(exc, 'strerror', None) or exc}\n"
+                self._send(422, text.encode(), "text/plain; charset=utf-8", head)
+                return
+            name = (view.rel.rstrip("/").rsplit("/", 1)[-1] or "run") + ".csv"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/csv; charset=utf-8")
+            self.send_header("Content-Disposition", f"attachment; filename*=UTF-8''{quote(name)}")
+            self.send_header("Cache-Control", "no-store")
+            for k, v in SECURITY_HEADERS.items():
+                self.send_header(k, v)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            if head:
+                return
+            try:
+                for chunk in chunks:
+                    if chunk:  # an empty chunk would end the body
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except (InvalidRunError, OSError):
+                self.close_connection = True  # no final chunk: the client sees a cut transfer, not a short CSV
+                return
+            self.wfile.write(b"0\r\n\r\n")
 
 
 class Server(ThreadingHTTPServer):
@@ -284,6 +349,7 @@ class Server(ThreadingHTTPServer):
         self.catalog = catalog or Catalog(root)
         self.loopback = is_loopback(host)
         self.verbose = verbose
+        self.exports = threading.BoundedSemaphore(MAX_EXPORTS)
         files = resources.files("runwatch.serve") / "static"
         self.static = {name: (files / name).read_bytes() for name, _ in STATIC_FILES.values()}
         super().__init__((host.strip("[]"), port), Handler)

@@ -1,11 +1,14 @@
 """The supervisor's journal of a run (`RUN_DIR/supervise.jsonl`), read incrementally for the page.
 
 Each line is one action of `runwatch supervise`: at least `time, event, attempt, pid, kind, class,
-step, checkpoint`, `event` one of launch, verdict, stop, relaunch, rollback, done, gave_up; the
-last record (done or gave_up) adds `goodput`. The view keeps the attempts (when each began, its
-pid, the verdict that ended it and what was done about it), the restarts and rollbacks used so
-far, the budgets when a record names them (`budgets: {"restarts": N, "rollbacks": M}`), and the
-goodput. Standard library only.
+step, checkpoint`, `event` one of launch, verdict, stop, relaunch, rollback, done, gave_up,
+preempted; the last record of an allocation (done, gave_up or preempted: `supervision.ENDS`) adds
+`goodput`, and a requeued job's next allocation goes on in the same journal. The view keeps the
+attempts (when each began, its pid, the verdict that ended it and what was done about it), the
+restarts and rollbacks used so far, the budgets when a record names them (`budgets: {"restarts":
+N, "rollbacks": M}`), the goodput, and each relaunch and rollback for the charts' markers
+(`moves`). A record of another event (`notify_failed`, `heartbeat_failed`, one a later supervisor
+adds) is left out, not an error. Standard library only.
 """
 
 from __future__ import annotations
@@ -15,19 +18,31 @@ import os
 from typing import Any, TypedDict
 
 from ..follow import LogFollower
+from ..supervision import ENDS
 
-__all__ = ["MAX_ATTEMPTS", "Attempt", "AttemptEnd", "AttemptVerdict", "SupervisionFacts", "SupervisionView"]
+__all__ = ["MAX_ATTEMPTS", "Attempt", "AttemptEnd", "AttemptVerdict", "Move", "SupervisionFacts", "SupervisionView"]
 
 # Attempts shown per run: a run relaunched more often than this shows its latest ones.
 MAX_ATTEMPTS = 100
 # A journal line longer than this is not a supervisor's record.
 MAX_JOURNAL_LINE_BYTES = 64 * 1024
-EVENTS = ("launch", "verdict", "stop", "relaunch", "rollback", "done", "gave_up")
+EVENTS = ("launch", "verdict", "stop", "relaunch", "rollback", *ENDS)
 
 # The values below come from the journal's JSON as written (the page shows them as they are): Any.
 
-# The verdict that ended an attempt.
-AttemptVerdict = TypedDict("AttemptVerdict", {"kind": Any, "class": Any, "step": Any})
+# The verdict that ended an attempt: `kind` null and `line` "OK done step=N" for a completed run.
+AttemptVerdict = TypedDict("AttemptVerdict", {"kind": Any, "class": Any, "step": Any, "line": Any})
+
+
+class Move(TypedDict):
+    """A relaunch or a rollback: when, from which checkpoint, after a verdict at which step."""
+
+    event: str
+    attempt: Any
+    time: Any
+    checkpoint: Any
+    checkpoint_step: Any  # the rollback's (the journal names it); None for a relaunch
+    verdict_step: Any  # the step of the verdict that ended the attempt before
 
 
 class AttemptEnd(TypedDict):
@@ -80,6 +95,7 @@ class SupervisionView:
         self.budgets: dict[str, Any] | None = None
         self.goodput: dict[str, Any] | None = None
         self.last: dict[str, Any] | None = None
+        self.moves: list[Move] = []
         self.error: str | None = None
 
     def refresh(self) -> bool:
@@ -107,9 +123,11 @@ class SupervisionView:
                 except (ValueError, RecursionError) as exc:
                     self.error = f"{name}:{lineno}: malformed JSON: {getattr(exc, 'msg', exc)}"
                     continue
-                if not isinstance(rec, dict) or rec.get("event") not in EVENTS:
+                if not isinstance(rec, dict) or not isinstance(rec.get("event"), str):
                     self.error = f"{name}:{lineno}: not a supervisor record"
                     continue
+                if rec["event"] not in EVENTS:
+                    continue  # notify_failed, or an event of a later supervisor: not an attempt's
                 self._apply(rec)
             if not batch.more:
                 return changed
@@ -126,6 +144,19 @@ class SupervisionView:
         elif event == "rollback":
             self.rollbacks += 1
         attempt = rec.get("attempt")
+        if event in ("relaunch", "rollback"):
+            before = self.attempts[-1]["verdict"] if self.attempts else None
+            self.moves.append(
+                {
+                    "event": event,
+                    "attempt": attempt,
+                    "time": rec.get("time"),
+                    "checkpoint": rec.get("checkpoint"),
+                    "checkpoint_step": rec.get("checkpoint_step"),
+                    "verdict_step": before["step"] if before else None,
+                }
+            )
+            del self.moves[:-MAX_ATTEMPTS]
         if event in ("launch", "relaunch", "rollback") or not self.attempts or self.attempts[-1]["attempt"] != attempt:
             if self.attempts and self.attempts[-1]["end"] is None:  # ended by the next one's start
                 self.attempts[-1]["end"] = {"event": event, "step": rec.get("step"), "time": rec.get("time")}
@@ -145,8 +176,13 @@ class SupervisionView:
         if rec.get("pid") is not None:
             a["pid"] = rec["pid"]
         if event == "verdict":
-            a["verdict"] = {"kind": rec.get("kind"), "class": rec.get("class"), "step": rec.get("step")}
-        elif event in ("stop", "done", "gave_up"):
+            a["verdict"] = {
+                "kind": rec.get("kind"),
+                "class": rec.get("class"),
+                "step": rec.get("step"),
+                "line": rec.get("line"),
+            }
+        elif event == "stop" or event in ENDS:
             a["end"] = {"event": event, "step": rec.get("step"), "time": rec.get("time")}
 
     def facts(self) -> SupervisionFacts | None:
@@ -159,7 +195,7 @@ class SupervisionView:
             "rollbacks": self.rollbacks,
             "budgets": self.budgets,
             "goodput": self.goodput,
-            "finished": self.last is not None and self.last.get("event") in ("done", "gave_up"),
+            "finished": self.last is not None and self.last.get("event") in ENDS,
             "last_event": self.last,
             "attempts": list(self.attempts),
             "error": self.error,

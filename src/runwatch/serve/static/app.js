@@ -1,263 +1,482 @@
-// runwatch serve: draws the list of runs or one run from the page's JSON, then polls the API.
-// Every piece of text from a run (paths, messages, log strings) goes in through textContent or
-// setAttribute on a fixed attribute, never as HTML: a run cannot put markup on the page.
+// runwatch serve: the list of runs, one run, or several compared, drawn from the page's JSON and
+// kept current by polling the API. Every piece of text from a run (paths, messages, log strings)
+// goes in through textContent or setAttribute on a fixed attribute, never as HTML: a run cannot
+// put markup on the page. What a person set (filter, sort, selection, smoothing, zoom, hidden
+// runs) lives in this script's state, so a refresh redraws the data and keeps all of it.
 "use strict";
 (function () {
-  var POLL_MS = 2000;
-  var SVGNS = "http://www.w3.org/2000/svg";
-  var STATES = { anomaly: 1, watching: 1, stale: 1, ok: 1, none: 1 };
-  var init = JSON.parse(document.getElementById("initial").textContent);
-  var app = document.getElementById("app");
-  var live = document.getElementById("live");
+  const RW = window.RW, el = RW.el, add = RW.add, num = RW.num, txt = RW.txt, dur = RW.dur;
+  const POLL_MS = 2000;
+  const STATES = { anomaly: 1, watching: 1, stale: 1, ok: 1, none: 1 };
+  const RANK = { anomaly: 0, stale: 2, watching: 3, none: 4, ok: 5 };
+  const init = JSON.parse(document.getElementById("initial").textContent);
+  const app = document.getElementById("app");
+  const live = document.getElementById("live");
 
-  function el(tag, cls, text) {
-    var e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined && text !== null) e.textContent = String(text);
-    return e;
-  }
-  function add(parent) {
-    for (var i = 1; i < arguments.length; i++) if (arguments[i]) parent.appendChild(arguments[i]);
-    return parent;
-  }
-  function sv(tag, attrs) {
-    var e = document.createElementNS(SVGNS, tag);
-    for (var k in attrs) e.setAttribute(k, String(attrs[k]));
-    return e;
-  }
-  function num(v) {
-    if (v === null || v === undefined) return "–";
-    if (typeof v !== "number") return String(v);
-    if (v !== 0 && (Math.abs(v) >= 1e6 || Math.abs(v) < 1e-3)) return v.toExponential(2).replace(/\.?0+e/, "e");
-    if (Number.isInteger(v)) return String(v);
-    return String(Number(v.toPrecision(4)));
-  }
-  function dur(s) {
-    if (s === null || s === undefined) return "–";
-    s = Math.max(0, Math.round(s));
-    if (s < 120) return s + " s";
-    if (s < 7200) return Math.floor(s / 60) + " min";
-    if (s < 172800) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
-    return Math.floor(s / 86400) + " d " + Math.floor((s % 86400) / 3600) + " h";
-  }
-  function runHref(path) {
-    return "/run/" + String(path).split("/").map(encodeURIComponent).join("/");
-  }
+  function encPath(path) { return String(path).split("/").map(encodeURIComponent).join("/"); }
+  function runHref(path) { return "/run/" + encPath(path); }
+  function csvHref(path) { return "/api/run/" + encPath(path) + ".csv"; }
   function badge(verdict) {
-    var state = verdict && STATES[verdict.state] ? verdict.state : "none";
-    return el("span", "badge state-" + state, verdict ? verdict.label : "no watchdog");
+    const state = verdict && STATES[verdict.state] ? verdict.state : "none";
+    return el("span", "badge state-" + state, verdict && verdict.label ? verdict.label : "no watchdog");
   }
   function stepText(r) {
     if (r.step === null || r.step === undefined) return "no records yet";
     return num(r.step) + (r.max_steps ? " / " + num(r.max_steps) : "");
   }
+  function ago(r) { return r.age_seconds === null || r.age_seconds === undefined ? "–" : dur(r.age_seconds) + " ago"; }
   function note(r) {
+    const stops = (r.findings || 0) - (r.warnings || 0);
     if (r.error) return el("span", "error", r.error);
-    if (r.findings) {
-      var f = r.first_finding;
-      return el("span", "finding", r.findings + (r.findings === 1 ? " finding" : " findings") +
-        (f ? ": " + f.kind + " at step " + num(f.step) : ""));
+    if (stops > 0) {
+      const f = r.first_finding;
+      return el("span", "finding", stops + (stops === 1 ? " finding" : " findings") +
+        (f ? ": " + txt(f.kind) + " at step " + num(f.step) : ""));
     }
     if (r.catching_up) return el("span", "muted", "reading the log…");
-    if (r.ended) return el("span", "muted", "ended: " + r.ended.reason);
+    if (r.ended) return el("span", "muted", "ended: " + txt(r.ended.reason));
     return null;
   }
-  function cell(label, content, cls) {
-    var td = el("td", cls || "");
-    td.setAttribute("data-label", label);
-    if (content instanceof Node) td.appendChild(content);
-    else td.textContent = content;
-    return td;
+  function section(title) { return add(el("section", "block"), el("h2", "", title)); }
+  function label(cls, text, control) {
+    const l = add(el("label", "ctl " + cls), control);
+    l.appendChild(document.createTextNode(" " + text));
+    return l;
+  }
+  function checkbox(id) {
+    const c = el("input");
+    c.type = "checkbox";
+    if (id) c.id = id;
+    return c;
+  }
+
+  // For tests and benchmarks: how many draws so far, how long the last one took (ms), and when the
+  // first one ended (ms since the page began loading).
+  function noteDraw(ms) {
+    const stats = window.__runwatch = window.__runwatch || { draws: 0 };
+    stats.draws++;
+    stats.lastDrawMs = ms;
+    if (stats.firstDrawMs === undefined) stats.firstDrawMs = performance.now();
+    document.body.setAttribute("data-draws", String(stats.draws));
   }
 
   // --- the list ------------------------------------------------------------------------------
-  function drawList(data) {
-    var runs = data.runs || [];
-    var box = el("section", "list");
-    add(box, add(el("h1"), document.createTextNode("Runs under "), el("code", "", data.root)));
-    if (!runs.length) {
-      add(box, el("p", "muted", "No runs found yet (run directories, *.jsonl logs and trainer_state.json, up to 4 levels down). This page updates by itself."));
-    } else {
-      var table = el("table", "runs");
-      var head = el("tr");
-      ["Run", "Watchdog", "Step", "Loss", "Tokens/s", "ETA", "Last record", "Notes"].forEach(function (h) {
-        add(head, el("th", "", h));
-      });
-      add(table, add(el("thead"), head));
-      var body = el("tbody");
-      runs.forEach(function (r) {
-        var tr = el("tr", "run");
-        tr.setAttribute("data-path", r.path);
-        var a = el("a", "run-link", r.path);
-        a.href = runHref(r.path);
-        add(tr, cell("Run", a, "path"), cell("Watchdog", badge(r.verdict)), cell("Step", stepText(r), "step"),
-          cell("Loss", num(r.loss), "num"), cell("Tokens/s", num(r.tokens_per_second), "num"),
-          cell("ETA", dur(r.eta_seconds), "num"), cell("Last record", r.age_seconds === null ? "–" : dur(r.age_seconds) + " ago", "num"),
-          cell("Notes", note(r) || "", "notes"));
-        add(body, tr);
-      });
-      add(table, body);
-      add(box, table);
-    }
+  const COLUMNS = [
+    { key: "path", head: "Run", cls: "path", value: function (r) { return r.path; } },
+    { key: "verdict", head: "Watchdog", value: function (r) { return (RANK[r.verdict && r.verdict.state] || 9) * 1e6 + ((r.findings || 0) - (r.warnings || 0) > 0 || r.error ? 0 : 1); } },
+    { key: "step", head: "Step", cls: "step", value: function (r) { return r.step; } },
+    { key: "loss", head: "Loss", cls: "num", value: function (r) { return r.loss; } },
+    { key: "tps", head: "Tokens/s", cls: "num", value: function (r) { return r.tokens_per_second; } },
+    { key: "eta", head: "ETA", cls: "num", value: function (r) { return r.eta_seconds; } },
+    { key: "age", head: "Last record", cls: "num", value: function (r) { return r.age_seconds; } },
+    { key: "warnings", head: "Warnings", cls: "num", value: function (r) { return r.warnings || 0; } },
+    { key: "notes", head: "Notes", cls: "notes", value: null },
+  ];
+  function ListPage(data) {
+    const state = { filter: "", sort: null, dir: 1, selected: new Set() };
+    const rows = new Map();
+    let runs = [];
+    const box = el("section", "list");
+    const title = add(el("h1"), document.createTextNode("Runs under "), el("code", "", data.root));
+    const filter = el("input", "filter");
+    filter.type = "search";
+    filter.id = "filter";
+    filter.placeholder = "filter runs";
+    filter.setAttribute("aria-label", "filter runs by path");
+    filter.autocomplete = "off";
+    const count = el("span", "count muted");
+    count.setAttribute("aria-live", "polite");
+    const compare = el("a", "button compare", "Compare");
+    compare.id = "compare";
+    const bar = add(el("div", "toolbar"), add(label("filter-label", "", filter)), count, compare);
+    const table = el("table", "runs");
+    const headRow = el("tr");
+    const all = checkbox("select-all");
+    all.setAttribute("aria-label", "select every run shown");
+    add(headRow, add(el("th", "select"), all));
+    const heads = {};
+    COLUMNS.forEach(function (c) {
+      const th = el("th");
+      th.scope = "col";
+      if (c.value) {
+        const b = add(el("button", "sort", c.head), el("span", "arrow"));
+        b.type = "button";
+        b.lastChild.setAttribute("aria-hidden", "true");
+        th.setAttribute("aria-sort", "none");
+        th.appendChild(b);
+        th.addEventListener("click", function () {
+          if (state.sort === c.key) state.dir = -state.dir;
+          else { state.sort = c.key; state.dir = 1; }
+          arrange();
+        });
+        heads[c.key] = th;
+      } else th.textContent = c.head;
+      headRow.appendChild(th);
+    });
+    const body = el("tbody");
+    add(table, add(el("thead"), headRow), body);
+    const empty = el("p", "muted empty");
+    add(box, title, bar, table, empty);
     app.replaceChildren(box);
-  }
 
-  // --- charts --------------------------------------------------------------------------------
-  function ticks(lo, hi, n) {
-    var span = hi - lo, raw = span / n, mag = Math.pow(10, Math.floor(Math.log10(raw)));
-    var step = [1, 2, 5, 10].map(function (m) { return m * mag; }).find(function (s) { return span / s <= n; }) || raw;
-    var out = [];
-    for (var v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)));
-    return out;
-  }
-  function drawChart(c, findings) {
-    // As wide in user units as on screen (up to 640), so the tick labels keep their size on a phone.
-    var W = Math.max(300, Math.min(640, (app.clientWidth || 640) - 40)), H = W < 480 ? 200 : 240;
-    var L = 58, R = 14, T = 14, B = 30;
-    var xs = [], ys = [], total = 0;
-    c.series.forEach(function (s) {
-      s.points.forEach(function (p) { xs.push(p[0]); ys.push(p[1]); });
-      total += s.points.length;
+    filter.addEventListener("input", function () { state.filter = filter.value.toLowerCase(); arrange(); });
+    document.addEventListener("keydown", function (ev) {
+      if (ev.key === "/" && document.activeElement !== filter && !/^(INPUT|SELECT|TEXTAREA)$/.test(document.activeElement.tagName)) {
+        ev.preventDefault();
+        filter.focus();
+      }
     });
-    var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
-    var y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
-    if (x1 === x0) { x0 -= 1; x1 += 1; }
-    if (y1 === y0) { var d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
-    var pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad;
-    function X(x) { return L + (x - x0) / (x1 - x0) * (W - L - R); }
-    function Y(y) { return T + (y1 - y) / (y1 - y0) * (H - T - B); }
-    var svg = sv("svg", { viewBox: "0 0 " + W + " " + H, class: "chart", role: "img", "data-points": total });
-    svg.setAttribute("aria-label", c.title);
-    ticks(y0, y1, 4).forEach(function (v) {
-      add(svg, sv("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), class: "grid" }));
-      var t = sv("text", { x: L - 6, y: Y(v) + 4, class: "tick", "text-anchor": "end" });
-      t.textContent = num(v);
-      add(svg, t);
-    });
-    ticks(x0, x1, 5).forEach(function (v) {
-      var t = sv("text", { x: X(v), y: H - 10, class: "tick", "text-anchor": "middle" });
-      t.textContent = num(v);
-      add(svg, sv("line", { x1: X(v), x2: X(v), y1: H - B, y2: H - B + 4, class: "axis" }), t);
-    });
-    add(svg, sv("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }));
-    (findings || []).slice(0, 200).forEach(function (f) {
-      if (typeof f.step !== "number" || f.step < x0 || f.step > x1) return;
-      var g = sv("g", { class: "marker" });
-      g.setAttribute("data-kind", f.kind);
-      var title = document.createElementNS(SVGNS, "title");
-      title.textContent = f.kind + " step=" + num(f.step) + ": " + f.message;
-      add(g, title, sv("line", { x1: X(f.step), x2: X(f.step), y1: T, y2: H - B }),
-        sv("path", { d: "M" + (X(f.step) - 5) + " " + T + "h10l-5 7z" }));
-      add(svg, g);
-    });
-    c.series.forEach(function (s, i) {
-      var runs = [], cur = [];
-      s.points.forEach(function (p, k) {
-        if (k && p[0] < s.points[k - 1][0]) { runs.push(cur); cur = []; } // a relaunch: steps start again
-        cur.push(X(p[0]).toFixed(1) + "," + Y(p[1]).toFixed(1));
-      });
-      runs.push(cur);
+    all.addEventListener("change", function () {
       runs.forEach(function (r) {
-        if (r.length === 1) {
-          var xy = r[0].split(",");
-          add(svg, sv("circle", { cx: xy[0], cy: xy[1], r: 2.5, class: "dot s" + (i % 6) }));
-        } else if (r.length) {
-          add(svg, sv("polyline", { points: r.join(" "), class: "line s" + (i % 6) }));
-        }
+        const row = rows.get(r.path);
+        if (row.tr.hidden) return;
+        if (all.checked) state.selected.add(r.path); else state.selected.delete(r.path);
+        row.box.checked = all.checked;
       });
+      selection();
     });
-    return svg;
-  }
-  function figure(c, findings) {
-    var fig = el("figure", "chart-box");
-    fig.setAttribute("data-chart", c.name);
-    var cap = add(el("figcaption"), el("span", "chart-title", c.title));
-    c.series.forEach(function (s, i) {
-      add(cap, add(el("span", "legend"), el("i", "swatch s" + (i % 6)), document.createTextNode(s.name + " " + (s.last ? num(s.last[1]) : ""))));
-    });
-    return add(fig, cap, drawChart(c, findings));
+
+    function selection() {
+      const sel = Array.from(state.selected).filter(function (p) { return rows.has(p); });
+      compare.textContent = "Compare " + sel.length + " selected";
+      if (sel.length) {
+        compare.href = "/compare?" + sel.map(function (p) { return "run=" + encodeURIComponent(p); }).join("&");
+        compare.removeAttribute("aria-disabled");
+      } else {
+        compare.removeAttribute("href");
+        compare.setAttribute("aria-disabled", "true");
+      }
+      const shown = runs.filter(function (r) { return !rows.get(r.path).tr.hidden; });
+      all.checked = shown.length > 0 && shown.every(function (r) { return state.selected.has(r.path); });
+    }
+    function setCell(td, sig, content) {
+      if (td._sig === sig) return;
+      td._sig = sig;
+      if (content instanceof Node) td.replaceChildren(content);
+      else td.textContent = content;
+    }
+    function row(r) {
+      let x = rows.get(r.path);
+      if (!x) {
+        const tr = el("tr", "run");
+        tr.setAttribute("data-path", r.path);
+        const b = checkbox();
+        b.className = "select";
+        b.setAttribute("aria-label", "select " + r.path);
+        b.checked = state.selected.has(r.path);
+        b.addEventListener("change", function () {
+          if (b.checked) state.selected.add(r.path); else state.selected.delete(r.path);
+          selection();
+        });
+        const cells = {};
+        add(tr, add(el("td", "select"), b));
+        COLUMNS.forEach(function (c) {
+          const td = el("td", c.cls || "");
+          td.setAttribute("data-label", c.head);
+          cells[c.key] = td;
+          tr.appendChild(td);
+        });
+        const a = el("a", "run-link", r.path);
+        a.href = runHref(r.path);
+        cells.path.appendChild(a);
+        x = { tr: tr, box: b, cells: cells, search: r.path.toLowerCase() };
+        rows.set(r.path, x);
+      }
+      x.run = r;
+      const c = x.cells;
+      const v = r.verdict || {};
+      setCell(c.verdict, v.state + "|" + v.label, badge(v));
+      setCell(c.step, stepText(r), stepText(r));
+      setCell(c.loss, num(r.loss), num(r.loss));
+      setCell(c.tps, num(r.tokens_per_second), num(r.tokens_per_second));
+      setCell(c.eta, dur(r.eta_seconds), dur(r.eta_seconds));
+      setCell(c.age, ago(r), ago(r));
+      setCell(c.warnings, String(r.warnings || 0), r.warnings ? String(r.warnings) : "–");
+      const n = note(r);
+      setCell(c.notes, n ? n.className + "|" + n.textContent : "", n || "");
+      return x;
+    }
+    // Order (the server's, or a column's), filter, and put the rows in place: only moved rows move.
+    function arrange() {
+      let order = runs.slice();
+      if (state.sort) {
+        const col = COLUMNS.find(function (c) { return c.key === state.sort; });
+        const idx = new Map(runs.map(function (r, i) { return [r.path, i]; }));
+        order.sort(function (a, b) {
+          const va = col.value(a), vb = col.value(b);
+          const na = va === null || va === undefined, nb = vb === null || vb === undefined;
+          if (na !== nb) return na ? 1 : -1; // unknown values last, either way
+          if (!na && va !== vb) return (va < vb ? -1 : 1) * state.dir;
+          return idx.get(a.path) - idx.get(b.path);
+        });
+      }
+      Object.keys(heads).forEach(function (k) {
+        heads[k].setAttribute("aria-sort", state.sort === k ? (state.dir > 0 ? "ascending" : "descending") : "none");
+      });
+      let shown = 0;
+      order.forEach(function (r, i) {
+        const x = rows.get(r.path);
+        const hide = state.filter !== "" && x.search.indexOf(state.filter) < 0;
+        if (x.tr.hidden !== hide) x.tr.hidden = hide;
+        if (!hide) shown++;
+        if (body.children[i] !== x.tr) body.insertBefore(x.tr, body.children[i] || null);
+      });
+      while (body.children.length > order.length) body.lastChild.remove();
+      count.textContent = runs.length === shown ? runs.length + (runs.length === 1 ? " run" : " runs")
+        : shown + " of " + runs.length + " runs shown";
+      table.hidden = !runs.length;
+      empty.textContent = !runs.length
+        ? "No runs found yet (run directories, *.jsonl logs, trainer_state.json and other tools' logs, up to 4 levels down). This page updates by itself."
+        : shown ? "" : "No run's path contains “" + filter.value + "”.";
+      selection();
+    }
+    function update(d) {
+      const t0 = performance.now();
+      runs = d.runs || [];
+      const now = new Set();
+      runs.forEach(function (r) { row(r); now.add(r.path); });
+      Array.from(rows.keys()).forEach(function (p) {
+        if (!now.has(p)) { rows.get(p).tr.remove(); rows.delete(p); }
+      });
+      arrange();
+      noteDraw(performance.now() - t0);
+    }
+    update(data);
+    return update;
   }
 
-  // --- one run -------------------------------------------------------------------------------
-  function section(title) {
-    return add(el("section", "block"), el("h2", "", title));
+  // --- one run, or several compared ------------------------------------------------------------
+  function RunsPage(kind, data) {
+    const names = kind === "compare" ? new URLSearchParams(location.search).getAll("run").filter(Boolean)
+      : [data.path];
+    const state = { smooth: 0.6, logy: false, outliers: false, xmode: "step", zoom: null, hidden: new Set() };
+    let current = null, drawn = "", pending = false;
+    const box = el("section", kind === "compare" ? "run compare" : "run");
+    const back = el("a", "", "← all runs");
+    back.href = "/";
+    const h1 = el("h1");
+    const facts = el("p", "facts");
+    const notes = el("div", "notes");
+    // the controls: found by their names, kept across refreshes
+    const controls = el("div", "controls");
+    controls.setAttribute("role", "group");
+    controls.setAttribute("aria-label", "chart settings");
+    const slider = el("input");
+    slider.type = "range"; slider.id = "smooth"; slider.min = "0"; slider.max = "0.999"; slider.step = "0.001";
+    slider.value = String(state.smooth);
+    slider.setAttribute("aria-label", "smoothing");
+    const shown = el("output", "smooth-value", "0.6");
+    shown.htmlFor = "smooth";
+    const smoothCtl = add(el("label", "ctl smooth"), document.createTextNode("smoothing "), slider, shown);
+    const logy = checkbox("logy");
+    const outliers = checkbox("outliers");
+    const xmode = el("select");
+    xmode.id = "xmode";
+    [["step", "step"], ["wall", "wall time"], ["relative", "relative time (since start)"]].forEach(function (o) {
+      const opt = el("option", "", o[1]);
+      opt.value = o[0];
+      xmode.appendChild(opt);
+    });
+    const reset = el("button", "reset", "reset zoom");
+    reset.type = "button";
+    reset.disabled = true;
+    add(controls, smoothCtl, label("logy", "log scale y", logy), add(el("label", "ctl xmode"), document.createTextNode("x axis "), xmode),
+      label("outliers", "ignore outliers", outliers), reset);
+    if (kind === "run") {
+      const csv = el("a", "csv", "CSV");
+      csv.href = csvHref(data.path);
+      csv.setAttribute("download", "");
+      csv.title = "every record on the path to the final step, as CSV";
+      controls.appendChild(csv);
+    }
+    const legend = el("ul", "legend");
+    legend.setAttribute("aria-label", "runs: press one to hide or show it");
+    const charts = el("div", "charts");
+    const chartSet = new RW.Charts(charts, function (range) { zoomTo(range); });
+    const extra = el("div", "extra");
+    add(box, add(el("p", "crumbs"), back), h1, facts, notes, controls, legend, charts, extra);
+    app.replaceChildren(box);
+
+    function zoomTo(range) {
+      state.zoom = range;
+      reset.disabled = !range;
+      draw(true);
+    }
+    slider.addEventListener("input", function () {
+      state.smooth = Math.min(0.999, Math.max(0, parseFloat(slider.value) || 0));
+      shown.textContent = String(state.smooth);
+      draw(true, true);
+    });
+    logy.addEventListener("change", function () { state.logy = logy.checked; draw(true); });
+    outliers.addEventListener("change", function () { state.outliers = outliers.checked; draw(true); });
+    xmode.addEventListener("change", function () { state.xmode = xmode.value; state.zoom = null; reset.disabled = true; draw(true); });
+    reset.addEventListener("click", function () { zoomTo(null); });
+    let resizeTimer = null;
+    window.addEventListener("resize", function () {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(function () { draw(true); }, 150);
+    });
+
+    function runsOf(d) { return kind === "compare" ? d.runs || [] : [d]; }
+    function entries(d) {
+      return runsOf(d).map(function (detail) {
+        const i = names.indexOf(detail.path);
+        return { path: detail.path, colour: RW.colour(i < 0 ? 0 : i), hidden: state.hidden.has(detail.path), detail: detail };
+      });
+    }
+    // Charts are redrawn when the data or a setting changed (never only because a poll came back);
+    // a slider's stream of input events is drawn once a frame.
+    function draw(force, nextFrame) {
+      if (!current) return;
+      if (nextFrame) {
+        if (!pending) {
+          pending = true;
+          requestAnimationFrame(function () { pending = false; draw(true, false); });
+        }
+        return;
+      }
+      const list = entries(current);
+      const sig = list.map(function (r) {
+        const w = r.detail.watchdog && r.detail.watchdog.warnings;
+        return r.path + ":" + r.detail.version + ":" + r.hidden + ":" + (w ? w.length : 0);
+      }).join("|") + "|" + (charts.clientWidth || 0);
+      if (!force && sig === drawn) return;
+      drawn = sig;
+      const n = chartSet.render(list, state);
+      if (!n) charts.replaceChildren(el("p", "muted", "Nothing to chart yet."));
+      noteDraw(chartSet.lastDrawMs);
+    }
+    function legendItems(list) {
+      const items = list.map(function (r) {
+        const d = r.detail;
+        const b = add(el("button", "legend-item"), el("i", "swatch"), el("span", "name", r.path));
+        b.type = "button";
+        b.firstChild.style.background = r.colour; // (CSSOM, not a style attribute: allowed by the page's policy)
+        b.setAttribute("aria-pressed", r.hidden ? "false" : "true");
+        b.title = (r.hidden ? "show " : "hide ") + r.path;
+        b.addEventListener("click", function () {
+          if (state.hidden.has(r.path)) state.hidden.delete(r.path); else state.hidden.add(r.path);
+          legendItems(entries(current));
+          draw(true);
+        });
+        const li = add(el("li", r.hidden ? "off" : ""), b, badge(d.verdict),
+          el("span", "legend-facts", "step " + stepText(d) + " · loss " + num(d.loss)));
+        li.setAttribute("data-path", r.path);
+        if (kind === "compare") {
+          const page = el("a", "", "page");
+          page.href = runHref(r.path);
+          page.setAttribute("aria-label", "page of " + r.path);
+          const csv = el("a", "", "CSV");
+          csv.href = csvHref(r.path);
+          csv.setAttribute("download", "");
+          csv.setAttribute("aria-label", "CSV of " + r.path);
+          add(li, page, csv);
+        }
+        return li;
+      });
+      // keep the focused entry focused: replace the items in place, by path
+      const focused = document.activeElement && document.activeElement.closest ? document.activeElement.closest(".legend li") : null;
+      const path = focused ? focused.getAttribute("data-path") : null;
+      legend.replaceChildren.apply(legend, items);
+      if (path) {
+        const again = legend.querySelector("li[data-path=\"" + CSS.escape(path) + "\"] .legend-item");
+        if (again) again.focus();
+      }
+    }
+    function update(d) {
+      current = d;
+      const list = runsOf(d);
+      if (kind === "run") {
+        document.title = "runwatch · " + d.path;
+        h1.replaceChildren(el("code", "", d.path), document.createTextNode(" "), badge(d.verdict));
+        facts.textContent = "step " + stepText(d) + " · loss " + num(d.loss) + " · " + num(d.tokens_per_second) +
+          " tokens/s · ETA " + dur(d.eta_seconds) + " · last record " + ago(d);
+        notes.replaceChildren.apply(notes, (d.errors || []).map(function (e) { return el("p", "error", e); }));
+      } else {
+        h1.textContent = "Compare " + list.length + (list.length === 1 ? " run" : " runs");
+        facts.textContent = list.length ? "" : "Select runs with the boxes on the list of all runs, then press Compare.";
+        const missing = (d.missing || []).map(function (m) { return el("code", "", m); });
+        const parts = [];
+        if (missing.length) {
+          parts.push(el("strong", "", "Missing: "));
+          missing.forEach(function (m, i) { if (i) parts.push(document.createTextNode(", ")); parts.push(m); });
+          parts.push(document.createTextNode(" (no such run under " + d.root + (d.runs && d.runs.length >= d.limit ? ", or beyond the " + d.limit + " runs one page draws" : "") + ")"));
+        }
+        notes.replaceChildren.apply(notes, missing.length ? [add(el("p", "error missing"), ...parts)] : []);
+      }
+      legendItems(entries(d));
+      draw(false);
+      if (kind === "run") drawExtra(d);
+    }
+    function drawExtra(d) {
+      const fs = section("Findings of check (" + (d.findings || 0) + ")");
+      if (!d.findings_list.length) add(fs, el("p", "muted", "none: the record rules found nothing"));
+      const ul = el("ul", "findings");
+      d.findings_list.forEach(function (f) {
+        const sev = f.severity === "warn" ? "warn" : "stop";
+        add(ul, add(el("li", "sev-" + sev), el("b", "", txt(f.kind)), el("span", "sev", sev),
+          document.createTextNode(" step=" + num(f.step) + ": " + txt(f.message))));
+      });
+      const parts = [add(fs, ul)];
+      if (d.supervise) parts.push(supervision(d.supervise));
+      parts.push(add(section("Status"), el("pre", "status", (d.status_lines || []).join("\n"))));
+      extra.replaceChildren.apply(extra, parts);
+    }
+    update(data);
+    return update;
   }
-  function drawSupervision(s) {
-    var box = section("Supervision");
-    var budget = function (used, name) {
-      var b = s.budgets && s.budgets[name];
+
+  function supervision(s) {
+    const box = section("Supervision");
+    const budget = function (used, name) {
+      const b = s.budgets && s.budgets[name];
       return used + (b !== undefined && b !== null ? " of " + b : "");
     };
     add(box, el("p", "facts", "attempt " + num(s.attempt) + " · restarts " + budget(s.restarts, "restarts") +
-      " · rollbacks " + budget(s.rollbacks, "rollbacks") + (s.finished ? " · " + s.last_event.event : "")));
+      " · rollbacks " + budget(s.rollbacks, "rollbacks") + (s.finished && s.last_event ? " · " + txt(s.last_event.event) : "")));
     if (s.goodput) {
-      var g = s.goodput;
+      const g = s.goodput;
       add(box, el("p", "facts", "goodput " + num(g.ratio) + " (" + num(g.steps_kept) + " of " + num(g.steps_run) +
         " steps kept, " + dur(g.seconds_lost) + " lost)"));
     }
     if (s.error) add(box, el("p", "error", s.error));
-    var table = el("table", "attempts");
-    var head = el("tr");
+    const table = el("table", "attempts");
+    const head = el("tr");
     ["#", "pid", "began", "checkpoint", "verdict", "end"].forEach(function (h) { add(head, el("th", "", h)); });
     add(table, add(el("thead"), head));
-    var body = el("tbody");
+    const body = el("tbody");
+    function cell(lbl, text) { const td = el("td", "", text); td.setAttribute("data-label", lbl); return td; }
     s.attempts.slice().reverse().forEach(function (a) {
-      var v = a.verdict ? a.verdict.kind + (a.verdict["class"] ? " (" + a.verdict["class"] + ")" : "") + " at " + num(a.verdict.step) : "–";
-      var end = a.end ? a.end.event + (a.end.step !== null && a.end.step !== undefined ? " at " + num(a.end.step) : "") :
-        (s.finished ? "–" : "running");
-      add(body, add(el("tr"), cell("#", num(a.attempt)), cell("pid", num(a.pid)), cell("began", a.how),
-        cell("checkpoint", a.checkpoint || "–"), cell("verdict", v), cell("end", end)));
+      const v = a.verdict;
+      let verdict = "–";
+      if (v && v.kind) verdict = v.kind + (v["class"] ? " (" + v["class"] + ")" : "") + " at step " + num(v.step);
+      else if (v) verdict = v.line || ("OK done" + (typeof v.step === "number" ? " at step " + num(v.step) : ""));
+      const end = a.end ? a.end.event + (typeof a.end.step === "number" ? " at step " + num(a.end.step) : "")
+        : (s.finished ? "–" : "running");
+      add(body, add(el("tr"), cell("#", num(a.attempt)), cell("pid", num(a.pid)), cell("began", txt(a.how)),
+        cell("checkpoint", a.checkpoint ? String(a.checkpoint) : "–"), cell("verdict", verdict), cell("end", end)));
     });
     return add(box, add(table, body));
   }
-  function drawRun(d) {
-    document.title = "runwatch · " + d.path;
-    var box = el("section", "run");
-    var back = el("a", "", "← all runs");
-    back.href = "/";
-    add(box, add(el("p", "crumbs"), back));
-    add(box, add(el("h1"), el("code", "", d.path), document.createTextNode(" "), badge(d.verdict)));
-    add(box, el("p", "facts", "step " + stepText(d) + " · loss " + num(d.loss) + " · " + num(d.tokens_per_second) +
-      " tokens/s · ETA " + dur(d.eta_seconds) + " · last record " + (d.age_seconds === null ? "–" : dur(d.age_seconds) + " ago")));
-    (d.errors || []).forEach(function (e) { add(box, el("p", "error", e)); });
-    var charts = el("div", "charts");
-    d.charts.forEach(function (c) { add(charts, figure(c, d.findings_list)); });
-    if (!d.charts.length) add(charts, el("p", "muted", "Nothing to chart yet."));
-    add(box, charts);
-    var fs = section("Findings of check (" + d.findings + ")");
-    if (!d.findings_list.length) add(fs, el("p", "muted", "none: the record rules found nothing"));
-    var ul = el("ul", "findings");
-    d.findings_list.forEach(function (f) {
-      add(ul, add(el("li"), el("b", "", f.kind), document.createTextNode(" step=" + num(f.step) + ": " + f.message)));
-    });
-    add(box, add(fs, ul));
-    if (d.supervise) add(box, drawSupervision(d.supervise));
-    add(box, add(section("Status"), el("pre", "status", d.status_lines.join("\n"))));
-    app.replaceChildren(box);
-  }
 
   // --- live updates --------------------------------------------------------------------------
-  function draw(data) {
-    if (init.page === "run") drawRun(data);
-    else drawList(data);
-  }
   function stamp(ok, text) {
     live.className = "live " + (ok ? "ok" : "down");
     live.textContent = text;
   }
+  const update = init.page === "list" ? ListPage(init.data) : RunsPage(init.page, init.data);
   function poll() {
     fetch(init.api, { cache: "no-store", headers: { Accept: "application/json" } }).then(function (res) {
       if (res.status === 404) throw new Error("this run is gone (404)");
       if (!res.ok) throw new Error("HTTP " + res.status);
       return res.json();
     }).then(function (data) {
-      draw(data);
+      update(data);
       stamp(true, "live · " + new Date().toLocaleTimeString());
     }).catch(function (err) {
       stamp(false, "not updating: " + err.message + "; retrying");
     }).then(function () { setTimeout(poll, POLL_MS); });
   }
-  draw(init.data);
   stamp(true, "live");
   setTimeout(poll, POLL_MS);
 })();

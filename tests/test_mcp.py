@@ -1,0 +1,297 @@
+"""`runwatch mcp` over stdio, driven by the MCP Python SDK's own client (stdio_client + ClientSession),
+against real runs: a live `runwatch watch` of a real PyTorch training (the demo's tinytrain) whose
+loss goes NaN, live `runwatch supervise` runs of a small RunLogger loop (tests/supervise_train.py)
+started through `launch_supervised`, every tool, the 8 KB bound, confinement to ROOT, errors that
+leave the server serving, and a server without --act that starts, stops and writes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="runwatch[mcp] is not installed")
+
+import anyio  # noqa: E402 - after the skip: the SDK's dependency
+from mcp import ClientSession, StdioServerParameters  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+
+from runwatch.process import alive  # noqa: E402
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(os.path.dirname(TESTS), "src")
+TRAIN = os.path.join(TESTS, "supervise_train.py")
+READ_TOOLS = ["list_runs", "run_status", "tail_records", "check_run", "wait_for_verdict", "explain", "plan_run"]
+# Generous: two shared cores, torch starting in a subprocess, a server starting per test.
+WAIT = 240.0
+
+
+def minimal_log(path: str, steps: range, nan_at: int | None = None) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as f:
+        for s in steps:
+            f.write(
+                json.dumps({"step": s, "t": 1000.0 + s, "loss": float("nan") if s == nan_at else 1.0 / s, "sps": 50.0})
+                + "\n"
+            )
+
+
+class Client:
+    """One `runwatch mcp` server and the SDK's client session to it; every result is checked
+    against the contract's bound (8192 bytes, structured content included) as it arrives."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+
+    async def raw(self, name: str, **args: Any) -> Any:
+        res = await self.session.call_tool(name, args)
+        assert len(res.model_dump_json(by_alias=True, exclude_none=True).encode()) <= 8192, name
+        return res
+
+    async def call(self, name: str, **args: Any) -> dict[str, Any]:
+        res = await self.raw(name, **args)
+        assert not res.is_error, res.content[0].text
+        doc = json.loads(res.content[0].text, parse_constant=lambda c: pytest.fail(f"{c} in {name}'s JSON"))
+        assert res.structured_content == doc
+        return doc
+
+    async def error(self, name: str, **args: Any) -> str:
+        res = await self.raw(name, **args)
+        assert res.is_error, res.content
+        return str(res.content[0].text)
+
+
+def serve(root: Any, *args: str, body: Callable[[Client], Awaitable[Any]], errlog: Any = None) -> Any:
+    """Start `runwatch mcp ROOT ARGS` over stdio, run `body` with a client, close the server."""
+
+    async def main() -> Any:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "runwatch", "mcp", str(root), *args],
+            env={"PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"},
+            cwd=str(root),
+        )
+        log = errlog or open(os.devnull, "w")
+        try:
+            async with stdio_client(params, errlog=log) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    return await body(Client(session))
+        finally:
+            if errlog is None:
+                log.close()
+
+    return anyio.run(main)
+
+
+@pytest.fixture
+def reaper():
+    """Process groups a test started; whatever is left of them is killed at its end."""
+    groups: list[int] = []
+    yield groups
+    for g in groups:
+        try:
+            os.killpg(g, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def tree(root: Any) -> dict[str, tuple[int, int]]:
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)
+            out[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def test_every_read_tool_errors_keep_it_serving_and_nothing_is_written(tmp_path):
+    root = tmp_path / "root"
+    minimal_log(str(root / "runs" / "a" / "metrics.jsonl"), range(1, 41))
+    minimal_log(str(root / "runs" / "nan" / "metrics.jsonl"), range(1, 21), nan_at=15)
+    for i in range(60):
+        minimal_log(str(root / "sweep" / f"r{i:02d}" / "metrics.jsonl"), range(1, 4))
+    (tmp_path / "outside").mkdir()
+    minimal_log(str(tmp_path / "outside" / "metrics.jsonl"), range(1, 4))
+    os.symlink(tmp_path / "outside", root / "out")
+    real = os.path.realpath(root)
+    errlog = open(tmp_path / "server.err", "w")
+
+    async def body(c: Client) -> None:
+        names = [t.name for t in (await c.session.list_tools()).tools]
+        assert names == READ_TOOLS  # no launch_supervised, no stop_run without --act
+        before = tree(root)
+        runs = await c.call("list_runs")
+        assert runs["total"] == 62 and len(runs["runs"]) <= 50
+        assert runs["runs"][0]["path"] == "runs/nan" and runs["runs"][0]["findings"] == 1  # trouble first
+        status = await c.call("run_status", run="runs/a")
+        assert status["step"] == 40 and status["watchdog"] is None and status["run"] == "runs/a"
+        tail = await c.call("tail_records", run="runs/a", n=5000)
+        assert tail["n"] == 200 and tail["clamped"] == "n 5000 clamped to 200"
+        assert 0 < len(tail["records"]) <= 200 and tail["records"][-1]["step"] == 40
+        checked = await c.call("check_run", run="runs/nan", options=["--metric", "acc"])
+        assert checked["exit"] == 7 and checked["verdict"].startswith("ANOMALY nonfinite_loss step=15: ")
+        assert checked["findings"][0]["class"] == "divergence" and checked["findings"][0]["onset"] == 15
+        waited = await c.call("wait_for_verdict", run="runs/a", timeout_s=1e9)
+        assert waited["state"] == "unwatched" and waited["waited_seconds"] < 5
+        assert waited["clamped"] == "timeout_s 1000000000.0 clamped to 3600"
+        explained = await c.call("explain", kind="stall")
+        assert explained["class"] == "transient"
+        planned = await c.call("plan_run", run="runs/a", samples=100, window="2h")
+        assert planned["exit"] in (0, 1) and planned["meaning"] in ("fits", "does not fit")
+        # refusals and run errors: one line each, and the server goes on serving
+        errors = [
+            await c.error("run_status", run="../outside"),
+            await c.error("run_status", run=str(tmp_path / "outside")),
+            await c.error("tail_records", run="out"),
+            await c.error("check_run", run="runs/none"),
+            await c.error("explain", kind="sadness"),
+            await c.error("list_runs", under="/"),
+            await c.error("check_run", run="runs/a", options=["--help"]),
+            await c.error("check_run", run="runs/a", options=["--grad-max", "-1"]),
+        ]
+        assert errors[:4] == [
+            f"run_status: ../outside: '..' is not allowed; give a path inside {real}",
+            f"run_status: {tmp_path / 'outside'}: outside {real}",
+            f"tail_records: out: outside {real}",
+            f"check_run: runs/none: no such run under {real}",
+        ]
+        assert all("\n" not in e and "Traceback" not in e for e in errors)
+        # bad argument types and unknown tools: as the SDK reports them
+        assert "validation error" in await c.error("tail_records", run="runs/a", n="many")
+        assert "Unknown tool: stop_run" in await c.error("stop_run", run="runs/a")
+        assert "Unknown tool: launch_supervised" in await c.error("launch_supervised", run_dir="x", command=["true"])
+        assert (await c.call("explain", kind="done"))["class"] is None  # still serving
+        assert tree(root) == before  # nothing was written under ROOT
+
+    serve(root, body=body, errlog=errlog)
+    errlog.close()
+    assert "Traceback" not in (tmp_path / "server.err").read_text()
+
+
+def test_wait_for_verdict_wakes_on_a_live_watch_of_a_real_training_whose_loss_goes_nan(tmp_path, reaper):
+    pytest.importorskip("torch")
+    root = tmp_path
+    run = root / "tiny"
+    train = [sys.executable, "-m", "runwatch.demo.tinytrain", str(run), "--steps", "600", "--step-sleep", "0.01"]
+    train += ["--inject", "nan", "--inject-at", "120"]
+    launched = subprocess.run(
+        [sys.executable, "-m", "runwatch", "launch", str(run), "--", *train], capture_output=True, text=True
+    )
+    assert launched.returncode == 0, launched.stderr
+    pid = int((run / "pid").read_text())
+    reaper.append(pid)
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "runwatch", "watch", str(run), "--poll", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    reaper.append(watch.pid)
+
+    async def body(c: Client) -> dict[str, Any]:
+        deadline = time.monotonic() + WAIT
+        while (await c.call("wait_for_verdict", run="tiny", timeout_s=0))["state"] == "unwatched":
+            assert time.monotonic() < deadline, "the watch never wrote its watching record"
+            await anyio.sleep(0.2)
+        watching = await c.call("run_status", run="tiny")
+        assert watching["watchdog"]["verdict"] in ("watching", "anomaly")
+        waited = await c.call("wait_for_verdict", run="tiny", timeout_s=WAIT)
+        returned = time.time()
+        waited["returned_at"] = returned
+        return waited
+
+    waited = serve(root, body=body)
+    out, _ = watch.communicate(timeout=WAIT)
+    assert watch.returncode == 7
+    assert waited["state"] == "final" and waited["by"] == "watch"
+    assert waited["verdict"]["kind"] == "nonfinite_loss" and waited["verdict"]["class"] == "divergence"
+    assert waited["line"] == out.strip().splitlines()[-1]  # the watch's own verdict line
+    # woken when the verdict was written, not at the timeout (~1 s by contract; slack for a loaded machine)
+    assert waited["returned_at"] - waited["verdict"]["time"] < 10
+    assert waited["waited_seconds"] < WAIT - 10
+
+
+def test_supervise_a_nan_relaunch_is_not_final_its_end_is(tmp_path, reaper):
+    root = tmp_path
+
+    async def body(c: Client) -> tuple[dict[str, Any], ...]:
+        names = [t.name for t in (await c.session.list_tools()).tools]
+        assert names == [*READ_TOOLS, "launch_supervised", "stop_run"]
+        cmd = [sys.executable, TRAIN, "runs/rb", "--steps", "60", "--sleep", "0.03", "--fault", "nan@25"]
+        started = await c.call("launch_supervised", run_dir="runs/rb", command=cmd, options=["--poll", "0.2"])
+        reaper.append(started["pid"])
+        assert started["run_dir"] == "runs/rb" and alive(started["pid"])
+        done = await c.call("wait_for_verdict", run="runs/rb", timeout_s=WAIT)
+        status = await c.call("run_status", run="runs/rb")
+        # no checkpoint to roll back to: the supervisor gives up, and that is final
+        cmd = [sys.executable, TRAIN, "runs/gu", "--steps", "60", "--sleep", "0.03", "--fault", "nan@5"]
+        started = await c.call("launch_supervised", run_dir="runs/gu", command=cmd, options=["--poll", "0.2"])
+        reaper.append(started["pid"])
+        gave_up = await c.call("wait_for_verdict", run="runs/gu", timeout_s=WAIT)
+        refused = [
+            await c.error("launch_supervised", run_dir="../x", command=["true"]),
+            await c.error("launch_supervised", run_dir="runs/bad", command=["true"], options=["--restarts", "-1"]),
+            await c.error("launch_supervised", run_dir="runs/bad", command=[]),
+        ]
+        return done, status, gave_up, tuple(refused)
+
+    done, status, gave_up, refused = serve(root, "--act", body=body)
+    assert done["state"] == "final" and done["by"] == "supervise" and done["event"] == "done"
+    assert done["line"] == "OK done step=60" and done["exit"] == 0
+    with open(root / "runs" / "rb" / "supervise.jsonl") as f:
+        events = [json.loads(line) for line in f]
+    assert [(e["event"], e["kind"]) for e in events if e["event"] in ("verdict", "rollback")] == [
+        ("verdict", "nonfinite_loss"),
+        ("rollback", None),
+        ("verdict", None),  # OK done
+    ]
+    assert status["supervise"]["rollbacks"] == 1 and status["supervise"]["event"] == "done"
+    assert [a["how"] for a in status["supervision"]["attempts"]] == ["launch", "rollback"]
+    assert gave_up["event"] == "gave_up" and gave_up["verdict"]["kind"] == "nonfinite_loss"
+    assert gave_up["line"].startswith("ANOMALY nonfinite_loss step=")
+    assert gave_up["exit"] == 7  # no checkpoint to roll back to: fatal
+    assert refused[0].startswith("launch_supervised: ../x: '..' is not allowed")
+    assert refused[1] == "launch_supervised: supervise.restarts must be an int >= 0, got -1"
+    assert refused[2].startswith("launch_supervised: command must be a non-empty list of strings")
+    assert not (root / "runs" / "bad").exists()  # refused before anything was started or written
+
+
+def test_a_launched_supervisor_outlives_the_server_and_stop_run_stops_it(tmp_path, reaper):
+    root = tmp_path
+    cmd = [sys.executable, TRAIN, "runs/long", "--steps", "100000", "--sleep", "0.05"]
+
+    async def launch(c: Client) -> dict[str, Any]:
+        return await c.call("launch_supervised", run_dir="runs/long", command=cmd, options=["--poll", "0.5"])
+
+    started = serve(root, "--act", body=launch)
+    sup = started["pid"]
+    reaper.append(sup)
+    time.sleep(1.0)  # the server is gone; its supervisor is not
+    assert alive(sup)
+    train = int((root / "runs" / "long" / "pid").read_text())
+    reaper.append(train)
+    assert alive(train)
+
+    async def stop(c: Client) -> tuple[dict[str, Any], dict[str, Any]]:
+        again = await c.error("launch_supervised", run_dir="runs/long", command=cmd)
+        assert again == f"launch_supervised: runs/long: supervisor {sup} is already running there"
+        stopped = await c.call("stop_run", run="runs/long")
+        waited = await c.call("wait_for_verdict", run="runs/long", timeout_s=5)
+        return stopped, waited
+
+    stopped, waited = serve(root, "--act", body=stop)
+    assert not alive(sup) and not alive(train)
+    assert stopped["stopped"].startswith(f"supervisor {sup} stopped the training and exited")
+    assert stopped["process"] == {"pid": train, "alive": False}
+    assert stopped["supervise"]["event"] == "gave_up" and stopped["ended"]["reason"] == "interrupted"
+    assert waited["state"] == "final" and waited["verdict"]["kind"] == "interrupted" and waited["exit"] == 130
