@@ -49,8 +49,11 @@ def _submit(slurm, tmp_path, run, train_args, *sbatch_args, toml=""):
     train = f"{sys.executable} -m runwatch.demo.tinytrain {run} --steps {STEPS} --ckpt-every 100 {train_args}"
     script = script.replace("runs/a", str(run)).replace("python train.py", train)
     run.mkdir()
-    # the supervisor's own settings for a quick test, the way a user sets them: runwatch.toml
-    (run / "runwatch.toml").write_text("[watch]\npoll = 0.2\n[supervise]\nbackoff = 0.5\n" + toml)
+    # the supervisor's own settings for a quick test, the way a user sets them: runwatch.toml. The
+    # trainer's speed on two cores shared with other tests swings by half: no throughput_drop here.
+    (run / "runwatch.toml").write_text(
+        "[watch]\npoll = 0.2\nthroughput-patience = 100000\n[supervise]\nbackoff = 0.5\n" + toml
+    )
     path = tmp_path / "job.sh"
     path.write_text(script)
     env = dict(slurm.env, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
@@ -100,6 +103,9 @@ def _state(slurm, job):
 def _release(slurm, job):
     """A requeued job waits about two minutes (BeginTime): let it start now."""
     _wait(lambda: _state(slurm, job) == "PENDING", what=f"job {job} pending again")
+    # The killed allocation's job credential is revoked with a whole-second time stamp; a launch in
+    # that same second is refused ("Job credential revoked") and fails the job with exit 1.
+    time.sleep(2.0)
     held = slurm.job(job)
     slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
     return held
