@@ -1,6 +1,6 @@
 """`supervise` under a scheduler, with real processes and real signals: exit codes per outcome,
 preemption (SIGTERM, SIGUSR1) and Ctrl-C, a supervision continued in a new allocation, the dead-man
-heartbeat against a real local HTTP server, and the codes the recipes of docs/SCHEDULERS.md name."""
+heartbeat against a real local HTTP server, and the codes the recipes of docs/SUPERVISE.md name."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from runwatch.verdict import DEFAULT_EXIT_CODES, exit_status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "supervise_train.py")
-DOC = os.path.join(os.path.dirname(HERE), "docs", "SCHEDULERS.md")
+DOC = os.path.join(os.path.dirname(HERE), "docs", "SUPERVISE.md")
 FAST = ["--poll", "0.1", "--stall", "30", "--backoff", "0.1"]
 RECIPE = {"batch_size": 2, "seq_len": 4, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
 

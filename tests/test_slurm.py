@@ -1,4 +1,4 @@
-"""The Slurm recipe of docs/SCHEDULERS.md on a real single-node Slurm (tests/slurm_cluster.py):
+"""The Slurm recipe of docs/SUPERVISE.md on a real single-node Slurm (tests/slurm_cluster.py):
 a requeue mid-run continues the supervision, a USR1 ends in `preempted` and a requeue, and the exit
 codes show in `scontrol show job`. Skipped, with the reason, where Slurm cannot run."""
 
@@ -15,7 +15,7 @@ import pytest
 from slurm_cluster import Cluster, Unavailable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DOC = os.path.join(os.path.dirname(HERE), "docs", "SCHEDULERS.md")
+DOC = os.path.join(os.path.dirname(HERE), "docs", "SUPERVISE.md")
 # The demo trainer ends in grad_collapse near step 2440 with its default seed: stay well below.
 STEPS = 1500
 # Generous: two cores shared with other work; a job's start, a torch import and 1500 steps.
@@ -23,11 +23,11 @@ JOB_SECONDS = 300.0
 
 
 def recipe() -> str:
-    """The batch script of docs/SCHEDULERS.md: the sh block with `#SBATCH --requeue`."""
+    """The batch script of docs/SUPERVISE.md: the sh block with `#SBATCH --requeue`."""
     with open(DOC, encoding="utf-8") as f:
         blocks = re.findall(r"```sh\n(.*?)```", f.read(), re.S)
     found = [b for b in blocks if "#SBATCH --requeue" in b]
-    assert len(found) == 1, "docs/SCHEDULERS.md must hold one batch script"
+    assert len(found) == 1, "docs/SUPERVISE.md must hold one batch script"
     return found[0]
 
 

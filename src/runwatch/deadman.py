@@ -1,5 +1,5 @@
 """The dead-man heartbeat: a URL fetched while the supervisor sees the run make progress
-(docs/SCHEDULERS.md, "Dead-man heartbeat").
+(docs/SUPERVISE.md, "Dead-man heartbeat").
 
     beat = DeadMan("https://hc-ping.com/<uuid>", every=60.0)
     beat.poll(new_records=True)        # each poll of the watch: fetch if due and a record came

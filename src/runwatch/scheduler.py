@@ -1,4 +1,4 @@
-"""The batch scheduler a supervisor runs under, as far as it acts on it (docs/SCHEDULERS.md).
+"""The batch scheduler a supervisor runs under, as far as it acts on it (docs/SUPERVISE.md, "Under a scheduler").
 
     job = SlurmJob.from_env()          # None outside a Slurm job
     job.facts()                        # {"slurm_job_id": "42", "slurm_restart_count": 1} for the journal
