@@ -10,7 +10,10 @@ fault kind: whether the supervisor's verdict named it, the time from the fault t
 the verdict to the next train record of the relaunched session, and the steps redone or thrown
 away. Per run: goodput (steps kept / steps run) and wall time against a fault-free run of the same
 seed, and the bound the checkpoint interval sets: with a fault every F steps at a uniformly random
-step and a checkpoint every C, each fault costs about C/2 steps, so goodput <= F / (F + C/2).
+step and a checkpoint every C, each fault costs about C/2 steps, so goodput <= F / (F + C/2). Per
+configuration: the wall time broken down as `runwatch goodput` does (`goodput.breakdown`), and the
+checkpoint interval Young/Daly advises from the run's own save time and interruption rate against
+the one used.
 
 `--torchrun N` runs the same training under `torchrun --standalone --nproc_per_node N` (DDP on
 gloo, each worker in a session of its own); every fault fires on the last rank, a worker that does
@@ -35,6 +38,7 @@ import time
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 sys.path.insert(0, SRC)
 
+from runwatch.goodput import BUCKETS, breakdown  # noqa: E402
 from runwatch.records import load_sessions  # noqa: E402
 
 KINDS = ("crash", "kill", "hang", "nan", "spike", "sigterm")
@@ -187,6 +191,7 @@ def main() -> int:
                     "clean_exit": code0,
                     "clean_wall_seconds": round(wall0, 1),
                     "goodput": final.get("goodput"),
+                    "breakdown": breakdown(load_sessions(run_dir), journal),
                     "faults": _faults(run_dir, faults, args.torchrun),
                     "stops": [
                         {"stopped": r.get("stopped"), "seconds": r.get("seconds"), "left": r.get("left")}
@@ -233,6 +238,37 @@ def main() -> int:
         print(
             f"| {ckpt} | {len(rows)} | {sum(r['exit'] == 0 for r in rows)} | "
             f"{statistics.median(ratios):.3f}, {min(ratios):.3f} | {bound:.3f} | {statistics.median(slow):.2f}x |"
+        )
+    print("\nwhere the wall time went (medians over the runs, seconds; share of the wall time):")
+    print("| checkpoint every | wall | productive | " + " | ".join(BUCKETS) + " |")
+    print("| ---: | ---: | ---: | " + " | ".join("---:" for _ in BUCKETS) + " |")
+    for ckpt in args.ckpt_every:
+        splits = [r["breakdown"] for r in results if r["ckpt_every"] == ckpt and r["breakdown"]["wall_seconds"]]
+        if not splits:
+            continue
+        wall = statistics.median(s["wall_seconds"] for s in splits)
+
+        def cell(values: list[float]) -> str:
+            m = statistics.median(values)
+            return f"{m:.1f} ({100 * m / wall:.0f}%)"
+
+        cells = [cell([s["buckets"][b] for s in splits]) for b in BUCKETS]
+        print(
+            f"| {ckpt} | {wall:.1f} | {cell([s['productive_seconds'] for s in splits])} | " + " | ".join(cells) + " |"
+        )
+    print("\ncheckpoint interval, advised (Young/Daly) against used (medians over the runs):")
+    print("| checkpoint every | save C s | interruptions | M s | advised s | used s | would have saved s |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for ckpt in args.ckpt_every:
+        advice = [r["breakdown"]["advice"] for r in results if r["ckpt_every"] == ckpt]
+
+        def med(key: str) -> str:
+            vals = [a[key] for a in advice if a[key] is not None]
+            return f"{statistics.median(vals):.3g}" if vals else "-"
+
+        print(
+            f"| {ckpt} | {med('checkpoint_seconds')} | {med('interruptions')} | {med('mtbi_seconds')} | "
+            f"{med('interval_seconds')} | {med('used_interval_seconds')} | {med('saved_seconds')} |"
         )
     if args.json:
         with open(args.json, "w") as f:

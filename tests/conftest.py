@@ -22,6 +22,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 FIRST = (
     "test_distributed.py",
     "test_supervise_ranks.py",
+    "test_slurm.py",
     "test_serve.py",
     "test_smoke.py",
     "test_plot.py",

@@ -8,7 +8,8 @@ a relaunch carried. Each `--fault KIND@STEP` fires once across relaunches (a mar
 kill (SIGKILL), crash (exit 3, no session_end), hang, nan, spike (logged loss 20x for 2 windows),
 error (an exception: session_error), error_hang (the same, then the process lingers), sigterm,
 exit_hang (the run completes, the process lingers). `--hold PATH@STEP` waits before update STEP
-until PATH exists (a test decides when the run may go on).
+until PATH exists (a test decides when the run may go on). `--ignore-term` ignores SIGTERM (a
+program that will not stop: only SIGKILL ends it).
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ def main() -> int:
     p.add_argument("--sleep", type=float, default=0.0, help="seconds a step")
     p.add_argument("--fault", action="append", default=[])
     p.add_argument("--hold", default=None, metavar="PATH@STEP")
+    p.add_argument("--ignore-term", action="store_true")
     args = p.parse_args()
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     hold_path, _, hold_step = (args.hold or "").rpartition("@")
     r = runwatch.resume_checkpoint()
     print(

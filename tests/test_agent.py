@@ -164,6 +164,10 @@ def test_check_run_is_check_json_with_options(root, capsys):
     assert doc["findings"][0]["class"] == "divergence" and doc["onset"] == 12
     _, clean = tools.check_run("runs/a", ["--metric-min", "0.75"])
     assert clean["verdict"] == "OK clean step=30" and clean["exit"] == 0
+    # the exit status is the command's, --exit-code included (verdict.exit_status)
+    _, coded = tools.check_run("runs/nan", ["--exit-code", "divergence=3"])
+    assert coded["exit"] == 3 == main(["check", str(root / "runs" / "nan"), "--exit-code", "divergence=3"])
+    capsys.readouterr()
     _, chance = tools.check_run("runs/a", ["--chance-loss", "0.3", "--chance-after-step", "0"])
     assert chance["findings"][0]["kind"] == "loss_at_chance"
     with pytest.raises(UsageError, match=r"^check_run: runwatch: unrecognized arguments: --bogus$"):
@@ -459,6 +463,12 @@ def test_launch_supervised_refuses_before_starting_anything(root):
             "launch_supervised: supervise.backoff must be a number >= 0, got -3",
         ),
         ("runs/new", ["true"], ["--nope"], "launch_supervised: runwatch supervise: unrecognized arguments: --nope"),
+        (
+            "runs/new",
+            ["true"],
+            ["--exit-code", "preempted=0"],
+            "launch_supervised: watch.exit_code preempted must be an int in 1..255, got '0'",
+        ),
         ("runs/new", ["true"], ["--version"], "launch_supervised: --version is not available here"),
         ("runs/new", ["", "x"], None, "launch_supervised: command must be a non-empty list of strings, got ['', 'x']"),
         ("/tmp", ["true"], None, f"launch_supervised: /tmp: outside {os.path.realpath(root)}"),

@@ -247,7 +247,7 @@ def test_supervise_a_nan_relaunch_is_not_final_its_end_is(tmp_path, reaper):
 
     done, status, gave_up, refused = serve(root, "--act", body=body)
     assert done["state"] == "final" and done["by"] == "supervise" and done["event"] == "done"
-    assert done["line"] == "OK done step=60"
+    assert done["line"] == "OK done step=60" and done["exit"] == 0
     with open(root / "runs" / "rb" / "supervise.jsonl") as f:
         events = [json.loads(line) for line in f]
     assert [(e["event"], e["kind"]) for e in events if e["event"] in ("verdict", "rollback")] == [
@@ -259,6 +259,7 @@ def test_supervise_a_nan_relaunch_is_not_final_its_end_is(tmp_path, reaper):
     assert [a["how"] for a in status["supervision"]["attempts"]] == ["launch", "rollback"]
     assert gave_up["event"] == "gave_up" and gave_up["verdict"]["kind"] == "nonfinite_loss"
     assert gave_up["line"].startswith("ANOMALY nonfinite_loss step=")
+    assert gave_up["exit"] == 7  # no checkpoint to roll back to: fatal
     assert refused[0].startswith("launch_supervised: ../x: '..' is not allowed")
     assert refused[1] == "launch_supervised: supervise.restarts must be an int >= 0, got -1"
     assert refused[2].startswith("launch_supervised: command must be a non-empty list of strings")
@@ -293,4 +294,4 @@ def test_a_launched_supervisor_outlives_the_server_and_stop_run_stops_it(tmp_pat
     assert stopped["stopped"].startswith(f"supervisor {sup} stopped the training and exited")
     assert stopped["process"] == {"pid": train, "alive": False}
     assert stopped["supervise"]["event"] == "gave_up" and stopped["ended"]["reason"] == "interrupted"
-    assert waited["state"] == "final" and waited["verdict"]["kind"] == "interrupted"
+    assert waited["state"] == "final" and waited["verdict"]["kind"] == "interrupted" and waited["exit"] == 130

@@ -30,6 +30,8 @@ CORE = [
     "runwatch.supervision",
     "runwatch.supervise",
     "runwatch.goodput",
+    "runwatch.scheduler",
+    "runwatch.deadman",
     "runwatch.notify",
     "runwatch.resume",
     "runwatch.convert",

@@ -4,8 +4,8 @@ Each sub-command is registered by a small `_add_<name>` function that declares i
 names the function that runs it; heavy modules are imported only when their command runs.
 
 Exit codes (runwatch.errors; docs/FORMAT.md, "Exit codes"): 0 success, 1 invalid input or failure,
-2 usage, 7 anomaly (watch/check) or gave up
-(supervise). `run_guarded` maps exceptions to them, for `runwatch` and for
+2 usage, 7 anomaly (watch/check) or gave up (supervise), 75 preempted (supervise), 130 Ctrl-C;
+`--exit-code CLASS=N` sets the codes of outcomes (runwatch.verdict.exit_status). `run_guarded` maps exceptions to them, for `runwatch` and for
 the standalone summary script alike.
 """
 
@@ -93,6 +93,16 @@ def _add_supervise(sub: _Subcommands) -> None:
     )
     supervise.add_arguments(p)
     p.set_defaults(func=lambda args: supervise.run(args))
+
+
+def _add_goodput(sub: _Subcommands) -> None:
+    from . import goodput
+
+    p = sub.add_parser(
+        "goodput", help="where a supervised run's wall time went: productive training and each loss; checkpoint advice"
+    )
+    goodput.add_arguments(p)
+    p.set_defaults(func=lambda args: goodput.run(args))
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -184,6 +194,7 @@ _COMMANDS: list[Callable[[_Subcommands], None]] = [
     _add_status,
     _add_launch,
     _add_supervise,
+    _add_goodput,
     _add_plot,
     _add_tensorboard,
     _add_preflight,

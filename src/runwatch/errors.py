@@ -29,6 +29,7 @@ __all__ = [
     "EXIT_FAIL",
     "EXIT_USAGE",
     "EXIT_ANOMALY",
+    "EXIT_TEMPFAIL",
     "EXIT_INTERRUPTED",
     "RunwatchError",
     "InvalidRunError",
@@ -50,6 +51,7 @@ EXIT_OK = 0  # success: a valid run, a clean check, a completed watch, a passed 
 EXIT_FAIL = 1  # a RunwatchError: an invalid run (`Invalid training run: ...`), a failed check
 EXIT_USAGE = 2  # a UsageError (ConfigError included): a command line or option that cannot work
 EXIT_ANOMALY = 7  # `watch` and `check`: an anomaly
+EXIT_TEMPFAIL = 75  # `supervise`: preempted (sysexits.h EX_TEMPFAIL, "try again later"), by default
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports a process that SIGINT ended (128 + 2)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from .errors import UsageError
 from .journal import atomic_write_text
 from .options import add_command_arguments, split_command
-from .process import alive, read_pid_file
+from .process import launched_here
 from .proctree import MARKER_ENV, start_ticks
 from .readers import ReadOptions, read_options
 from .readers import add_arguments as add_read_arguments
@@ -106,8 +106,8 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
         os.makedirs(run_dir, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"launch: cannot create {run_dir}: {exc.strerror or exc}") from None
-    old = read_pid_file(os.path.join(run_dir, "pid"))
-    if old is not None and alive(old):
+    old = launched_here(run_dir)
+    if old is not None:
         raise UsageError(f"launch: {run_dir}: the process {old} launched there is still running")
     attempt_id = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns():x}"
     added = dict(LAUNCH_ENV, RUNWATCH_RUN_DIR=run_dir, **{MARKER_ENV: attempt_id})
@@ -202,4 +202,6 @@ def run(args: argparse.Namespace) -> int:
     opts = dataclasses.replace(opts, pid=info["pid"])
     verdict = Watcher(log_target(os.path.abspath(d), read), opts, read=read).run()
     print(verdict.line(), flush=True)
-    return verdict.exit_code_with(opts.exit_transient)
+    from .verdict import exit_status
+
+    return exit_status(verdict.outcome, opts.exit_codes)

@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .proctree import ProcessTree
+from .proctree import ProcessTree, start_ticks
 from .proctree import stop as _tree_stop
 from .waiter import EXIT_FILE
 
@@ -31,6 +32,7 @@ __all__ = [
     "read_pid_file",
     "oom_line",
     "launched_group",
+    "launched_here",
     "launch_info",
     "stop",
     "STOP_GRACE_SECONDS",
@@ -146,6 +148,24 @@ def launched_group(pid: int, run_dir: str) -> int | None:
     except OSError:
         return None
     return int(info["pgid"])
+
+
+def launched_here(run_dir: str) -> int | None:
+    """The pid in RUN_DIR/pid while that process runs here: alive, and when launch.json describes
+    it, on this host and started when launch.json says (a requeued job on another node, or a pid
+    the system gave to another process since, is not the training). None otherwise."""
+    pid = read_pid_file(os.path.join(run_dir, "pid"))
+    if pid is None or not alive(pid):
+        return None
+    info = launch_info(run_dir)
+    if info is None or info.get("pid") != pid:
+        return pid
+    host, ticks = info.get("host"), info.get("start_ticks")
+    if isinstance(host, str) and host != socket.gethostname():
+        return None
+    if type(ticks) is int and start_ticks(pid) not in (None, ticks):
+        return None
+    return pid
 
 
 def launch_info(run_dir: str) -> dict[str, Any] | None:

@@ -10,10 +10,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import EXIT_ANOMALY, EXIT_OK, InvalidRunError, UsageError
+from .errors import InvalidRunError, UsageError
 from .readers import ReadOptions
 from .records import Record, iter_records, parser_for, resolve_target
 from .rules import Finding, Replay, RuleOptions, fmt_step
+from .verdict import exit_status
 
 __all__ = ["CheckResult", "check", "reached", "name_loss_key"]
 
@@ -37,15 +38,16 @@ class CheckResult:
         return [f for f in self.findings if not f.stops]
 
     @property
-    def exit_code(self) -> int:
-        return self.exit_code_with(None)
-
-    def exit_code_with(self, exit_transient: int | None = None) -> int:
-        """0 clean (warnings only); 7 a stop, or `exit_transient` when the first stop is transient and it is given."""
+    def outcome(self) -> str | None:
+        """What decides the exit status (`verdict.exit_status`): None when clean (warnings only),
+        else the class of the first finding that stops."""
         first = self.first_stop
-        if first is None:
-            return EXIT_OK
-        return exit_transient if exit_transient is not None and first.cls == "transient" else EXIT_ANOMALY
+        return first.cls if first is not None else None
+
+    @property
+    def exit_code(self) -> int:
+        """The exit status under the default codes (0 clean or warnings only, 7 a stop)."""
+        return exit_status(self.outcome)
 
     def to_json(self) -> dict[str, Any]:
         """What `runwatch check --json` prints: every finding (stops and warnings), the verdict

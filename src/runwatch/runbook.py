@@ -48,7 +48,8 @@ RUNBOOK: dict[str, tuple[str, str]] = {
     ),
     "interrupted": (
         "the session ended on a signal: a scheduler's preemption or Ctrl-C",
-        "relaunch (`--exit-transient 75` lets a requeue script do it)",
+        "relaunch (`--exit-code transient=75` lets a requeue script do it); `supervise` itself exits 75 "
+        "(`preempted`) on a scheduler's SIGTERM or SIGUSR1 and 130 on Ctrl-C (docs/SUPERVISE.md)",
     ),
     "straggler": (
         "one rank's window time stayed above `--straggler-factor` x the median over ranks",

@@ -41,7 +41,7 @@ from .records import (
 from .replay import reached
 from .rules import RuleOptions, fmt_step, verdict_class
 from .schema import read_manifest, read_regular_file
-from .supervision import supervise_status
+from .supervision import ENDS, supervise_status
 from .verdict import read_verdict
 
 __all__ = [
@@ -419,7 +419,7 @@ def format_status(st: Status) -> list[str]:
         state = (
             ""
             if sv["supervisor_running"]
-            else f" (supervisor {'not running' if sv['event'] not in ('done', 'gave_up') else sv['event'].replace('_', ' ')})"
+            else f" (supervisor {'not running' if sv['event'] not in ENDS else sv['event'].replace('_', ' ')})"
         )
         lines.append(
             f"supervise attempt {sv['attempt']}, restarts {sv['restarts']}/{sv['max_restarts']}, "

@@ -1,26 +1,86 @@
 """A watch's verdict: done or anomaly, its class and onset, its line, exit code and file.
 
 `watchdog.json` (docs/WATCHDOG.md, "Verdicts and exit codes") is written atomically by
-`write_verdict`; `status`, `plot` and `supervise` read it with `read_verdict`. Standard library only.
+`write_verdict`; `status`, `plot` and `supervise` read it with `read_verdict`.
+
+Every command's exit code comes from `exit_status(outcome, codes)`: 0 when nothing is wrong, else
+the code of the outcome, an anomaly's class (`transient`, `divergence`, `fatal`) or how a
+supervision ended (`preempted`, `gave_up`), as `--exit-code CLASS=N` set it (`parse_exit_codes`).
+Standard library only.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import EXIT_ANOMALY, EXIT_OK, InvalidRunError
+from .errors import EXIT_ANOMALY, EXIT_OK, EXIT_TEMPFAIL, ConfigError, InvalidRunError
 from .journal import atomic_write_text
 from .rules import fmt_step, verdict_class
 from .schema import loads, read_regular_file
 
-__all__ = ["Verdict", "write_verdict", "read_verdict", "VERDICT_FILE"]
+__all__ = [
+    "Verdict",
+    "write_verdict",
+    "read_verdict",
+    "exit_status",
+    "parse_exit_codes",
+    "VERDICT_FILE",
+    "EXIT_CLASSES",
+    "DEFAULT_EXIT_CODES",
+]
 
 VERDICT_FILE = "watchdog.json"
 # A verdict is a few hundred bytes; the watching record adds the watch's state (rule windows: a few KB).
 MAX_VERDICT_BYTES = 1 << 20
+# What `--exit-code CLASS=N` names: the anomaly classes, and two ways a supervision ends.
+EXIT_CLASSES = ("transient", "divergence", "fatal", "preempted", "gave_up")
+# 7 for every anomaly and a spent budget (the watchdog's code from the start); 75, EX_TEMPFAIL
+# (sysexits.h: "try again later"), for a preemption, which is what schedulers' requeue rules key on.
+DEFAULT_EXIT_CODES: Mapping[str, int] = {
+    "transient": EXIT_ANOMALY,
+    "divergence": EXIT_ANOMALY,
+    "fatal": EXIT_ANOMALY,
+    "preempted": EXIT_TEMPFAIL,
+    "gave_up": EXIT_ANOMALY,
+}
+
+
+def parse_exit_codes(pairs: Sequence[str], transient: int | None = None, section: str = "watch") -> dict[str, int]:
+    """`["preempted=75", "fatal=3"]` over the defaults, as {class: code}; `transient` is
+    `--exit-transient N`, the shorthand of `transient=N`. ConfigError naming the bad entry."""
+    codes = dict(DEFAULT_EXIT_CODES)
+    given: dict[str, int] = {}
+    for pair in pairs:
+        cls, eq, text = pair.partition("=")
+        cls = cls.strip()
+        if not eq or cls not in EXIT_CLASSES:
+            raise ConfigError(
+                f"{section}.exit_code must be CLASS=N with CLASS one of {', '.join(EXIT_CLASSES)}, got {pair!r}"
+            )
+        text = text.strip()
+        if not text.isdigit() or not 1 <= int(text) <= 255:
+            raise ConfigError(f"{section}.exit_code {cls} must be an int in 1..255, got {text!r}")
+        given[cls] = int(text)
+    if transient is not None:
+        if given.get("transient", transient) != transient:
+            raise ConfigError(
+                f"{section}.exit_transient ({transient}) and {section}.exit_code (transient={given['transient']}) disagree"
+            )
+        given["transient"] = transient
+    codes.update(given)
+    return codes
+
+
+def exit_status(outcome: str | None, codes: Mapping[str, int] | None = None) -> int:
+    """The exit status of every command that judges a run: 0 when `outcome` is None (done, a
+    clean check), else the code of `outcome` (an anomaly's class, `preempted` or `gave_up`)."""
+    if outcome is None:
+        return EXIT_OK
+    return (codes or DEFAULT_EXIT_CODES).get(outcome, EXIT_ANOMALY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,15 +106,15 @@ class Verdict:
             return f"OK done step={fmt_step(self.step)}"
         return f"ANOMALY {self.kind} step={fmt_step(self.step)}: {self.message}"
 
-    def exit_code_with(self, exit_transient: int | None = None) -> int:
-        """0 done; 7 anomaly, or `exit_transient` for a transient one when given."""
-        if self.verdict == "done":
-            return EXIT_OK
-        return exit_transient if exit_transient is not None and self.cls == "transient" else EXIT_ANOMALY
+    @property
+    def outcome(self) -> str | None:
+        """What decides the exit status (`exit_status`): None for done, else the class."""
+        return None if self.verdict == "done" else (self.cls or "fatal")
 
     @property
     def exit_code(self) -> int:
-        return self.exit_code_with(None)
+        """The exit status under the default codes (0 done, 7 anomaly)."""
+        return exit_status(self.outcome)
 
     def to_json(self) -> dict[str, Any]:
         out = {

@@ -36,16 +36,28 @@ IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 RESET_SIGNALS = IGNORED + tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, n))
 
 
-def _subreaper() -> None:
-    """Adopt the orphans of our descendants (Linux 3.4+); nothing elsewhere."""
+def subreaper() -> bool:
+    """Adopt the orphans of our descendants (Linux 3.4+); nothing elsewhere. Whether it took."""
     if not sys.platform.startswith("linux"):
-        return
+        return False
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        return int(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
     except (OSError, AttributeError):  # no libc to load: orphans go to init, the env marker still finds them
-        pass
+        return False
+
+
+def reap(pids: set[int]) -> None:
+    """Reap those of `pids` that have ended and are our children (waiters adopted by a subreaper
+    supervisor); drop them, and those that are not our children, from `pids`."""
+    for pid in list(pids):
+        try:
+            done, _status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not our child (never adopted), or reaped already
+            done = pid
+        if done == pid:
+            pids.discard(pid)
 
 
 def describe(status: int) -> dict[str, Any]:
@@ -115,7 +127,7 @@ def main() -> int:
         os._exit(0)
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
-    _subreaper()
+    subreaper()
     try:
         pid = _spawn(spec)
     except OSError as exc:

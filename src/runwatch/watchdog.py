@@ -37,7 +37,7 @@ from .readers import add_arguments as add_read_arguments
 from .records import Record, RecordParser, Target, load_trainer_state, parser_for, read_trainer_state, resolve_target
 from .replay import CheckResult, check, name_loss_key
 from .rules import Finding, RuleOptions, Rules, fmt_step
-from .verdict import Verdict, write_verdict
+from .verdict import Verdict, exit_status, parse_exit_codes, write_verdict
 
 __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
 
@@ -90,15 +90,31 @@ class Options(RuleOptions):
         None,
         EXIT_CODE,
         "exit N instead of 7 when the verdict is transient "
-        "(75, EX_TEMPFAIL, for a requeue); check: for its first finding",
+        "(75, EX_TEMPFAIL, for a requeue); check: for its first finding; "
+        "shorthand of --exit-code transient=N",
         none=True,
         metavar="N",
         commands=("watch", "check"),
+    )
+    exit_code: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "exit N when the run ends in CLASS: transient, divergence, fatal (default 7 each); "
+        "supervise also preempted (75) and gave_up (7, a spent budget)",
+        metavar="CLASS=N",
+        commands=("watch", "check"),
+        expect="a list of CLASS=N strings",
     )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "_phase_limits", parse_phase_limits(self.stall_phase, self.stall, self.startup_grace))
+        object.__setattr__(self, "_exit_codes", parse_exit_codes(self.exit_code, self.exit_transient))
+
+    @property
+    def exit_codes(self) -> dict[str, int]:
+        """`--exit-code` and `--exit-transient` over the defaults: {class: exit status}."""
+        return self.__dict__["_exit_codes"]  # type: ignore[no-any-return]
 
     @property
     def phase_limits(self) -> PhaseLimits:
@@ -729,7 +745,7 @@ def run_watch(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         print(json.dumps(v.to_json(), indent=2, allow_nan=False))
     print(v.line(), flush=True)
-    return v.exit_code_with(opts.exit_transient)
+    return exit_status(v.outcome, opts.exit_codes)
 
 
 def check_from_args(args: argparse.Namespace) -> tuple[CheckResult, Options]:
@@ -754,4 +770,4 @@ def run_check(args: argparse.Namespace) -> int:
     else:
         for line in result.lines():
             print(line)
-    return result.exit_code_with(opts.exit_transient)
+    return exit_status(result.outcome, opts.exit_codes)

@@ -113,8 +113,9 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
     @server.tool(annotations=read_only)
     def check_run(run: Run, options: Options = None) -> CallToolResult:
         """Replay the watchdog's rules over a run's log as it stands (`runwatch check --json`): every
-        finding with kind, class, step, onset and message, and the verdict line. `options` are the
-        watch's rule options (e.g. --chance-loss 0.693, --map loss=train/loss)."""
+        finding with kind, class, step, onset and message, the verdict line, and `exit`, check's exit
+        status (0 clean, 7 findings, or what --exit-code CLASS=N sets). `options` are the watch's rule
+        options (e.g. --chance-loss 0.693, --map loss=train/loss)."""
         return _answer("check_run", lambda: tools.check_run(run, options))
 
     @server.tool(annotations=read_only)
@@ -126,8 +127,9 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         ] = 600.0,
     ) -> CallToolResult:
         """Wait until the run's watch or supervisor reaches a final verdict and return it (a verdict
-        that `supervise` acts on by relaunching is not final: its done or gave_up is). Returns at once
-        when nothing watches the run, and at the timeout with the watching record and the step reached."""
+        that `supervise` acts on by relaunching is not final: its done, gave_up or preempted is, with
+        `exit`, the supervisor's exit status: 0 done, 75 preempted, 130 Ctrl-C, 7 otherwise). Returns
+        at once when nothing watches the run, and at the timeout with the watching record and the step reached."""
         return await _wait(tools, run, timeout_s, ctx)
 
     @server.tool(annotations=read_only)

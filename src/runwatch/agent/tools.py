@@ -9,7 +9,7 @@
 | list_runs | `serve`'s `/api/runs` | `serve.server.Catalog` (its finding, reading and summary of runs) |
 | run_status | `status --json` | `status.status`, plus the journal as `serve` reads it |
 | tail_records | (the log itself) | `agent.tail.last_records` |
-| check_run | `check --json` | the `check` parser, `watchdog.check_from_args`, `CheckResult.to_json` |
+| check_run | `check --json` | the `check` parser, `watchdog.check_from_args`, `CheckResult.to_json`, `verdict.exit_status` |
 | explain | docs/WATCHDOG.md's runbook | `runbook.explain` |
 | plan_run | `plan` | `preflight.plan.plan` |
 | (wait_for_verdict) | | `agent.verdicts.watch_state`, polled by the server |
@@ -34,6 +34,7 @@ from ..serve.runs import inside, run_target
 from ..serve.server import Catalog
 from ..serve.supervision import SupervisionView
 from ..supervise import JOURNAL
+from ..verdict import exit_status
 from .bound import fit
 from .tail import last_records, minimal_rows, seq_len_of
 from .verdicts import watch_state
@@ -184,7 +185,7 @@ class Tools:
         result, opts = check_from_args(args)
         doc: dict[str, Any] = {
             "run": self.rel(path),
-            "exit": result.exit_code_with(opts.exit_transient),
+            "exit": exit_status(result.outcome, opts.exit_codes),
             "findings_total": len(result.findings),
             **result.to_json(),
         }

@@ -6,7 +6,9 @@ What `wait_for_verdict` decides on, from the files `watch` and `supervise` write
 them: `watchdog.json` (the watch's verdict, or its `watching` record while it runs, judged alive
 or not as `runwatch status` judges it) and `supervise.jsonl` with `supervise.lock` (a supervisor
 and whether it still runs). A verdict a live supervisor acts on (a relaunch, a rollback) is not
-final: the supervision's own end (`done`, `gave_up`) is. Standard library only.
+final: the end of the supervisor's allocation (`done`, `gave_up`, `preempted`:
+`supervision.ENDS`) is, with the exit status the supervisor ended with (`exit`: 0 done, 75
+preempted, 130 Ctrl-C, 7 otherwise, or what `--exit-code` set). Standard library only.
 """
 
 from __future__ import annotations
@@ -19,11 +21,10 @@ from ..process import alive, read_pid_file
 from ..serve.supervision import SupervisionView
 from ..status import watchdog_facts
 from ..supervise import JOURNAL, LOCK, supervise_status
+from ..supervision import ENDS
 from ..verdict import Verdict
 
 __all__ = ["watch_state", "live_supervisor", "files_signature"]
-
-_ENDS = ("done", "gave_up")
 
 
 def files_signature(run_dir: str) -> tuple[tuple[int, int, int] | None, ...]:
@@ -48,13 +49,13 @@ def live_supervisor(run_dir: str, supervision: dict[str, Any] | None = None) -> 
     holder = read_pid_file(os.path.join(run_dir, LOCK))
     if holder is None or not alive(holder):
         return None
-    if sup is not None and sup["supervisor_pid"] == holder and sup["event"] in _ENDS:
+    if sup is not None and sup["supervisor_pid"] == holder and sup["event"] in ENDS:
         return None  # it has written its end and is on its way out
     return holder
 
 
 def _journal_end(run_dir: str) -> dict[str, Any]:
-    """The journal's last record (`done` or `gave_up`), read as the run page reads the journal."""
+    """The journal's last record (`done`, `gave_up` or `preempted`), read as the run page reads the journal."""
     view = SupervisionView(os.path.join(run_dir, JOURNAL))
     view.refresh()
     facts = view.facts()
@@ -99,7 +100,7 @@ def watch_state(run_dir: str, now: float | None = None) -> dict[str, Any]:
             "supervisor_pid": pid,
             "watchdog": watchdog,
         }
-    last = _journal_end(run_dir) if sup is not None and sup["event"] in _ENDS else None
+    last = _journal_end(run_dir) if sup is not None and sup["event"] in ENDS else None
     if last is not None and not _after(watchdog, last.get("time")):  # (a watch started since is the news)
         verdict = {
             "verdict": "done" if last.get("event") == "done" else "anomaly",
@@ -112,8 +113,13 @@ def watch_state(run_dir: str, now: float | None = None) -> dict[str, Any]:
         return {
             "state": "final",
             "by": "supervise",
-            "message": f"the supervision ended: {last.get('event')}",
+            "message": (
+                "the supervisor was preempted: its allocation ended; a requeued job continues the supervision"
+                if last.get("event") == "preempted"
+                else f"the supervision ended: {last.get('event')}"
+            ),
             "event": last.get("event"),
+            "exit": last.get("exit_code"),  # the supervisor's exit status (absent from older journals)
             "line": last.get("line") or _line(verdict),
             "verdict": verdict,
             "goodput": last.get("goodput"),

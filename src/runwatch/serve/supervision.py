@@ -1,12 +1,14 @@
 """The supervisor's journal of a run (`RUN_DIR/supervise.jsonl`), read incrementally for the page.
 
 Each line is one action of `runwatch supervise`: at least `time, event, attempt, pid, kind, class,
-step, checkpoint`, `event` one of launch, verdict, stop, relaunch, rollback, done, gave_up; the
-last record (done or gave_up) adds `goodput`. The view keeps the attempts (when each began, its
-pid, the verdict that ended it and what was done about it), the restarts and rollbacks used so
-far, the budgets when a record names them (`budgets: {"restarts": N, "rollbacks": M}`), the
-goodput, and each relaunch and rollback for the charts' markers (`moves`). A record of another
-event (`notify_failed`, one a later supervisor adds) is left out, not an error. Standard library only.
+step, checkpoint`, `event` one of launch, verdict, stop, relaunch, rollback, done, gave_up,
+preempted; the last record of an allocation (done, gave_up or preempted: `supervision.ENDS`) adds
+`goodput`, and a requeued job's next allocation goes on in the same journal. The view keeps the
+attempts (when each began, its pid, the verdict that ended it and what was done about it), the
+restarts and rollbacks used so far, the budgets when a record names them (`budgets: {"restarts":
+N, "rollbacks": M}`), the goodput, and each relaunch and rollback for the charts' markers
+(`moves`). A record of another event (`notify_failed`, `heartbeat_failed`, one a later supervisor
+adds) is left out, not an error. Standard library only.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 from typing import Any, TypedDict
 
 from ..follow import LogFollower
+from ..supervision import ENDS
 
 __all__ = ["MAX_ATTEMPTS", "Attempt", "AttemptEnd", "AttemptVerdict", "Move", "SupervisionFacts", "SupervisionView"]
 
@@ -23,7 +26,7 @@ __all__ = ["MAX_ATTEMPTS", "Attempt", "AttemptEnd", "AttemptVerdict", "Move", "S
 MAX_ATTEMPTS = 100
 # A journal line longer than this is not a supervisor's record.
 MAX_JOURNAL_LINE_BYTES = 64 * 1024
-EVENTS = ("launch", "verdict", "stop", "relaunch", "rollback", "done", "gave_up")
+EVENTS = ("launch", "verdict", "stop", "relaunch", "rollback", *ENDS)
 
 # The values below come from the journal's JSON as written (the page shows them as they are): Any.
 
@@ -179,7 +182,7 @@ class SupervisionView:
                 "step": rec.get("step"),
                 "line": rec.get("line"),
             }
-        elif event in ("stop", "done", "gave_up"):
+        elif event == "stop" or event in ENDS:
             a["end"] = {"event": event, "step": rec.get("step"), "time": rec.get("time")}
 
     def facts(self) -> SupervisionFacts | None:
@@ -192,7 +195,7 @@ class SupervisionView:
             "rollbacks": self.rollbacks,
             "budgets": self.budgets,
             "goodput": self.goodput,
-            "finished": self.last is not None and self.last.get("event") in ("done", "gave_up"),
+            "finished": self.last is not None and self.last.get("event") in ENDS,
             "last_event": self.last,
             "attempts": list(self.attempts),
             "error": self.error,
