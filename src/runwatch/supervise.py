@@ -45,6 +45,7 @@ from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InvalidRunError, Usag
 from .goodput import goodput, latest_checkpoint, rollback_target
 from .heartbeats import read_heartbeats
 from .launch import launch, log_target
+from .liveness import last_error
 from .notify import Notifier, mask_url
 from .options import add_command_arguments, add_flags, given_options, split_command
 from .readers import ReadOptions, read_options
@@ -52,15 +53,13 @@ from .readers import add_arguments as add_read_arguments
 from .records import Session, load_sessions, resolve_target
 from .resume import RESUME_ENV
 from .rules import fmt_step
+from .rundir import ENV_RESUME_FROM, ENV_ROLLBACK, ENV_SKIP_STEPS, JOURNAL, LOCK, RunDir
 from .scheduler import SlurmJob, requeue
 from .supervision import (
     ENDS,
-    JOURNAL,
-    LOCK,
     Counters,
     SuperviseOptions,
     append,
-    last_output_line,
     last_record,
     load_supervise_options,
     lock_run_dir,
@@ -256,7 +255,7 @@ class Supervisor:
             self.waiters.add(info["waiter"])
         if self.counters.first_launch is None:
             self.counters.first_launch = float(info["time"])
-        fields.setdefault("checkpoint", env.get("RUNWATCH_RESUME_FROM") or self._latest_checkpoint())
+        fields.setdefault("checkpoint", env.get(ENV_RESUME_FROM) or self._latest_checkpoint())
         fields.update(self._facts(), launched_at=round(float(info["time"]), 3))
         if self.continued:
             fields["continued"] = True  # the first launch of a new allocation
@@ -426,7 +425,7 @@ class Supervisor:
         ):
             # A command that dies before its first record on its first launch (a typo, an import
             # error) does the same on every relaunch: say so instead of looping.
-            last = last_output_line(self.run_dir)
+            last = last_error(RunDir(self.run_dir).stdout, or_last_line=True)
             self._finish("gave_up", v, v.line() + " (not relaunched: it ended before its first record)", EXIT_USAGE)
             raise UsageError(
                 f"supervise: {' '.join(self.cmd)}: ended before writing its first record "
@@ -461,9 +460,9 @@ class Supervisor:
                 return self._give_up(v, f"no checkpoint before step {fmt_step(onset)} to roll back to")
             self.counters.rollbacks += 1
             env = {
-                "RUNWATCH_RESUME_FROM": rb.checkpoint.path,
-                "RUNWATCH_ROLLBACK": str(self.counters.rollbacks),
-                "RUNWATCH_SKIP_STEPS": rb.skip_text,
+                ENV_RESUME_FROM: rb.checkpoint.path,
+                ENV_ROLLBACK: str(self.counters.rollbacks),
+                ENV_SKIP_STEPS: rb.skip_text,
             }
             self.log(
                 f"runwatch supervise: {v.kind} ({cls}) from step {fmt_step(rb.first_bad_step)}; rolling back to "
@@ -505,7 +504,7 @@ class Supervisor:
         ongoing = last if last is not None and event not in ENDS else None
         if ongoing is not None:
             self.counters = Counters.from_json(ongoing)
-        pid = _proc.read_pid_file(os.path.join(self.run_dir, "pid"))
+        pid = _proc.read_pid_file(RunDir(self.run_dir).pid)
         if _proc.launched_here(self.run_dir) is not None and pid is not None:
             info = _proc.launch_info(self.run_dir)
             command = info.get("command") if info is not None else None

@@ -37,6 +37,7 @@ from .readers import add_arguments as add_read_arguments
 from .records import Record, RecordParser, Target, load_trainer_state, parser_for, read_trainer_state, resolve_target
 from .replay import CheckResult, check, name_loss_key
 from .rules import Finding, RuleOptions, Rules, fmt_step
+from .rundir import RunDir
 from .verdict import Verdict, exit_status, parse_exit_codes, write_verdict
 
 __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
@@ -444,7 +445,7 @@ class Watcher:
 
     def _dead(self, kind: str, step: int | float, message: str, onset: int | float | None = None) -> Verdict:
         """A verdict about a dead process, with the last error line it printed to stdout.log."""
-        last = liveness.last_error(os.path.join(self.run_dir, "stdout.log"))
+        last = liveness.last_error(RunDir(self.run_dir).stdout)
         if last is not None and last not in message:
             message = f"{message}; last error: {last}"
         return Verdict("anomaly", kind, step, message, self.clock(), onset, last, tuple(self.warning_dicts()))
@@ -536,7 +537,7 @@ class Watcher:
     def _current_pid(self) -> int | None:
         if self.opts.pid is not None:
             return self.opts.pid
-        path = os.path.join(self.run_dir, "pid")
+        path = RunDir(self.run_dir).pid
         try:
             st = os.stat(path)
         except OSError:
@@ -572,7 +573,7 @@ class Watcher:
             return self._verdict("done", None, self.last_step, "process exited with status 0")
         if ended is not None:
             status = ended.describe()
-        oom = _proc.oom_line(os.path.join(self.run_dir, "stdout.log"))
+        oom = _proc.oom_line(RunDir(self.run_dir).stdout)
         if oom is not None:
             return self._dead("oom", self.last_step, f"process {pid} ran out of memory: {oom}")
         rank = liveness.dead_rank(self.run_dir)
@@ -663,7 +664,7 @@ class Watcher:
             os.getpid(), self.started, now, self.last_step, self.opts.poll, self.state_dict(), self.warning_dicts()
         )
         try:
-            atomic_write_text(os.path.join(self.run_dir, "watchdog.json"), json.dumps(record, allow_nan=False) + "\n")
+            atomic_write_text(RunDir(self.run_dir).verdict, json.dumps(record, allow_nan=False) + "\n")
         except (OSError, ValueError) as exc:
             self.log(f"runwatch watch: could not write watchdog.json: {exc}")
 
