@@ -223,9 +223,10 @@ def wait_exit(run_dir: str, pid: int, timeout: float = EXIT_WAIT_SECONDS) -> Exi
 
 def stop(pid: int, run_dir: str, grace: float = STOP_GRACE_SECONDS, why: str = "an anomaly") -> str:
     """Stop every process of the attempt `pid` leads (`proctree.stop`: SIGTERM, SIGCONT to the
-    stopped ones, SIGKILL after `grace` s); a one-line note of what was done."""
+    stopped ones, SIGKILL after `grace` s); a one-line note of what was done, for the caller to
+    say in its own name."""
     tree = ProcessTree.of_launch(run_dir, pid)
     done = _tree_stop(tree, grace) if tree is not None else None
     if done is None or done.count == 0:
-        return f"runwatch watch: process {pid} had already exited"
-    return f"runwatch watch: stopped after {why}: {done.describe()}"
+        return f"process {pid} had already exited"
+    return f"stopped after {why}: {done.describe()}"

@@ -321,13 +321,17 @@ class Supervisor:
     def _watch(self) -> Verdict | None:
         """Watch the current attempt from where the last watch left the log (no re-reading)."""
         w = Watcher(
-            self.target, dataclasses.replace(self.watch, pid=self.pid), log=self.log, read=self.read, out=self.out
+            self.target,
+            dataclasses.replace(self.watch, pid=self.pid),
+            log=self.log,
+            read=self.read,
+            out=self.out,
+            started=self.started,  # --timeout is the whole supervision's
+            stale_sessions=self.counters.stale_sessions,
         )
-        w.stale_sessions = self.counters.stale_sessions
         if self.state is not None and w.load_state_dict(self.state) and self.new_process:
             w.expect_new_session()
         self.new_process = False
-        w.started = self.started  # --timeout is the whole supervision's
         self.watcher = w
         while True:
             v = w.poll_once()

@@ -166,7 +166,12 @@ class Watcher:
         log: Callable[[str], None] | None = None,
         read: ReadOptions | None = None,
         out: Callable[[str], None] | None = None,
+        started: float | None = None,
+        stale_sessions: frozenset[str] = frozenset(),
     ) -> None:
+        """`started`: when `--timeout` counts from (default: now; supervise passes its own start,
+        so the timeout is the whole supervision's). `stale_sessions`: sessions of earlier attempts
+        whose heartbeat files may still lie in the run directory, never judged."""
         self.opts = opts or Options()
         self.target_arg = os.fspath(target)
         self.read = read  # --format, --pattern, --run (readers.ReadOptions)
@@ -177,9 +182,10 @@ class Watcher:
         self.clock = clock
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.out = out or (lambda line: print(line, flush=True))  # WARNING lines, on stdout
-        self.started = clock()
+        now = clock()
+        self.started = now if started is None else started
         self.waited = not os.path.exists(self.target_arg)  # the target was not there when the watch began
-        self.grace_anchor = self.started
+        self.grace_anchor = now
         self.grace_what: str | None = None  # what the startup grace counts from, when not the watch's start
         self.rules = Rules(self.opts, live=True)
         self.parser: RecordParser | None = None
@@ -207,8 +213,7 @@ class Watcher:
         self.warnings: list[Finding] = []
         self.pending_warnings: list[Finding] = []
         self.named_loss_key = False  # the first finding said which key the loss is read from
-        # sessions of earlier attempts (their heartbeat files may still lie there): never judged
-        self.stale_sessions: frozenset[str] = frozenset()
+        self.stale_sessions = stale_sessions
         self._announced = False  # the log's path was named on stderr
 
     # --- reading -----------------------------------------------------------------------------
@@ -608,7 +613,7 @@ class Watcher:
             if pid is None:
                 self.log("runwatch watch: --stop-on-anomaly: no process to stop (no --pid, no RUN_DIR/pid)")
             else:
-                self.log(_proc.stop(pid, self.run_dir, self.stop_grace, why=f"a {v.kind}"))
+                self.log("runwatch watch: " + _proc.stop(pid, self.run_dir, self.stop_grace, why=f"a {v.kind}"))
         return v
 
     def heartbeat(self) -> None:

@@ -122,7 +122,7 @@ def stop_run(tools: Tools, run: str) -> Result:
         done.append(_stop_supervisor(sup, run_dir))
     pid = _proc.read_pid_file(RunDir(run_dir).pid)
     if pid is not None and _proc.alive(pid):  # unsupervised, or left behind by a killed supervisor
-        done.append(_proc.stop(pid, run_dir, why="stop_run").replace("runwatch watch: ", ""))
+        done.append(_proc.stop(pid, run_dir, why="stop_run"))
     if not done:
         done.append("nothing was running")
     _, st = tools.run_status(run)  # the final status, as run_status gives it

@@ -272,8 +272,7 @@ def bench(
             time.sleep(POLL_SECONDS)
     finally:
         if alive(pid):
-            note = stop(pid, run_dir, why=f"{tail.updates()} updates")
-            stopped = note.split(": ", 1)[-1]
+            stopped = stop(pid, run_dir, why=f"{tail.updates()} updates")
         tail.close()
     # Only the records up to the one that reached `steps` count (the job ran on while it was stopped).
     measured: list[dict[str, Any]] = []
