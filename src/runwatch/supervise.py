@@ -52,7 +52,7 @@ from .readers import ReadOptions, read_options
 from .readers import add_arguments as add_read_arguments
 from .records import Session, load_sessions, resolve_target
 from .resume import RESUME_ENV
-from .rules import fmt_step
+from .rules import Finding, fmt_step
 from .rundir import ENV_RESUME_FROM, ENV_ROLLBACK, ENV_SKIP_STEPS, JOURNAL, LOCK, RunDir
 from .scheduler import SlurmJob, requeue
 from .supervision import (
@@ -540,14 +540,10 @@ class Supervisor:
             # The supervisor was stopped between a verdict and its action: take the action up.
             self.pid = ongoing.get("pid")
             self.log(f"runwatch supervise: taking up the action on the recorded verdict {ongoing['kind']}")
-            return Verdict(
-                "anomaly",
-                ongoing["kind"],
-                ongoing.get("step") or 0,
-                ongoing.get("message") or "",
-                time.time(),
-                ongoing.get("onset"),
+            finding = Finding(
+                ongoing["kind"], ongoing.get("step") or 0, ongoing.get("message") or "", onset=ongoing.get("onset")
             )
+            return Verdict.of(finding, time.time())
         if ongoing is not None and pid is not None:
             self.pid = pid  # gone meanwhile: the watch judges how it ended (done, or process_exit)
             self.adopted = True
@@ -633,11 +629,11 @@ class Supervisor:
         step = sessions[-1].records[-1].step if sessions else 0
         fields: dict[str, Any] = {"signal": sig.name, "signal_time": round(self.signal_time or time.time(), 3)}
         if user:
-            v = Verdict(
-                "anomaly", "interrupted", step, "the supervisor received SIGINT; the training was stopped", time.time()
+            v = Verdict.of(
+                Finding("interrupted", step, "the supervisor received SIGINT; the training was stopped"), time.time()
             )
             return self._finish("gave_up", v, v.line(), EXIT_INTERRUPTED, **fields)
-        v = Verdict("anomaly", "interrupted", step, f"preempted by {sig.name}", time.time())
+        v = Verdict.of(Finding("interrupted", step, f"preempted by {sig.name}"), time.time())
         if self.opts.requeue and self.slurm is not None:
             fields["requeue"] = done = requeue(self.slurm)
             self.log(

@@ -19,7 +19,7 @@ from typing import Any
 
 from .errors import EXIT_ANOMALY, EXIT_OK, EXIT_TEMPFAIL, ConfigError, InvalidRunError
 from .journal import atomic_write_text
-from .rules import fmt_step, verdict_class
+from .rules import Finding, fmt_step, verdict_class
 from .rundir import VERDICT
 from .schema import loads, read_regular_file
 
@@ -95,6 +95,24 @@ class Verdict:
     last_error: str | None = None  # a dead process's last error line from stdout.log
     warnings: tuple[dict[str, Any], ...] = ()  # the watch's warnings: {"kind", "step", "message"}, the first 20
 
+    @classmethod
+    def done(cls, step: int | float, message: str, time: float, warnings: Sequence[dict[str, Any]] = ()) -> Verdict:
+        """The verdict of a run that completed: `message` says how (`session ended normally`)."""
+        return cls("done", None, step, message, time, warnings=tuple(warnings))
+
+    @classmethod
+    def of(
+        cls,
+        finding: Finding,
+        time: float,
+        last_error: str | None = None,
+        warnings: Sequence[dict[str, Any]] = (),
+    ) -> Verdict:
+        """The verdict a finding that stops the run decides: its kind, step, message and onset."""
+        return cls(
+            "anomaly", finding.kind, finding.step, finding.message, time, finding.onset, last_error, tuple(warnings)
+        )
+
     @property
     def cls(self) -> str | None:
         """`transient`, `divergence` or `fatal` for an anomaly; None for `done`."""
@@ -131,10 +149,13 @@ class Verdict:
         return out
 
 
-def write_verdict(run_dir: str, verdict: Verdict) -> str:
-    """Write `run_dir/watchdog.json` atomically (temp file + fsync + os.replace); return its path."""
+def write_verdict(run_dir: str, verdict: Verdict | dict[str, Any]) -> str:
+    """Write `run_dir/watchdog.json` atomically (temp file + fsync + os.replace); return its path.
+    The one writer of the file: a verdict, or the watching record (`liveness.watching_record`)
+    a running watch keeps there."""
     path = os.path.join(run_dir, VERDICT)
-    atomic_write_text(path, json.dumps(verdict.to_json(), allow_nan=False) + "\n")
+    doc = verdict.to_json() if isinstance(verdict, Verdict) else verdict
+    atomic_write_text(path, json.dumps(doc, allow_nan=False) + "\n")
     return path
 
 

@@ -29,7 +29,6 @@ from . import process as _proc
 from .errors import InvalidRunError, UsageError
 from .follow import LogFollower, ManifestFollower
 from .heartbeats import RankMonitor
-from .journal import atomic_write_text
 from .liveness import PhaseLimits, parse_phase_limits
 from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, add_flags, build, given_options, option
 from .readers import READER_FORMATS, Reader, ReadOptions, open_reader, read_options, to_records
@@ -410,9 +409,7 @@ class Watcher:
             else:
                 return self._found(finding)
         if rec.kind == "end" and rec.reason == "normal":
-            return self._verdict(
-                "done", None, rec.step, f"session {rec.session} ended normally at step {fmt_step(rec.step)}"
-            )
+            return self._done(rec.step, f"session {rec.session} ended normally at step {fmt_step(rec.step)}")
         return None
 
     def _name_loss_key(self, f: Finding) -> Finding:
@@ -433,11 +430,12 @@ class Watcher:
         """The warnings as watchdog.json holds them: kind, step, message."""
         return [{"kind": f.kind, "step": f.step, "message": f.message} for f in self.warnings]
 
-    def _verdict(self, verdict: str, kind: str | None, step: int | float, message: str) -> Verdict:
-        return Verdict(verdict, kind, step, message, self.clock(), warnings=tuple(self.warning_dicts()))
+    def _done(self, step: int | float, message: str) -> Verdict:
+        return Verdict.done(step, message, self.clock(), self.warning_dicts())
 
     def _anomaly(self, kind: str, step: int | float, message: str, onset: int | float | None = None) -> Verdict:
-        return Verdict("anomaly", kind, step, message, self.clock(), onset, warnings=tuple(self.warning_dicts()))
+        """The verdict of a finding of the watch's own (a stall, the process gone, a rank's)."""
+        return Verdict.of(Finding(kind, step, message, onset=onset), self.clock(), warnings=self.warning_dicts())
 
     def _found(self, f: Finding) -> Verdict:
         if f.kind in ("session_error", "interrupted"):
@@ -446,14 +444,14 @@ class Watcher:
                 return self._dead("process_exit", f.step, rank)
         if f.kind == "session_error":
             return self._dead(f.kind, f.step, f.message, f.onset)
-        return self._anomaly(f.kind, f.step, f.message, f.onset)
+        return Verdict.of(f, self.clock(), warnings=self.warning_dicts())
 
     def _dead(self, kind: str, step: int | float, message: str, onset: int | float | None = None) -> Verdict:
         """A verdict about a dead process, with the last error line it printed to stdout.log."""
         last = liveness.last_error(RunDir(self.run_dir).stdout)
         if last is not None and last not in message:
             message = f"{message}; last error: {last}"
-        return Verdict("anomaly", kind, step, message, self.clock(), onset, last, tuple(self.warning_dicts()))
+        return Verdict.of(Finding(kind, step, message, onset=onset), self.clock(), last, self.warning_dicts())
 
     def _read(self, final: bool = False) -> Verdict | None:
         """Read and judge new records; a Verdict when one decides the watch (`final`: the
@@ -498,7 +496,7 @@ class Watcher:
                 return self._found(p)
         opts = self.opts
         if opts.done and os.path.exists(os.path.join(self.run_dir, opts.done)):
-            return self._verdict("done", None, self.last_step, f"completion sentinel {opts.done} appeared")
+            return self._done(self.last_step, f"completion sentinel {opts.done} appeared")
         v = self._check_process()
         if v is not None:
             return v
@@ -575,7 +573,7 @@ class Watcher:
         if ended is not None and ended.status == 0:
             # Nothing in the log's latest session stopped the watch (an error or a non-finite loss
             # would have): the process says it finished.
-            return self._verdict("done", None, self.last_step, "process exited with status 0")
+            return self._done(self.last_step, "process exited with status 0")
         if ended is not None:
             status = ended.describe()
         oom = _proc.oom_line(RunDir(self.run_dir).stdout)
@@ -669,7 +667,7 @@ class Watcher:
             os.getpid(), self.started, now, self.last_step, self.opts.poll, self.state_dict(), self.warning_dicts()
         )
         try:
-            atomic_write_text(RunDir(self.run_dir).verdict, json.dumps(record, allow_nan=False) + "\n")
+            write_verdict(self.run_dir, record)
         except (OSError, ValueError) as exc:
             self.log(f"runwatch watch: could not write watchdog.json: {exc}")
 
