@@ -25,11 +25,12 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
-from runwatch.heartbeats import HEARTBEAT_DIR, RankMonitor, rank_status_lines  # noqa: E402
+from runwatch.heartbeats import RankMonitor, rank_status_lines  # noqa: E402
+from runwatch.rundir import HEARTBEATS
 
 
 def generate(run_dir: str, n: int, now: float) -> None:
-    folder = os.path.join(run_dir, HEARTBEAT_DIR)
+    folder = os.path.join(run_dir, HEARTBEATS)
     os.makedirs(folder, exist_ok=True)
     hung, slow = n // 3, n // 2
     for k in range(n):
@@ -74,7 +75,7 @@ def timed(fn, repeat: int) -> tuple[float, float, float, object]:
 
 
 def bare(run_dir: str) -> int:
-    folder = os.path.join(run_dir, HEARTBEAT_DIR)
+    folder = os.path.join(run_dir, HEARTBEATS)
     count = 0
     for name in os.listdir(folder):
         with open(os.path.join(folder, name), "rb") as f:
@@ -84,7 +85,7 @@ def bare(run_dir: str) -> int:
 
 
 def mtimes(run_dir: str) -> float:
-    folder = os.path.join(run_dir, HEARTBEAT_DIR)
+    folder = os.path.join(run_dir, HEARTBEATS)
     return min(os.stat(os.path.join(folder, name)).st_mtime for name in os.listdir(folder))
 
 

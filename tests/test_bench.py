@@ -12,8 +12,9 @@ import pytest
 from runwatch.cli import main
 from runwatch.errors import UsageError
 from runwatch.integrations.session import CallbackOptions
+from runwatch.liveness import last_error
 from runwatch.metrics import RunLogger, default_window
-from runwatch.preflight.bench import BenchOptions, last_error_line, quantile, steady_rates
+from runwatch.preflight.bench import BenchOptions, quantile, steady_rates
 from runwatch.process import alive
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -191,7 +192,7 @@ def test_steady_rates_weight_time_and_round_the_warmup_up():
 def test_last_error_line(tmp_path, text, line):
     path = tmp_path / "stdout.log"
     path.write_text(text)
-    assert last_error_line(str(path)) == line
+    assert last_error(str(path), or_last_line=True) == line
 
 
 def test_window_from_environment(tmp_path, monkeypatch):

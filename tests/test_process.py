@@ -152,7 +152,7 @@ def test_stop_kills_a_launched_group_that_ignores_sigterm(tmp_path):
             worker = int(proc.stdout.readline())
             (tmp_path / "launch.json").write_text(json.dumps({"pid": proc.pid, "pgid": os.getpgid(proc.pid)}))
             note = stop(proc.pid, str(tmp_path), grace=0.5)
-            assert note == "runwatch watch: stopped after an anomaly: SIGTERM, then SIGKILL after 0.5 s (2 processes)"
+            assert note == "stopped after an anomaly: SIGTERM, then SIGKILL after 0.5 s (2 processes)"
             assert exit_status(proc.pid) == "killed by SIGKILL"
             assert _wait_for(lambda: not alive(worker))  # the group's other member went with it
         finally:
@@ -179,22 +179,18 @@ def _sleeper():
 def test_stop_a_process_that_obeys_sigterm(tmp_path):
     with _sleeper() as proc:
         # no launch.json: only the process itself is signalled
-        assert (
-            stop(proc.pid, str(tmp_path), grace=30) == "runwatch watch: stopped after an anomaly: SIGTERM (1 process)"
-        )
+        assert stop(proc.pid, str(tmp_path), grace=30) == "stopped after an anomaly: SIGTERM (1 process)"
         assert exit_status(proc.pid) == "killed by SIGTERM"
 
 
 def test_stop_a_process_already_gone(tmp_path):
     with subprocess.Popen([sys.executable, "-c", "pass"]) as proc:
         assert _wait_for(lambda: not alive(proc.pid))
-        assert stop(proc.pid, str(tmp_path), grace=0.5) == f"runwatch watch: process {proc.pid} had already exited"
+        assert stop(proc.pid, str(tmp_path), grace=0.5) == f"process {proc.pid} had already exited"
 
 
 def test_a_launch_json_of_another_process_is_not_trusted(tmp_path):
     """A pid reused by an unrelated process: launch.json's group is not signalled."""
     with _sleeper() as proc:
         (tmp_path / "launch.json").write_text(json.dumps({"pid": proc.pid, "pgid": os.getpgid(os.getpid()) + 100000}))
-        assert stop(proc.pid, str(tmp_path), grace=30, why="a stall") == (
-            "runwatch watch: stopped after a stall: SIGTERM (1 process)"
-        )
+        assert stop(proc.pid, str(tmp_path), grace=30, why="a stall") == ("stopped after a stall: SIGTERM (1 process)")

@@ -15,7 +15,8 @@ import pytest
 
 from runwatch.launch import launch
 from runwatch.process import alive, read_exit, wait_exit
-from runwatch.proctree import MARKER_ENV, ProcessTree, Stopped, scan, stop
+from runwatch.proctree import ProcessTree, Stopped, scan, stop
+from runwatch.rundir import ENV_ATTEMPT_ID
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the tree is found through /proc")
 
@@ -124,7 +125,7 @@ def test_the_marker_finds_the_orphans_when_the_waiter_itself_was_killed(family):
     tree = ProcessTree.of_launch(run)
     assert set(tree.members()) == set(every[1:])
     with open(f"/proc/{every[1]}/environ", "rb") as f:
-        assert f"{MARKER_ENV}={info['attempt_id']}".encode() in f.read()
+        assert f"{ENV_ATTEMPT_ID}={info['attempt_id']}".encode() in f.read()
     assert stop(tree, grace=10).count == 3
     assert not any(alive(p) for p in every)
 

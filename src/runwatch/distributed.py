@@ -28,7 +28,8 @@ from collections.abc import Callable
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .heartbeats import HEARTBEAT_DIR, HISTORY_WINDOWS, HeartbeatConfig, heartbeat_path
+from .heartbeats import HISTORY_WINDOWS, HeartbeatConfig, heartbeat_path
+from .rundir import HEARTBEATS
 from .schema import dumps
 
 if TYPE_CHECKING:
@@ -209,7 +210,7 @@ class HeartbeatWriter:
     ) -> None:
         self.path = heartbeat_path(run_dir, rank)
         self._tmp = f"{self.path}.tmp-{os.getpid()}"
-        os.makedirs(os.path.join(run_dir, HEARTBEAT_DIR), exist_ok=True)
+        os.makedirs(os.path.join(run_dir, HEARTBEATS), exist_ok=True)
         self._progress = progress  # () -> (attempted updates so far, perf_counter of the last step())
         self._config = config
         self._lock = threading.Lock()  # the fields, and folding the posts into them

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, InvalidRunError
+from .rundir import RunDir
 from .schema import MAX_LINE_BYTES, open_regular, read_manifest
 
 __all__ = ["Batch", "LogFollower", "ManifestFollower", "tail_lines", "READ_CHUNK_BYTES"]
@@ -200,7 +201,7 @@ class ManifestFollower:
 
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
-        self.path = os.path.join(run_dir, "run.json")
+        self.path = RunDir(run_dir).manifest
         self._sig: tuple[int, ...] | None = None
         self.manifest: dict[str, Any] | None = None
 

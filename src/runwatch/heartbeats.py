@@ -33,10 +33,10 @@ import time
 from typing import Any, Literal, overload
 
 from .errors import ConfigError, InvalidRunError
+from .rundir import HEARTBEATS
 from .schema import loads, open_regular
 
 __all__ = [
-    "HEARTBEAT_DIR",
     "HISTORY_WINDOWS",
     "HeartbeatConfig",
     "Heartbeat",
@@ -50,7 +50,6 @@ __all__ = [
     "rank_status_lines",
 ]
 
-HEARTBEAT_DIR = "heartbeats"
 _NAME = re.compile(r"rank-(\d{1,9})\.json")
 # A heartbeat is ~700 bytes; 64 KiB bounds what one garbage file can cost a poll over 10k ranks.
 MAX_HEARTBEAT_BYTES = 64 * 1024
@@ -116,7 +115,7 @@ class Heartbeat:
 
 def heartbeat_path(run_dir: str, rank: int) -> str:
     """`RUN_DIR/heartbeats/rank-<rank>.json`."""
-    return os.path.join(run_dir, HEARTBEAT_DIR, f"rank-{rank}.json")
+    return os.path.join(run_dir, HEARTBEATS, f"rank-{rank}.json")
 
 
 @overload
@@ -227,7 +226,7 @@ def read_heartbeats(run_dir: str) -> tuple[dict[int, Heartbeat], list[str]]:
     A file that is torn, garbage, too large, or names another rank than its file name is reported
     in the problems and left out; nothing here raises on a file's content.
     """
-    folder = os.path.join(run_dir, HEARTBEAT_DIR)
+    folder = os.path.join(run_dir, HEARTBEATS)
     beats: dict[int, Heartbeat] = {}
     problems: list[str] = []
     try:
@@ -235,12 +234,12 @@ def read_heartbeats(run_dir: str) -> tuple[dict[int, Heartbeat], list[str]]:
     except (FileNotFoundError, NotADirectoryError):
         return beats, problems
     except OSError as exc:
-        return beats, [f"{HEARTBEAT_DIR}: cannot list: {exc.strerror or exc}"]
+        return beats, [f"{HEARTBEATS}: cannot list: {exc.strerror or exc}"]
     for name in names:
         m = _NAME.fullmatch(name)
         if m is None:
             continue  # temp files of a write in progress, and anything else
-        where = f"{HEARTBEAT_DIR}/{name}"
+        where = f"{HEARTBEATS}/{name}"
         try:
             # raw reads: one syscall a file; O_NONBLOCK so that a FIFO in the way cannot block a poll
             fd = open_regular(os.path.join(folder, name), where, name_directory=False)

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from .errors import ConfigError, InvalidRunError, LogWriteError, RunLockedError, RunwatchError
 from .hardware import device_name
+from .rundir import RunDir
 from .schema import SCHEMA_VERSION, dumps, read_manifest
 
 __all__ = [
@@ -101,8 +102,8 @@ class Journal:
     def __init__(self, run_dir: str, fsync: bool) -> None:
         self.run_dir = run_dir
         self._fsync = fsync
-        self._metrics_path = os.path.join(run_dir, "metrics.jsonl")
-        self._manifest_path = os.path.join(run_dir, "run.json")
+        self._metrics_path = RunDir(run_dir).metrics
+        self._manifest_path = RunDir(run_dir).manifest
         self._fd = self._open_locked()
         try:
             self._remove_stale_manifest_temps()

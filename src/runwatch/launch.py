@@ -25,10 +25,10 @@ from .errors import UsageError
 from .journal import atomic_write_text
 from .options import add_command_arguments, split_command
 from .process import launched_here
-from .proctree import MARKER_ENV, start_ticks
+from .proctree import start_ticks
 from .readers import ReadOptions, read_options
 from .readers import add_arguments as add_read_arguments
-from .waiter import EXIT_FILE
+from .rundir import ENV_ATTEMPT_ID, ENV_RUN_DIR, EXIT, LAUNCH_HEADER, RunDir
 
 __all__ = ["launch", "log_target", "LAUNCH_ENV", "WAITER", "TEXT_FORMATS", "add_arguments", "run"]
 
@@ -110,15 +110,15 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
     if old is not None:
         raise UsageError(f"launch: {run_dir}: the process {old} launched there is still running")
     attempt_id = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns():x}"
-    added = dict(LAUNCH_ENV, RUNWATCH_RUN_DIR=run_dir, **{MARKER_ENV: attempt_id})
+    added = dict(LAUNCH_ENV, **{ENV_RUN_DIR: run_dir, ENV_ATTEMPT_ID: attempt_id})
     full_env = dict(os.environ if env is None else env)
     full_env.update(added)
-    out_path = os.path.join(run_dir, "stdout.log")
+    out_path = RunDir(run_dir).stdout
     with contextlib.suppress(FileNotFoundError):  # how the previous attempt ended is in the journal
-        os.unlink(os.path.join(run_dir, EXIT_FILE))
+        os.unlink(os.path.join(run_dir, EXIT))
     out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        os.write(out_fd, f"--- runwatch launch {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {' '.join(cmd)}\n".encode())
+        os.write(out_fd, f"{LAUNCH_HEADER}{time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {' '.join(cmd)}\n".encode())
         reply = _start_waiter({"cmd": list(cmd), "env": full_env, "stdout": out_path, "run_dir": run_dir}, out_fd)
     finally:
         os.close(out_fd)
@@ -142,8 +142,8 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
         "start_ticks": start_ticks(pid),
         "waiter_start_ticks": start_ticks(waiter) if waiter is not None else None,
     }
-    atomic_write_text(os.path.join(run_dir, "pid"), f"{pid}\n")
-    atomic_write_text(os.path.join(run_dir, "launch.json"), json.dumps(info, indent=2) + "\n")
+    atomic_write_text(RunDir(run_dir).pid, f"{pid}\n")
+    atomic_write_text(RunDir(run_dir).launch, json.dumps(info, indent=2) + "\n")
     return info
 
 
@@ -154,7 +154,7 @@ def log_target(run_dir: str, read: ReadOptions) -> str:
     if read.log:
         return os.path.join(run_dir, read.log)
     if read.pattern or read.format in TEXT_FORMATS:
-        return os.path.join(run_dir, "stdout.log")
+        return RunDir(run_dir).stdout
     return run_dir
 
 

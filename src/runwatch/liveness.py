@@ -17,7 +17,6 @@ Standard library only.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
@@ -28,6 +27,7 @@ from typing import Any
 
 from .errors import ConfigError, InvalidRunError
 from .heartbeats import MAX_HEARTBEAT_BYTES, Heartbeat, heartbeat_path, parse_heartbeat, read_heartbeats
+from .rundir import LAUNCH_HEADER, RunDir, read_json
 
 __all__ = [
     "PHASE_NAME",
@@ -156,14 +156,6 @@ def dead_rank(run_dir: str) -> str | None:
     return f"{first.label} died first: its heartbeat stopped at step {first.step} and its process is gone{more}"
 
 
-def _read_small_json(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
-        return None
-
-
 def is_local_host(host: str | None) -> bool:
     """Whether `host` is this machine (no host recorded counts as local)."""
     if not host:
@@ -174,7 +166,7 @@ def is_local_host(host: str | None) -> bool:
 
 def process_host(run_dir: str, beat: Heartbeat | None = None) -> str | None:
     """The host the training runs on, as `launch.json` records it (else the watched heartbeat's)."""
-    info = _read_small_json(os.path.join(run_dir, "launch.json"))
+    info = read_json(RunDir(run_dir).launch)
     if isinstance(info, dict) and isinstance(info.get("host"), str) and info["host"]:
         return str(info["host"])
     return beat.host if beat is not None else None
@@ -187,6 +179,10 @@ _ERROR_PATTERNS = (
     re.compile(r"\bCANCELLED\b.*|DUE TO TIME LIMIT|\bTIME LIMIT\b|DUE TO PREEMPTION|DUE TO NODE FAILURE"),
     re.compile(r"^Killed\b|\bKilled$"),
 )
+# What any other error line looks like: `ValueError: ...`, `error: ...`, `Killed`, `Segmentation fault`.
+_ERROR_LINE = re.compile(
+    r"(^|\s)[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b|^(error|fatal|killed|segmentation fault)\b", re.IGNORECASE
+)
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)?(: .*)?$")
 
 
@@ -195,9 +191,13 @@ def _clip(line: str, n: int = 240) -> str:
     return line if len(line) <= n else line[: n - 3] + "..."
 
 
-def last_error(stdout_log: str) -> str | None:
+def last_error(stdout_log: str, *, or_last_line: bool = False) -> str | None:
     """The last error line in the end of `stdout_log`: the last line of a Python traceback, a CUDA
-    or NCCL error, `Killed`, a Slurm CANCELLED / TIME LIMIT line; None when there is none."""
+    or NCCL error, `Killed`, a Slurm CANCELLED / TIME LIMIT line; None when there is none.
+
+    `or_last_line`: when there is none of those, the last line that looks like an error
+    (`ValueError: ...`, `error: ...`, `Segmentation fault`), else the last line the program printed
+    (never `runwatch launch`'s own header): what a person reads first of a job that ended early."""
     try:
         with open(stdout_log, "rb") as f:
             size = f.seek(0, os.SEEK_END)
@@ -216,7 +216,12 @@ def last_error(stdout_log: str) -> str | None:
             for later in lines[i + 1 :]:
                 if later and not later[0].isspace() and _EXCEPTION_LINE.match(later.strip()):
                     return _clip(later)
-    return None
+    if not or_last_line:
+        return None
+    printed = [ln.strip() for ln in lines if ln.strip() and not ln.startswith(LAUNCH_HEADER)]
+    if not printed:
+        return None
+    return _clip(next((ln for ln in reversed(printed) if _ERROR_LINE.search(ln)), printed[-1]))
 
 
 def watching_record(

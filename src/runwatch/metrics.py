@@ -41,6 +41,7 @@ from .hardware import detect_hardware, memory_peaks, rank_hardware
 from .heartbeats import HeartbeatConfig
 from .journal import open_session, utc_now
 from .recipe import check_arguments, check_recipe, check_start
+from .rundir import ENV_RUN_DIR, ENV_WINDOW
 from .schema import END_REASONS, SCHEMA_VERSION, dumps, validate_manifest, window_tokens
 from .signals import SignalGuard, Terminated
 from .window import (
@@ -65,7 +66,7 @@ _as_float_list = as_float_list  # its former name here
 DEFAULT_WINDOW = 10
 # Overrides the default window of RunLogger and the callbacks (an explicit `window=` wins):
 # `runwatch bench` sets it to 1 so that every update is a train record of its own.
-WINDOW_ENV = "RUNWATCH_WINDOW"
+WINDOW_ENV = ENV_WINDOW
 
 
 def default_window(fallback: int | None = DEFAULT_WINDOW) -> int | None:
@@ -122,7 +123,7 @@ class RunLogger:
         max_window_seconds: float | None = DEFAULT_MAX_WINDOW_SECONDS,
     ) -> None:
         if run_dir is None:
-            run_dir = os.environ.get("RUNWATCH_RUN_DIR")
+            run_dir = os.environ.get(ENV_RUN_DIR)
             if not run_dir:
                 raise ConfigError("RunLogger.run_dir must be a path (or RUNWATCH_RUN_DIR set), got None")
         if window is None:

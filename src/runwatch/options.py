@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, UsageError
+from .rundir import CONFIG
 
 __all__ = [
     "Parser",
@@ -43,7 +44,6 @@ __all__ = [
     "build",
     "given_options",
     "option_fields",
-    "TOML_NAME",
     "POSITIVE",
     "NON_NEGATIVE",
     "NUMBER",
@@ -57,8 +57,6 @@ __all__ = [
     "TEXTS",
     "EXIT_CODE",
 ]
-
-TOML_NAME = "runwatch.toml"
 
 
 class Parser(argparse.ArgumentParser):
@@ -259,7 +257,7 @@ def read_toml(directory: str | None, cls: type, command: str, table: str = "watc
     A key may be spelled with `-` or `_`. An unknown key, a broken file or a non-table is a
     ConfigError; the values are validated when the options are built.
     """
-    path = os.path.join(directory, TOML_NAME) if directory else None
+    path = os.path.join(directory, CONFIG) if directory else None
     if not path or not os.path.isfile(path):
         return {}
     import tomllib
@@ -268,16 +266,16 @@ def read_toml(directory: str | None, cls: type, command: str, table: str = "watc
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{TOML_NAME}: {exc}") from None
+        raise ConfigError(f"{CONFIG}: {exc}") from None
     section = doc.get(table, {})
     if not isinstance(section, dict):
-        raise ConfigError(f"{TOML_NAME}: [{table}] must be a table")
+        raise ConfigError(f"{CONFIG}: [{table}] must be a table")
     known = {f.name: f for f in option_fields(cls)}
     out: dict[str, Any] = {}
     for key, value in section.items():
         name = key.replace("-", "_")
         if name not in known:
-            raise ConfigError(f"{TOML_NAME}: unknown option {key!r} in [{table}]")
+            raise ConfigError(f"{CONFIG}: unknown option {key!r} in [{table}]")
         if command in known[name].metadata["commands"]:
             out[name] = tuple(value) if isinstance(value, list) else value
     return out

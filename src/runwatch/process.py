@@ -21,7 +21,7 @@ from typing import Any
 
 from .proctree import ProcessTree, start_ticks
 from .proctree import stop as _tree_stop
-from .waiter import EXIT_FILE
+from .rundir import EXIT, RunDir, read_json
 
 __all__ = [
     "Exit",
@@ -154,7 +154,7 @@ def launched_here(run_dir: str) -> int | None:
     """The pid in RUN_DIR/pid while that process runs here: alive, and when launch.json describes
     it, on this host and started when launch.json says (a requeued job on another node, or a pid
     the system gave to another process since, is not the training). None otherwise."""
-    pid = read_pid_file(os.path.join(run_dir, "pid"))
+    pid = read_pid_file(RunDir(run_dir).pid)
     if pid is None or not alive(pid):
         return None
     info = launch_info(run_dir)
@@ -170,11 +170,7 @@ def launched_here(run_dir: str) -> int | None:
 
 def launch_info(run_dir: str) -> dict[str, Any] | None:
     """RUN_DIR/launch.json as an object, or None (absent, not JSON, not an object)."""
-    try:
-        with open(os.path.join(run_dir, "launch.json"), "rb") as f:
-            info = json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
-        return None
+    info = read_json(RunDir(run_dir).launch)
     return info if isinstance(info, dict) else None
 
 
@@ -195,7 +191,7 @@ class Exit:
 def read_exit(run_dir: str, pid: int) -> Exit | None:
     """`RUN_DIR/exit.json` when it describes `pid`, else None (absent, another pid, not one)."""
     try:
-        fd = os.open(os.path.join(run_dir, EXIT_FILE), os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(os.path.join(run_dir, EXIT), os.O_RDONLY | os.O_NONBLOCK)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
@@ -227,9 +223,10 @@ def wait_exit(run_dir: str, pid: int, timeout: float = EXIT_WAIT_SECONDS) -> Exi
 
 def stop(pid: int, run_dir: str, grace: float = STOP_GRACE_SECONDS, why: str = "an anomaly") -> str:
     """Stop every process of the attempt `pid` leads (`proctree.stop`: SIGTERM, SIGCONT to the
-    stopped ones, SIGKILL after `grace` s); a one-line note of what was done."""
+    stopped ones, SIGKILL after `grace` s); a one-line note of what was done, for the caller to
+    say in its own name."""
     tree = ProcessTree.of_launch(run_dir, pid)
     done = _tree_stop(tree, grace) if tree is not None else None
     if done is None or done.count == 0:
-        return f"runwatch watch: process {pid} had already exited"
-    return f"runwatch watch: stopped after {why}: {done.describe()}"
+        return f"process {pid} had already exited"
+    return f"stopped after {why}: {done.describe()}"

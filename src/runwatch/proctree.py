@@ -35,12 +35,13 @@ more, naming what still stands). A supervisor forwarding a signal to the trainin
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from .rundir import ENV_ATTEMPT_ID, RunDir, read_json
 
 __all__ = [
     "Proc",
@@ -50,12 +51,9 @@ __all__ = [
     "signal_all",
     "stop",
     "start_ticks",
-    "MARKER_ENV",
     "KILL_WAIT_SECONDS",
 ]
 
-# Every process the training starts inherits this variable (unless it clears its environment).
-MARKER_ENV = "RUNWATCH_ATTEMPT_ID"
 # After SIGKILL the kernel frees a process within milliseconds, unless it sleeps uninterruptibly
 # (a hung NFS or GPU driver call): wait this long, then report what is left rather than hang.
 KILL_WAIT_SECONDS = 30.0
@@ -179,7 +177,7 @@ class ProcessTree:
     def of_launch(cls, run_dir: str, pid: int | None = None) -> ProcessTree | None:
         """The tree `runwatch launch` recorded in RUN_DIR/launch.json (for `pid`, when given);
         for a pid that launch.json does not describe, the tree of that process alone."""
-        info = _read_json(os.path.join(run_dir, "launch.json"))
+        info = read_json(RunDir(run_dir).launch)
         if not isinstance(info, dict) or type(info.get("pid")) is not int or (pid is not None and info["pid"] != pid):
             return None if pid is None else cls(pid, group=None)
 
@@ -236,7 +234,7 @@ class ProcessTree:
             seeds.append(self.root)
             seeds.extend(pid for pid, p in procs.items() if p.sid == self.root)
         if self.marker is not None:
-            needle = f"\0{MARKER_ENV}={self.marker}\0".encode()
+            needle = f"\0{ENV_ATTEMPT_ID}={self.marker}\0".encode()
             floor = self.root_start or 0
             seeds.extend(pid for pid, p in procs.items() if p.start >= floor and _has_marker(pid, needle))
         found: set[int] = set()
@@ -353,14 +351,6 @@ def stop(
         time.sleep(poll)
         members = tree.members()
     return Stopped(len(seen), len(continued), len(killed), tuple(sorted(members)), grace, time.monotonic() - t0)
-
-
-def _read_json(path: str) -> object:
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read(1 << 20))
-    except (OSError, ValueError):
-        return None
 
 
 def start_ticks(pid: int) -> int | None:

@@ -37,6 +37,7 @@ from typing import Any
 from .errors import InvalidRunError, UsageError
 from .readers import READER_FORMATS, ReadOptions, detect, open_reader, to_records
 from .readers.keys import EVAL_PREFIXES
+from .rundir import RunDir
 from .schema import SessionValidator, loads, orjson_misread, read_manifest, read_regular_file
 
 __all__ = [
@@ -127,7 +128,7 @@ class Target:
 
     @property
     def manifest_path(self) -> str:
-        return os.path.join(self.run_dir, "run.json")
+        return RunDir(self.run_dir).manifest
 
     def schema_v1(self) -> bool:
         """The log is schema v1: a `metrics.jsonl` beside a `run.json`."""
@@ -155,7 +156,7 @@ def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
         fmt, log, run_dir = found
         return Target(run_dir, log, fmt, read)
     if read.format == "jsonl" and os.path.isdir(target):
-        return Target(target, os.path.join(target, "metrics.jsonl"), "jsonl", read)
+        return Target(target, RunDir(target).metrics, "jsonl", read)
     if read.format == "jsonl":
         return Target(os.path.dirname(os.path.abspath(target)), target, "jsonl", read)
     if not os.path.exists(target) and not target.endswith(FILE_SUFFIXES):
@@ -163,7 +164,7 @@ def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
     else:
         target_is_dir = os.path.isdir(target)
     if target_is_dir:
-        log = os.path.join(target, "metrics.jsonl")
+        log = RunDir(target).metrics
         if not os.path.exists(log):
             state = _find_trainer_state(target)
             if state is not None:

@@ -23,11 +23,9 @@ import warnings
 from typing import NamedTuple
 
 from .errors import ConfigError, InvalidRunError
+from .rundir import ENV_RESUME_FROM, ENV_ROLLBACK, ENV_RUN_DIR, ENV_SKIP_STEPS, RESUME_ENV, RunDir
 
 __all__ = ["Resume", "resume_checkpoint", "parse_skip_steps", "RESUME_ENV"]
-
-# The environment a supervised relaunch after a divergence carries.
-RESUME_ENV = ("RUNWATCH_RESUME_FROM", "RUNWATCH_ROLLBACK", "RUNWATCH_SKIP_STEPS")
 
 
 class Resume(NamedTuple):
@@ -63,12 +61,12 @@ def resume_checkpoint(default: str | None = None, run_dir: str | os.PathLike[str
     `run_dir` defaults to `RUNWATCH_RUN_DIR` (set by `runwatch launch` and `supervise`).
     """
     env = os.environ
-    skip = parse_skip_steps(env.get("RUNWATCH_SKIP_STEPS"))
-    rollback = _rollback(env.get("RUNWATCH_ROLLBACK"))
-    if env.get("RUNWATCH_RESUME_FROM"):
-        return Resume(env["RUNWATCH_RESUME_FROM"], skip, rollback)
-    run_dir = os.fspath(run_dir) if run_dir is not None else env.get("RUNWATCH_RUN_DIR")
-    if not run_dir or not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+    skip = parse_skip_steps(env.get(ENV_SKIP_STEPS))
+    rollback = _rollback(env.get(ENV_ROLLBACK))
+    if env.get(ENV_RESUME_FROM):
+        return Resume(env[ENV_RESUME_FROM], skip, rollback)
+    run_dir = os.fspath(run_dir) if run_dir is not None else env.get(ENV_RUN_DIR)
+    if not run_dir or not os.path.exists(RunDir(run_dir).metrics):
         return Resume(default, skip, rollback)
     from .goodput import latest_checkpoint
     from .records import load_sessions

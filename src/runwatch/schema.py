@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import InvalidRunError
+from .rundir import RunDir
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -252,7 +253,7 @@ def read_regular_file(path: str, where: str, limit: int, *, show_path: bool = Fa
 def read_manifest(run_dir: str) -> dict[str, Any]:
     """Read and validate `run_dir/run.json`; return it."""
     where = "run.json"
-    data = read_regular_file(os.path.join(run_dir, "run.json"), where, MAX_MANIFEST_BYTES, show_path=True)
+    data = read_regular_file(RunDir(run_dir).manifest, where, MAX_MANIFEST_BYTES, show_path=True)
     manifest: dict[str, Any] = loads(data, where)  # validated just below
     validate_manifest(manifest, where)
     return manifest

@@ -40,7 +40,8 @@ from .records import (
 )
 from .replay import reached
 from .rules import RuleOptions, fmt_step, verdict_class
-from .schema import read_manifest, read_regular_file
+from .rundir import RunDir, read_json
+from .schema import read_manifest
 from .supervision import ENDS, supervise_status
 from .verdict import read_verdict
 
@@ -133,13 +134,6 @@ class Status(StatusHead):
     supervise: Mapping[str, Any] | None  # supervision.supervise_status
 
 
-def _read_json(path: str) -> Any:
-    try:  # non-blocking: a FIFO named watchdog.json must not hang a check-in
-        return json.loads(read_regular_file(path, os.path.basename(path), 1 << 20))
-    except (OSError, ValueError):  # InvalidRunError is a ValueError
-        return None
-
-
 def status(
     run_dir: str,
     *,
@@ -182,7 +176,7 @@ def status(
         history = read_trainer_state(t.log_path)
         parser = RecordParser("minimal", name=os.path.basename(t.log_path), maps=maps)
         recs = [r for r in (parser.parse_object(e, "") for e in history[-TAIL_RECORDS:]) if r is not None]
-        state = _read_json(t.log_path)
+        state = read_json(t.log_path)
         if isinstance(state, dict) and isinstance(state.get("max_steps"), int) and state["max_steps"] > 0:
             out["max_steps"] = state["max_steps"]
         mtime = os.stat(t.log_path).st_mtime
@@ -259,7 +253,7 @@ def describe(
         if ev
         else None
     )
-    pid = read_pid_file(os.path.join(t.run_dir, "pid"))
+    pid = read_pid_file(RunDir(t.run_dir).pid)
     host = process_host(t.run_dir)
     process: ProcessInfo | None
     if pid is None:
@@ -271,7 +265,7 @@ def describe(
     watchdog = watchdog_facts(t.run_dir, now)
     error: str | None = watchdog.get("last_error") if watchdog is not None else None
     if error is None and process and process["alive"] is False and not (ended and ended["reason"] == "normal"):
-        error = last_error(os.path.join(t.run_dir, "stdout.log"))
+        error = last_error(RunDir(t.run_dir).stdout)
     return {
         **out,
         "loss_key": out.get("loss_key"),
@@ -306,7 +300,7 @@ def watchdog_facts(run_dir: str, now: float) -> dict[str, Any] | None:
     if verdict.get("verdict") == "watching":
         watching, line = watchdog_liveness(verdict, now)
         return {**verdict, "alive": watching, "line": line}
-    launch = _read_json(os.path.join(run_dir, "launch.json"))
+    launch = read_json(RunDir(run_dir).launch)
     stale = (
         isinstance(launch, dict)
         and isinstance(launch.get("time"), (int, float))

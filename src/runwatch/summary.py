@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any, TypedDict
 
 from .errors import EXIT_OK, InvalidRunError, RunwatchError
+from .rundir import RunDir
 from .schema import SessionValidator, iter_line_blocks, loads, read_manifest, strict_json
 
 __all__ = ["summarize", "main", "Summary", "LossSummary", "QKClipSummary", "ValSummary"]
@@ -135,7 +136,7 @@ def summarize(
     last_val: ValSummary | None = None
     end: dict[str, Any] | None = None  # its session_end
 
-    path = os.path.join(run_dir, "metrics.jsonl")
+    path = RunDir(run_dir).metrics
     if not os.path.lexists(path):
         raise InvalidRunError(f"metrics.jsonl: missing ({path})")
     # One line at a time, parsed just before it is used: parsing a block of lines into records

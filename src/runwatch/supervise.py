@@ -45,22 +45,21 @@ from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InvalidRunError, Usag
 from .goodput import goodput, latest_checkpoint, rollback_target
 from .heartbeats import read_heartbeats
 from .launch import launch, log_target
+from .liveness import last_error
 from .notify import Notifier, mask_url
 from .options import add_command_arguments, add_flags, given_options, split_command
 from .readers import ReadOptions, read_options
 from .readers import add_arguments as add_read_arguments
 from .records import Session, load_sessions, resolve_target
 from .resume import RESUME_ENV
-from .rules import fmt_step
+from .rules import Finding, fmt_step
+from .rundir import ENV_RESUME_FROM, ENV_ROLLBACK, ENV_SKIP_STEPS, JOURNAL, LOCK, RunDir
 from .scheduler import SlurmJob, requeue
 from .supervision import (
     ENDS,
-    JOURNAL,
-    LOCK,
     Counters,
     SuperviseOptions,
     append,
-    last_output_line,
     last_record,
     load_supervise_options,
     lock_run_dir,
@@ -256,7 +255,7 @@ class Supervisor:
             self.waiters.add(info["waiter"])
         if self.counters.first_launch is None:
             self.counters.first_launch = float(info["time"])
-        fields.setdefault("checkpoint", env.get("RUNWATCH_RESUME_FROM") or self._latest_checkpoint())
+        fields.setdefault("checkpoint", env.get(ENV_RESUME_FROM) or self._latest_checkpoint())
         fields.update(self._facts(), launched_at=round(float(info["time"]), 3))
         if self.continued:
             fields["continued"] = True  # the first launch of a new allocation
@@ -322,13 +321,17 @@ class Supervisor:
     def _watch(self) -> Verdict | None:
         """Watch the current attempt from where the last watch left the log (no re-reading)."""
         w = Watcher(
-            self.target, dataclasses.replace(self.watch, pid=self.pid), log=self.log, read=self.read, out=self.out
+            self.target,
+            dataclasses.replace(self.watch, pid=self.pid),
+            log=self.log,
+            read=self.read,
+            out=self.out,
+            started=self.started,  # --timeout is the whole supervision's
+            stale_sessions=self.counters.stale_sessions,
         )
-        w.stale_sessions = self.counters.stale_sessions
         if self.state is not None and w.load_state_dict(self.state) and self.new_process:
             w.expect_new_session()
         self.new_process = False
-        w.started = self.started  # --timeout is the whole supervision's
         self.watcher = w
         while True:
             v = w.poll_once()
@@ -426,7 +429,7 @@ class Supervisor:
         ):
             # A command that dies before its first record on its first launch (a typo, an import
             # error) does the same on every relaunch: say so instead of looping.
-            last = last_output_line(self.run_dir)
+            last = last_error(RunDir(self.run_dir).stdout, or_last_line=True)
             self._finish("gave_up", v, v.line() + " (not relaunched: it ended before its first record)", EXIT_USAGE)
             raise UsageError(
                 f"supervise: {' '.join(self.cmd)}: ended before writing its first record "
@@ -461,9 +464,9 @@ class Supervisor:
                 return self._give_up(v, f"no checkpoint before step {fmt_step(onset)} to roll back to")
             self.counters.rollbacks += 1
             env = {
-                "RUNWATCH_RESUME_FROM": rb.checkpoint.path,
-                "RUNWATCH_ROLLBACK": str(self.counters.rollbacks),
-                "RUNWATCH_SKIP_STEPS": rb.skip_text,
+                ENV_RESUME_FROM: rb.checkpoint.path,
+                ENV_ROLLBACK: str(self.counters.rollbacks),
+                ENV_SKIP_STEPS: rb.skip_text,
             }
             self.log(
                 f"runwatch supervise: {v.kind} ({cls}) from step {fmt_step(rb.first_bad_step)}; rolling back to "
@@ -505,7 +508,7 @@ class Supervisor:
         ongoing = last if last is not None and event not in ENDS else None
         if ongoing is not None:
             self.counters = Counters.from_json(ongoing)
-        pid = _proc.read_pid_file(os.path.join(self.run_dir, "pid"))
+        pid = _proc.read_pid_file(RunDir(self.run_dir).pid)
         if _proc.launched_here(self.run_dir) is not None and pid is not None:
             info = _proc.launch_info(self.run_dir)
             command = info.get("command") if info is not None else None
@@ -537,14 +540,10 @@ class Supervisor:
             # The supervisor was stopped between a verdict and its action: take the action up.
             self.pid = ongoing.get("pid")
             self.log(f"runwatch supervise: taking up the action on the recorded verdict {ongoing['kind']}")
-            return Verdict(
-                "anomaly",
-                ongoing["kind"],
-                ongoing.get("step") or 0,
-                ongoing.get("message") or "",
-                time.time(),
-                ongoing.get("onset"),
+            finding = Finding(
+                ongoing["kind"], ongoing.get("step") or 0, ongoing.get("message") or "", onset=ongoing.get("onset")
             )
+            return Verdict.of(finding, time.time())
         if ongoing is not None and pid is not None:
             self.pid = pid  # gone meanwhile: the watch judges how it ended (done, or process_exit)
             self.adopted = True
@@ -630,11 +629,11 @@ class Supervisor:
         step = sessions[-1].records[-1].step if sessions else 0
         fields: dict[str, Any] = {"signal": sig.name, "signal_time": round(self.signal_time or time.time(), 3)}
         if user:
-            v = Verdict(
-                "anomaly", "interrupted", step, "the supervisor received SIGINT; the training was stopped", time.time()
+            v = Verdict.of(
+                Finding("interrupted", step, "the supervisor received SIGINT; the training was stopped"), time.time()
             )
             return self._finish("gave_up", v, v.line(), EXIT_INTERRUPTED, **fields)
-        v = Verdict("anomaly", "interrupted", step, f"preempted by {sig.name}", time.time())
+        v = Verdict.of(Finding("interrupted", step, f"preempted by {sig.name}"), time.time())
         if self.opts.requeue and self.slurm is not None:
             fields["requeue"] = done = requeue(self.slurm)
             self.log(

@@ -23,13 +23,12 @@ from .follow import tail_lines
 from .notify import mask_url
 from .options import FLAG, INT_0, NON_NEGATIVE, POSITIVE, TEXT, TEXTS, option, read_toml, validate
 from .process import alive
+from .rundir import JOURNAL, LOCK, RunDir
 
 __all__ = [
     "SuperviseOptions",
     "load_supervise_options",
     "Counters",
-    "JOURNAL",
-    "LOCK",
     "EVENTS",
     "ENDS",
     "append",
@@ -38,11 +37,8 @@ __all__ = [
     "lock_run_dir",
     "supervise_status",
     "stdout_tail",
-    "last_output_line",
 ]
 
-JOURNAL = "supervise.jsonl"
-LOCK = "supervise.lock"
 EVENTS = (
     "launch",
     "verdict",
@@ -328,20 +324,7 @@ def supervise_status(run_dir: str) -> dict[str, Any] | None:
 def stdout_tail(run_dir: str, n: int) -> list[str]:
     """The last `n` lines of RUN_DIR/stdout.log (each cut at 300 characters)."""
     try:
-        lines, _ = tail_lines(os.path.join(run_dir, "stdout.log"), n)
+        lines, _ = tail_lines(RunDir(run_dir).stdout, n)
     except OSError:
         return ["(no stdout.log)"]
     return [raw.decode("utf-8", "replace")[:300] for raw in lines]
-
-
-def last_output_line(run_dir: str) -> str | None:
-    """The last non-empty line of stdout.log that runwatch did not write itself."""
-    try:
-        lines, _ = tail_lines(os.path.join(run_dir, "stdout.log"), OUTPUT_TAIL_LINES)
-    except OSError:
-        return None
-    for raw in reversed(lines):
-        text = raw.decode("utf-8", "replace").strip()
-        if text and not text.startswith("--- runwatch launch"):
-            return text[:200]
-    return None

@@ -19,7 +19,8 @@ from typing import Any
 
 from .errors import EXIT_ANOMALY, EXIT_OK, EXIT_TEMPFAIL, ConfigError, InvalidRunError
 from .journal import atomic_write_text
-from .rules import fmt_step, verdict_class
+from .rules import Finding, fmt_step, verdict_class
+from .rundir import VERDICT
 from .schema import loads, read_regular_file
 
 __all__ = [
@@ -28,12 +29,10 @@ __all__ = [
     "read_verdict",
     "exit_status",
     "parse_exit_codes",
-    "VERDICT_FILE",
     "EXIT_CLASSES",
     "DEFAULT_EXIT_CODES",
 ]
 
-VERDICT_FILE = "watchdog.json"
 # A verdict is a few hundred bytes; the watching record adds the watch's state (rule windows: a few KB).
 MAX_VERDICT_BYTES = 1 << 20
 # What `--exit-code CLASS=N` names: the anomaly classes, and two ways a supervision ends.
@@ -96,6 +95,24 @@ class Verdict:
     last_error: str | None = None  # a dead process's last error line from stdout.log
     warnings: tuple[dict[str, Any], ...] = ()  # the watch's warnings: {"kind", "step", "message"}, the first 20
 
+    @classmethod
+    def done(cls, step: int | float, message: str, time: float, warnings: Sequence[dict[str, Any]] = ()) -> Verdict:
+        """The verdict of a run that completed: `message` says how (`session ended normally`)."""
+        return cls("done", None, step, message, time, warnings=tuple(warnings))
+
+    @classmethod
+    def of(
+        cls,
+        finding: Finding,
+        time: float,
+        last_error: str | None = None,
+        warnings: Sequence[dict[str, Any]] = (),
+    ) -> Verdict:
+        """The verdict a finding that stops the run decides: its kind, step, message and onset."""
+        return cls(
+            "anomaly", finding.kind, finding.step, finding.message, time, finding.onset, last_error, tuple(warnings)
+        )
+
     @property
     def cls(self) -> str | None:
         """`transient`, `divergence` or `fatal` for an anomaly; None for `done`."""
@@ -132,10 +149,13 @@ class Verdict:
         return out
 
 
-def write_verdict(run_dir: str, verdict: Verdict) -> str:
-    """Write `run_dir/watchdog.json` atomically (temp file + fsync + os.replace); return its path."""
-    path = os.path.join(run_dir, VERDICT_FILE)
-    atomic_write_text(path, json.dumps(verdict.to_json(), allow_nan=False) + "\n")
+def write_verdict(run_dir: str, verdict: Verdict | dict[str, Any]) -> str:
+    """Write `run_dir/watchdog.json` atomically (temp file + fsync + os.replace); return its path.
+    The one writer of the file: a verdict, or the watching record (`liveness.watching_record`)
+    a running watch keeps there."""
+    path = os.path.join(run_dir, VERDICT)
+    doc = verdict.to_json() if isinstance(verdict, Verdict) else verdict
+    atomic_write_text(path, json.dumps(doc, allow_nan=False) + "\n")
     return path
 
 
@@ -148,15 +168,15 @@ def read_verdict(run_dir: str, *, watching: bool = False) -> tuple[dict[str, Any
     naming the file (`watchdog.json: malformed JSON: ...`). Read like run.json: a regular file
     only (a FIFO cannot block), bounded, strict JSON.
     """
-    path = os.path.join(run_dir, VERDICT_FILE)
+    path = os.path.join(run_dir, VERDICT)
     if not os.path.lexists(path):
         return None, None
     try:
-        doc = loads(read_regular_file(path, VERDICT_FILE, MAX_VERDICT_BYTES), VERDICT_FILE)
+        doc = loads(read_regular_file(path, VERDICT, MAX_VERDICT_BYTES), VERDICT)
     except InvalidRunError as exc:
         return None, str(exc)
     if isinstance(doc, dict) and doc.get("verdict") == "watching":
         return (doc, None) if watching else (None, None)
     if not isinstance(doc, dict) or doc.get("verdict") not in ("done", "anomaly"):
-        return None, f"{VERDICT_FILE}: no verdict"
+        return None, f"{VERDICT}: no verdict"
     return doc, None

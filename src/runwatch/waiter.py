@@ -30,7 +30,8 @@ import sys
 import time
 from typing import Any
 
-EXIT_FILE = "exit.json"
+EXIT = "exit.json"  # rundir.EXIT: this script imports nothing of runwatch (tests/test_launch.py keeps them equal)
+
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 RESET_SIGNALS = IGNORED + tuple(getattr(signal, n) for n in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, n))
@@ -75,7 +76,7 @@ def describe(status: int) -> dict[str, Any]:
 def write_exit(run_dir: str, pid: int, status: int) -> None:
     """`RUN_DIR/exit.json` for `pid`, atomically."""
     rec = {"pid": pid, **describe(status), "time": round(time.time(), 3)}
-    path = os.path.join(run_dir, EXIT_FILE)
+    path = os.path.join(run_dir, EXIT)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps(rec) + "\n")
@@ -147,7 +148,7 @@ def main() -> int:
             try:
                 write_exit(spec["run_dir"], pid, status)
             except OSError as exc:
-                print(f"runwatch waiter: could not write {EXIT_FILE}: {exc}", file=sys.stderr, flush=True)
+                print(f"runwatch waiter: could not write {EXIT}: {exc}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ from . import process as _proc
 from .errors import InvalidRunError, UsageError
 from .follow import LogFollower, ManifestFollower
 from .heartbeats import RankMonitor
-from .journal import atomic_write_text
 from .liveness import PhaseLimits, parse_phase_limits
 from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, add_flags, build, given_options, option
 from .readers import READER_FORMATS, Reader, ReadOptions, open_reader, read_options, to_records
@@ -37,6 +36,7 @@ from .readers import add_arguments as add_read_arguments
 from .records import Record, RecordParser, Target, load_trainer_state, parser_for, read_trainer_state, resolve_target
 from .replay import CheckResult, check, name_loss_key
 from .rules import Finding, RuleOptions, Rules, fmt_step
+from .rundir import RunDir
 from .verdict import Verdict, exit_status, parse_exit_codes, write_verdict
 
 __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
@@ -165,7 +165,12 @@ class Watcher:
         log: Callable[[str], None] | None = None,
         read: ReadOptions | None = None,
         out: Callable[[str], None] | None = None,
+        started: float | None = None,
+        stale_sessions: frozenset[str] = frozenset(),
     ) -> None:
+        """`started`: when `--timeout` counts from (default: now; supervise passes its own start,
+        so the timeout is the whole supervision's). `stale_sessions`: sessions of earlier attempts
+        whose heartbeat files may still lie in the run directory, never judged."""
         self.opts = opts or Options()
         self.target_arg = os.fspath(target)
         self.read = read  # --format, --pattern, --run (readers.ReadOptions)
@@ -176,9 +181,10 @@ class Watcher:
         self.clock = clock
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.out = out or (lambda line: print(line, flush=True))  # WARNING lines, on stdout
-        self.started = clock()
+        now = clock()
+        self.started = now if started is None else started
         self.waited = not os.path.exists(self.target_arg)  # the target was not there when the watch began
-        self.grace_anchor = self.started
+        self.grace_anchor = now
         self.grace_what: str | None = None  # what the startup grace counts from, when not the watch's start
         self.rules = Rules(self.opts, live=True)
         self.parser: RecordParser | None = None
@@ -206,8 +212,7 @@ class Watcher:
         self.warnings: list[Finding] = []
         self.pending_warnings: list[Finding] = []
         self.named_loss_key = False  # the first finding said which key the loss is read from
-        # sessions of earlier attempts (their heartbeat files may still lie there): never judged
-        self.stale_sessions: frozenset[str] = frozenset()
+        self.stale_sessions = stale_sessions
         self._announced = False  # the log's path was named on stderr
 
     # --- reading -----------------------------------------------------------------------------
@@ -404,9 +409,7 @@ class Watcher:
             else:
                 return self._found(finding)
         if rec.kind == "end" and rec.reason == "normal":
-            return self._verdict(
-                "done", None, rec.step, f"session {rec.session} ended normally at step {fmt_step(rec.step)}"
-            )
+            return self._done(rec.step, f"session {rec.session} ended normally at step {fmt_step(rec.step)}")
         return None
 
     def _name_loss_key(self, f: Finding) -> Finding:
@@ -427,11 +430,12 @@ class Watcher:
         """The warnings as watchdog.json holds them: kind, step, message."""
         return [{"kind": f.kind, "step": f.step, "message": f.message} for f in self.warnings]
 
-    def _verdict(self, verdict: str, kind: str | None, step: int | float, message: str) -> Verdict:
-        return Verdict(verdict, kind, step, message, self.clock(), warnings=tuple(self.warning_dicts()))
+    def _done(self, step: int | float, message: str) -> Verdict:
+        return Verdict.done(step, message, self.clock(), self.warning_dicts())
 
     def _anomaly(self, kind: str, step: int | float, message: str, onset: int | float | None = None) -> Verdict:
-        return Verdict("anomaly", kind, step, message, self.clock(), onset, warnings=tuple(self.warning_dicts()))
+        """The verdict of a finding of the watch's own (a stall, the process gone, a rank's)."""
+        return Verdict.of(Finding(kind, step, message, onset=onset), self.clock(), warnings=self.warning_dicts())
 
     def _found(self, f: Finding) -> Verdict:
         if f.kind in ("session_error", "interrupted"):
@@ -440,14 +444,14 @@ class Watcher:
                 return self._dead("process_exit", f.step, rank)
         if f.kind == "session_error":
             return self._dead(f.kind, f.step, f.message, f.onset)
-        return self._anomaly(f.kind, f.step, f.message, f.onset)
+        return Verdict.of(f, self.clock(), warnings=self.warning_dicts())
 
     def _dead(self, kind: str, step: int | float, message: str, onset: int | float | None = None) -> Verdict:
         """A verdict about a dead process, with the last error line it printed to stdout.log."""
-        last = liveness.last_error(os.path.join(self.run_dir, "stdout.log"))
+        last = liveness.last_error(RunDir(self.run_dir).stdout)
         if last is not None and last not in message:
             message = f"{message}; last error: {last}"
-        return Verdict("anomaly", kind, step, message, self.clock(), onset, last, tuple(self.warning_dicts()))
+        return Verdict.of(Finding(kind, step, message, onset=onset), self.clock(), last, self.warning_dicts())
 
     def _read(self, final: bool = False) -> Verdict | None:
         """Read and judge new records; a Verdict when one decides the watch (`final`: the
@@ -492,7 +496,7 @@ class Watcher:
                 return self._found(p)
         opts = self.opts
         if opts.done and os.path.exists(os.path.join(self.run_dir, opts.done)):
-            return self._verdict("done", None, self.last_step, f"completion sentinel {opts.done} appeared")
+            return self._done(self.last_step, f"completion sentinel {opts.done} appeared")
         v = self._check_process()
         if v is not None:
             return v
@@ -536,7 +540,7 @@ class Watcher:
     def _current_pid(self) -> int | None:
         if self.opts.pid is not None:
             return self.opts.pid
-        path = os.path.join(self.run_dir, "pid")
+        path = RunDir(self.run_dir).pid
         try:
             st = os.stat(path)
         except OSError:
@@ -569,10 +573,10 @@ class Watcher:
         if ended is not None and ended.status == 0:
             # Nothing in the log's latest session stopped the watch (an error or a non-finite loss
             # would have): the process says it finished.
-            return self._verdict("done", None, self.last_step, "process exited with status 0")
+            return self._done(self.last_step, "process exited with status 0")
         if ended is not None:
             status = ended.describe()
-        oom = _proc.oom_line(os.path.join(self.run_dir, "stdout.log"))
+        oom = _proc.oom_line(RunDir(self.run_dir).stdout)
         if oom is not None:
             return self._dead("oom", self.last_step, f"process {pid} ran out of memory: {oom}")
         rank = liveness.dead_rank(self.run_dir)
@@ -607,7 +611,7 @@ class Watcher:
             if pid is None:
                 self.log("runwatch watch: --stop-on-anomaly: no process to stop (no --pid, no RUN_DIR/pid)")
             else:
-                self.log(_proc.stop(pid, self.run_dir, self.stop_grace, why=f"a {v.kind}"))
+                self.log("runwatch watch: " + _proc.stop(pid, self.run_dir, self.stop_grace, why=f"a {v.kind}"))
         return v
 
     def heartbeat(self) -> None:
@@ -663,7 +667,7 @@ class Watcher:
             os.getpid(), self.started, now, self.last_step, self.opts.poll, self.state_dict(), self.warning_dicts()
         )
         try:
-            atomic_write_text(os.path.join(self.run_dir, "watchdog.json"), json.dumps(record, allow_nan=False) + "\n")
+            write_verdict(self.run_dir, record)
         except (OSError, ValueError) as exc:
             self.log(f"runwatch watch: could not write watchdog.json: {exc}")
 

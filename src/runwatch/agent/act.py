@@ -23,7 +23,8 @@ from .. import process as _proc
 from ..errors import UsageError
 from ..follow import tail_lines
 from ..records import resolve_target
-from ..supervise import LOCK, supervise_status, supervisor_from_args
+from ..rundir import LOCK, RunDir
+from ..supervise import supervise_status, supervisor_from_args
 from .bound import fit
 from .tools import Result, Tools, parse_command_line
 from .verdicts import live_supervisor
@@ -119,9 +120,9 @@ def stop_run(tools: Tools, run: str) -> Result:
     sup = live_supervisor(run_dir)
     if sup is not None:
         done.append(_stop_supervisor(sup, run_dir))
-    pid = _proc.read_pid_file(os.path.join(run_dir, "pid"))
+    pid = _proc.read_pid_file(RunDir(run_dir).pid)
     if pid is not None and _proc.alive(pid):  # unsupervised, or left behind by a killed supervisor
-        done.append(_proc.stop(pid, run_dir, why="stop_run").replace("runwatch watch: ", ""))
+        done.append(_proc.stop(pid, run_dir, why="stop_run"))
     if not done:
         done.append("nothing was running")
     _, st = tools.run_status(run)  # the final status, as run_status gives it

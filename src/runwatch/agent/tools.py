@@ -30,10 +30,10 @@ from typing import Any
 
 from ..errors import InsufficientRunError, UsageError
 from ..records import resolve_target
+from ..rundir import JOURNAL
 from ..serve.runs import inside, run_target
 from ..serve.server import Catalog
 from ..serve.supervision import SupervisionView
-from ..supervise import JOURNAL
 from ..verdict import exit_status
 from .bound import fit
 from .tail import last_records, minimal_rows, seq_len_of

@@ -18,9 +18,10 @@ import time
 from typing import Any
 
 from ..process import alive, read_pid_file
+from ..rundir import JOURNAL, LOCK
 from ..serve.supervision import SupervisionView
 from ..status import watchdog_facts
-from ..supervise import JOURNAL, LOCK, supervise_status
+from ..supervise import supervise_status
 from ..supervision import ENDS
 from ..verdict import Verdict
 

@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from ..launch import launch
+from ..rundir import RunDir
 from ..summary import summarize
 
 __all__ = ["run", "EXPECTED_KIND"]
@@ -75,11 +76,7 @@ def _supervise(run_dir: str, cmd: list[str], checkins: int) -> tuple[int, str]:
     next_at = time.monotonic() + 6.0
     while watcher.poll() is None:
         time.sleep(0.2)
-        if (
-            done_checkins < checkins
-            and time.monotonic() >= next_at
-            and os.path.exists(os.path.join(run_dir, "metrics.jsonl"))
-        ):
+        if done_checkins < checkins and time.monotonic() >= next_at and os.path.exists(RunDir(run_dir).metrics):
             done_checkins += 1
             next_at = time.monotonic() + 8.0
             _say(f"      $ runwatch status {run_dir}      (check-in {done_checkins})")
@@ -158,7 +155,7 @@ def _full(args: argparse.Namespace, run_dir: str) -> int:
     _say(f"      supervise exit {proc.returncode}: {last}")
     _say(f"[2/3] what it did (RUN_DIR/supervise.jsonl) and the check-in: runwatch status {run_dir}")
     records = []
-    with open(os.path.join(run_dir, "supervise.jsonl"), encoding="utf-8") as f:
+    with open(RunDir(run_dir).journal, encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
     for rec in records:
         what = rec.get("kind") or ("done" if rec["event"] == "verdict" else rec.get("checkpoint") or "")
@@ -216,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     base = args.dir or tempfile.mkdtemp(prefix="runwatch-demo-")
     name = f"{args.framework}-{args.inject}" if args.inject else args.framework
     run_dir = os.path.abspath(os.path.join(base, name))
-    if os.path.exists(os.path.join(run_dir, "run.json")):
+    if os.path.exists(RunDir(run_dir).manifest):
         from ..errors import UsageError
 
         raise UsageError(f"demo: {run_dir} already holds a run; pass another --dir")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, InvalidRunError
 from ..journal import atomic_write_text
 from ..metrics import RunLogger, default_window
+from ..rundir import ENV_RUN_DIR
 from ..schema import dumps, loads
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class CallbackOptions:
         """The run directory: the option, else `RUNWATCH_RUN_DIR`, else `<output_dir>/runwatch`."""
         if self.run_dir is not None:
             return os.fspath(self.run_dir)
-        env = os.environ.get("RUNWATCH_RUN_DIR")
+        env = os.environ.get(ENV_RUN_DIR)
         if env:
             return env
         return os.path.join(os.fspath(output_dir or "."), "runwatch")

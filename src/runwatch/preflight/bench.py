@@ -22,7 +22,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -30,7 +29,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..errors import InsufficientRunError, InvalidRunError, UsageError
 from ..journal import atomic_write_text
+from ..liveness import last_error
 from ..options import add_command_arguments, split_command
+from ..rundir import ENV_WINDOW, RunDir
 
 if TYPE_CHECKING:
     from ..records import RecordParser
@@ -42,7 +43,6 @@ __all__ = [
     "bench",
     "steady_rates",
     "quantile",
-    "last_error_line",
     "render",
     "add_arguments",
     "run",
@@ -57,14 +57,6 @@ POLL_SECONDS = 0.1
 # After the job's session ended (too soon), how long to wait for its process to exit, so that the
 # message can give its exit status; a job still running after that is stopped.
 EXIT_WAIT_SECONDS = 10.0
-# The tail of stdout.log searched for the job's last error (a traceback fits easily).
-ERROR_TAIL_BYTES = 64 * 1024
-# What an error line looks like: `ValueError: ...`, `torch.OutOfMemoryError: ...`, `RuntimeError`,
-# `error: ...`, `Killed`, `Segmentation fault`.
-_ERROR_LINE = re.compile(
-    r"(^|\s)[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b|^(error|fatal|killed|segmentation fault)\b", re.IGNORECASE
-)
-_LAUNCH_BANNER = "--- runwatch launch "
 
 
 class StepSeconds(TypedDict):
@@ -150,23 +142,6 @@ def steady_rates(train: list[dict[str, Any]], seq_len: int, warmup: int) -> Stea
     }
 
 
-def last_error_line(stdout_log: str) -> str | None:
-    """The last line of `stdout_log`'s tail that looks like an error (the last line of a Python
-    traceback), else its last non-empty line; None when there is no output."""
-    try:
-        with open(stdout_log, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - ERROR_TAIL_BYTES))
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    lines = [ln.strip() for ln in lines if ln.strip() and not ln.startswith(_LAUNCH_BANNER)]
-    if not lines:
-        return None
-    line = next((ln for ln in reversed(lines) if _ERROR_LINE.search(ln)), lines[-1])
-    return line if len(line) <= 200 else line[:197] + "..."
-
-
 class _LogTail:
     """The new session's train records in RUN_DIR/metrics.jsonl, read as they are written.
 
@@ -178,7 +153,7 @@ class _LogTail:
         from ..follow import LogFollower
 
         self.run_dir = run_dir
-        self.path = os.path.join(run_dir, "metrics.jsonl")
+        self.path = RunDir(run_dir).metrics
         self.follower = LogFollower(self.path)
         try:
             with open(self.path, "rb") as f:
@@ -197,7 +172,7 @@ class _LogTail:
         self.follower.close()
 
     def _parser(self) -> RecordParser | None:
-        if self.parser is None and os.path.exists(os.path.join(self.run_dir, "run.json")):
+        if self.parser is None and os.path.exists(RunDir(self.run_dir).manifest):
             from ..records import RecordParser
             from ..schema import read_manifest
 
@@ -263,7 +238,7 @@ def bench(
         raise UsageError("bench: no command given (runwatch bench RUN_DIR [options] -- CMD ...)")
     tail = _LogTail(run_dir)
     try:
-        info = launch(run_dir, cmd, env=dict(os.environ, RUNWATCH_WINDOW="1"))
+        info = launch(run_dir, cmd, env=dict(os.environ, **{ENV_WINDOW: "1"}))
     except UsageError as exc:
         raise UsageError("bench: " + str(exc).removeprefix("launch: ")) from None
     pid = info["pid"]
@@ -289,7 +264,7 @@ def bench(
                     if not running
                     else "its session ended"
                 )
-                line = last_error_line(os.path.join(run_dir, "stdout.log"))
+                line = last_error(RunDir(run_dir).stdout, or_last_line=True)
                 raise InsufficientRunError(
                     f"the command ended ({how}) after {done} of {options.steps} updates;"
                     f" last error in {os.path.join(run_dir, 'stdout.log')}: {line or '(no output)'}"
@@ -297,8 +272,7 @@ def bench(
             time.sleep(POLL_SECONDS)
     finally:
         if alive(pid):
-            note = stop(pid, run_dir, why=f"{tail.updates()} updates")
-            stopped = note.split(": ", 1)[-1]
+            stopped = stop(pid, run_dir, why=f"{tail.updates()} updates")
         tail.close()
     # Only the records up to the one that reached `steps` count (the job ran on while it was stopped).
     measured: list[dict[str, Any]] = []

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from ..errors import InsufficientRunError, InvalidRunError
+from ..rundir import RunDir
 from ..schema import read_manifest, read_regular_file
 
 if TYPE_CHECKING:
@@ -323,7 +324,7 @@ def measure(
 
     if os.path.isdir(path) and os.path.exists(os.path.join(path, "bench.json")):
         return _from_bench(path, min_steady)
-    if os.path.isdir(path) and os.path.lexists(os.path.join(path, "run.json")):
+    if os.path.isdir(path) and os.path.lexists(RunDir(path).manifest):
         return _from_run(path, warmup, min_steady)
     if not os.path.exists(path):
         raise InvalidRunError(f"{path}: no such file or directory")

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigError, UsageError
 from ..options import TEXT, TEXTS, Check, add_flags, given_options, option, validate
+from ..rundir import RunDir
 
 if TYPE_CHECKING:  # records imports this package
     from ..records import Record, RecordParser
@@ -209,7 +210,7 @@ def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
         return None
     if fmt is None:
         if is_dir:
-            if os.path.isfile(os.path.join(path, "metrics.jsonl")):
+            if os.path.isfile(RunDir(path).metrics):
                 return None
             if os.path.isfile(os.path.join(path, "meta.yaml")) and os.path.isdir(os.path.join(path, "metrics")):
                 fmt = "mlflow"

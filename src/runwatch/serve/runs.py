@@ -45,6 +45,7 @@ from ..records import (
     resolve_target,
 )
 from ..rules import RuleOptions, Rules
+from ..rundir import RunDir
 from ..schema import read_manifest, read_regular_file
 from ..status import TAIL_RECORDS, Status, StatusHead, describe, format_status
 from .export import record_values, session_cut
@@ -259,7 +260,7 @@ class RunView:
             self.opts = build(RuleOptions, target.run_dir, {}, "check")  # runwatch.toml, as `check` reads it
         except UsageError as exc:
             self.options_error = f"{exc} (the rules use their defaults)"
-        self.supervision = SupervisionView(os.path.join(target.run_dir, "supervise.jsonl"))
+        self.supervision = SupervisionView(RunDir(target.run_dir).journal)
         self.facts = FactsCache(target.run_dir, rel)
         self.error: str | None = None  # why the log cannot be read now
         self.version = 0  # bumps whenever something new was read

@@ -1,0 +1,154 @@
+"""A run directory's file names and the `RUNWATCH_*` environment, each written once.
+
+    d = RunDir("runs/a")
+    d.metrics, d.stdout, d.verdict, d.journal     # runs/a/metrics.jsonl, runs/a/stdout.log, ...
+    os.environ[ENV_RUN_DIR]                       # what `runwatch launch` tells the training
+
+docs/FORMAT.md ("Files") says who writes each file and when. `read_json` is the one reader of
+the small JSON files beside the log (launch.json, exit.json, watchdog.json): bounded, never
+blocking on a FIFO, None when the file is missing or not JSON. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "RunDir",
+    "read_json",
+    "METRICS",
+    "MANIFEST",
+    "PID",
+    "LAUNCH",
+    "EXIT",
+    "STDOUT",
+    "VERDICT",
+    "JOURNAL",
+    "LOCK",
+    "HEARTBEATS",
+    "CONFIG",
+    "LAUNCH_HEADER",
+    "ENV_RUN_DIR",
+    "ENV_WINDOW",
+    "ENV_RESUME_FROM",
+    "ENV_ROLLBACK",
+    "ENV_SKIP_STEPS",
+    "ENV_ATTEMPT_ID",
+    "RESUME_ENV",
+]
+
+# --- the files (docs/FORMAT.md, "Files") -----------------------------------------------------------
+METRICS = "metrics.jsonl"  # the logger's records
+MANIFEST = "run.json"  # the logger's manifest: sessions, recipe, hardware
+PID = "pid"  # the training's process id (`runwatch launch`)
+LAUNCH = "launch.json"  # how `runwatch launch` started it: command, pid, start ticks, attempt id
+EXIT = "exit.json"  # how it ended, written by the launch's waiter
+STDOUT = "stdout.log"  # the training's stdout and stderr
+VERDICT = "watchdog.json"  # the watch's liveness while it runs, then its verdict
+JOURNAL = "supervise.jsonl"  # the supervisor's journal
+LOCK = "supervise.lock"  # held by the one supervisor of the run directory
+HEARTBEATS = "heartbeats"  # a folder: one heartbeat file per rank
+CONFIG = "runwatch.toml"  # the run's options for watch and supervise
+# The line `runwatch launch` writes into stdout.log before each start: `--- runwatch launch <time>: <command>`.
+LAUNCH_HEADER = "--- runwatch launch "
+
+# --- the environment of a launched training ------------------------------------------------------
+ENV_RUN_DIR = "RUNWATCH_RUN_DIR"  # where the logger writes (set by `runwatch launch`)
+ENV_WINDOW = "RUNWATCH_WINDOW"  # the logger's window when the code does not pass one
+ENV_RESUME_FROM = "RUNWATCH_RESUME_FROM"  # the checkpoint a relaunch resumes from
+ENV_ROLLBACK = "RUNWATCH_ROLLBACK"  # "1" for a rollback after a divergence
+ENV_SKIP_STEPS = "RUNWATCH_SKIP_STEPS"  # the steps a rollback skips ("A-B")
+ENV_ATTEMPT_ID = "RUNWATCH_ATTEMPT_ID"  # every process of one attempt inherits it: the process tree's stop finds them
+RESUME_ENV = (ENV_RESUME_FROM, ENV_ROLLBACK, ENV_SKIP_STEPS)
+
+MAX_JSON_BYTES = 1 << 20  # launch.json, exit.json and watchdog.json are a few KB
+
+
+@dataclass(frozen=True, slots=True)
+class RunDir:
+    """The paths of a run directory's files."""
+
+    path: str
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def join(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    @property
+    def metrics(self) -> str:
+        return os.path.join(self.path, METRICS)
+
+    @property
+    def manifest(self) -> str:
+        return os.path.join(self.path, MANIFEST)
+
+    @property
+    def pid(self) -> str:
+        return os.path.join(self.path, PID)
+
+    @property
+    def launch(self) -> str:
+        return os.path.join(self.path, LAUNCH)
+
+    @property
+    def exit(self) -> str:
+        return os.path.join(self.path, EXIT)
+
+    @property
+    def stdout(self) -> str:
+        return os.path.join(self.path, STDOUT)
+
+    @property
+    def verdict(self) -> str:
+        return os.path.join(self.path, VERDICT)
+
+    @property
+    def journal(self) -> str:
+        return os.path.join(self.path, JOURNAL)
+
+    @property
+    def lock(self) -> str:
+        return os.path.join(self.path, LOCK)
+
+    @property
+    def heartbeats(self) -> str:
+        return os.path.join(self.path, HEARTBEATS)
+
+    @property
+    def config(self) -> str:
+        return os.path.join(self.path, CONFIG)
+
+
+def read_json(path: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value of a small regular file; None when it is missing, not a regular file (a
+    FIFO is never opened for reading), larger than `max_bytes`, or not JSON."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
+            return None
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
