@@ -144,3 +144,11 @@ def test_a_closed_stdout_ends_quietly(command):
     finally:
         os.close(write_end)
     assert (proc.returncode, proc.stderr) == (EXIT_FAIL, "")
+
+
+def test_the_version_is_the_packages():
+    import tomllib
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        assert tomllib.load(f)["project"]["version"] == __version__

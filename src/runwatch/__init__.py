@@ -26,6 +26,8 @@ from .resume import resume_checkpoint
 from .summary import summarize
 
 # Every exception a public function raises is exported here, so callers can catch it by name.
+from .version import __version__
+
 __all__ = [
     "RunLogger",
     "summarize",
@@ -46,5 +48,3 @@ __all__ = [
     "Terminated",
     "__version__",
 ]
-
-__version__ = "0.1.0"

@@ -12,20 +12,10 @@ the standalone summary script alike.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
-from .errors import (
-    EXIT_FAIL,
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    InsufficientRunError,
-    InvalidRunError,
-    RunwatchError,
-    UsageError,
-)
+from .errors import run_guarded
 from .options import Parser
 
 __all__ = ["main", "build_parser", "run_guarded"]
@@ -205,7 +195,7 @@ _COMMANDS: list[Callable[[_Subcommands], None]] = [
 
 def build_parser() -> argparse.ArgumentParser:
     """The full parser (used by `main` and the docs)."""
-    from . import __version__
+    from .version import __version__
 
     parser = Parser(prog="runwatch", description="Supervise long training runs.")
     parser.add_argument("--version", action="version", version=f"runwatch {__version__}")
@@ -224,51 +214,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
 
     return run_guarded(command)
-
-
-def run_guarded(command: Callable[[], int]) -> int:
-    """Run `command` and return its exit status; an exception becomes a code and one line on stderr.
-
-    UsageError: 2. InvalidRunError: 1, `Invalid training run: <message>`. Any other RunwatchError:
-    1, `runwatch: <message>`. Ctrl-C: 130. A reader that closed our stdout (`runwatch ... | head`):
-    1 and nothing more, no traceback: the output was not all delivered, and there is no one to
-    tell. SystemExit (argparse's --help, --version) keeps its code.
-    """
-    try:
-        code = command()
-        sys.stdout.flush()  # here, not at exit: a closed pipe must be caught like any other error
-        return code
-    except SystemExit as exc:  # --help, --version
-        return exc.code if isinstance(exc.code, int) else 0
-    except UsageError as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_USAGE
-    except InvalidRunError as exc:
-        print(f"Invalid training run: {exc}", file=sys.stderr)
-        return EXIT_FAIL
-    except InsufficientRunError as exc:  # cannot judge (plan: cannot project; bench: ended too soon)
-        print(f"runwatch: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except RunwatchError as exc:
-        print(f"runwatch: {exc}", file=sys.stderr)
-        return EXIT_FAIL
-    except KeyboardInterrupt:
-        print("runwatch: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        _discard_stdout()
-        return EXIT_FAIL
-
-
-def _discard_stdout() -> None:
-    """Point stdout at /dev/null, as the Python docs recommend after EPIPE: the interpreter's
-    final flush of what is still buffered would otherwise fail again and print a traceback."""
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, ValueError, OSError):  # replaced by something without a descriptor
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fd)
-    finally:
-        os.close(devnull)

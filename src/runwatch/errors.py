@@ -17,14 +17,19 @@
     Terminated (KeyboardInterrupt)      SIGTERM, raised in the training loop's main thread by the
                                         logger's handler; like Ctrl-C, no `except Exception` stops it
 
-The command line maps these to the exit codes below in one place (`runwatch.cli.main`);
+`run_guarded` maps these to the exit codes below in one place, for `runwatch` and the scripts;
 docs/FORMAT.md, "Exit codes", lists them per command. Every class here is exported from
 `runwatch` (a test walks the package for exception classes and checks it).
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
+
 __all__ = [
+    "run_guarded",
     "EXIT_OK",
     "EXIT_FAIL",
     "EXIT_USAGE",
@@ -113,3 +118,51 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that `with RunLogger(...)` ends the session
     (`interrupted`, error `SIGTERM`). A KeyboardInterrupt, not a RunwatchError: code that catches
     `Exception` lets it through, as it lets Ctrl-C through."""
+
+
+def run_guarded(command: Callable[[], int]) -> int:
+    """Run `command` and return its exit status; an exception becomes a code and one line on stderr.
+
+    UsageError: 2. InvalidRunError: 1, `Invalid training run: <message>`. Any other RunwatchError:
+    1, `runwatch: <message>`. Ctrl-C: 130. A reader that closed our stdout (`runwatch ... | head`):
+    1 and nothing more, no traceback: the output was not all delivered, and there is no one to
+    tell. SystemExit (argparse's --help, --version) keeps its code.
+    """
+    try:
+        code = command()
+        sys.stdout.flush()  # here, not at exit: a closed pipe must be caught like any other error
+        return code
+    except SystemExit as exc:  # --help, --version
+        return exc.code if isinstance(exc.code, int) else 0
+    except UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except InvalidRunError as exc:
+        print(f"Invalid training run: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except InsufficientRunError as exc:  # cannot judge (plan: cannot project; bench: ended too soon)
+        print(f"runwatch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RunwatchError as exc:
+        print(f"runwatch: {exc}", file=sys.stderr)
+        return EXIT_FAIL
+    except KeyboardInterrupt:
+        print("runwatch: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_FAIL
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, as the Python docs recommend after EPIPE: the interpreter's
+    final flush of what is still buffered would otherwise fail again and print a traceback."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # replaced by something without a descriptor
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)

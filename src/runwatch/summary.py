@@ -320,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The standalone `scripts/summarize_training_run.py` entry point; returns the exit status."""
-    from .cli import run_guarded
+    from .errors import run_guarded
     from .options import Parser
 
     parser = Parser(

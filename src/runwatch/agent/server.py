@@ -26,8 +26,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from .. import __version__
 from ..errors import RunwatchError
+from ..version import __version__
 from . import act
 from .bound import fit
 from .tools import MAX_WAIT_SECONDS, Result, Tools

@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from ..errors import InsufficientRunError, UsageError
+from ..options import Parser
 from ..records import resolve_target
 from ..rundir import JOURNAL
 from ..serve.runs import inside, run_target
@@ -57,17 +58,28 @@ STATUS_ATTEMPTS = 5
 _NOT_OPTIONS = ("-h", "--help", "--version")
 
 
-def parse_command_line(tool: str, argv: list[str]) -> Any:
-    """`runwatch ARGV` parsed by the command line's own parser (a bad option is a UsageError)."""
-    from ..cli import build_parser
+def _parser() -> Parser:
+    """The parser of the commands the tools run (`check`, `supervise`), made of the arguments
+    those commands add to `runwatch`'s own parser: one definition of every option."""
+    from .. import supervise, watchdog
 
+    parser = Parser(prog="runwatch")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser)
+    watchdog.add_arguments(sub.add_parser("check"), "check")
+    supervise.add_arguments(sub.add_parser("supervise"))
+    return parser
+
+
+def parse_command_line(tool: str, argv: list[str]) -> Any:
+    """`runwatch ARGV` (check or supervise) parsed as `runwatch` parses it (a bad option is a
+    UsageError)."""
     for a in argv:
         if not isinstance(a, str):
             raise UsageError(f"{tool}: options must be strings, got {a!r}")
         if a in _NOT_OPTIONS:
             raise UsageError(f"{tool}: {a} is not available here")
     try:
-        return build_parser().parse_args(argv)
+        return _parser().parse_args(argv)
     except UsageError as exc:
         raise UsageError(f"{tool}: {exc}") from None
 

@@ -19,10 +19,12 @@ import os
 import time
 import zlib
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
-if TYPE_CHECKING:  # runs.py imports this module
-    from .runs import RunSummary
+from ..rundir import HEARTBEATS
+from ..status import Status
+
+Facts = TypeVar("Facts", bound=Status)  # the list's summary of a run (runs.RunSummary)
 
 __all__ = ["MAX_AGE_SECONDS", "SIDE_FILES", "FactsCache"]
 
@@ -31,7 +33,7 @@ __all__ = ["MAX_AGE_SECONDS", "SIDE_FILES", "FactsCache"]
 # watchdog.json, exit.json, heartbeats/rank-N.json), which changes the folder's mtime; two stats
 # a run instead of one a file. (stdout.log is appended in place: it matters, for the last error,
 # once the process is gone, which the clock catches.)
-SIDE_FILES = (".", "heartbeats")
+SIDE_FILES = (".", HEARTBEATS)
 # Facts unchanged by any file are worked out again after 5 to 10 s (per run): how late a list
 # may say that a process died or a watchdog stopped, when nothing else changed.
 MAX_AGE_SECONDS = 10.0
@@ -45,7 +47,7 @@ def _signature(path: str) -> tuple[int, int] | None:
     return (st.st_mtime_ns, st.st_size)
 
 
-class FactsCache:
+class FactsCache(Generic[Facts]):
     """One run's facts (a dict with `age_seconds`), and what they were worked out from."""
 
     def __init__(self, run_dir: str, name: str) -> None:
@@ -53,11 +55,11 @@ class FactsCache:
         # 0.5 to 1.0 x MAX_AGE_SECONDS, fixed per run: expiries spread over time
         self.max_age = MAX_AGE_SECONDS * (0.5 + (zlib.crc32(name.encode()) % 1000) / 2000)
         self.key: Hashable = None
-        self.facts: RunSummary | None = None
+        self.facts: Facts | None = None
         self.at = 0.0  # the clock (monotonic) when the facts were worked out
         self.now = 0.0  # the `now` they were worked out for
 
-    def get(self, key: Hashable, now: float, compute: Callable[[], RunSummary]) -> RunSummary:
+    def get(self, key: Hashable, now: float, compute: Callable[[], Facts]) -> Facts:
         """The facts for `now`: kept ones with their age moved on, or `compute()`'s."""
         full = (key, tuple(_signature(p) for p in self.paths))
         clock = time.monotonic()

@@ -261,7 +261,7 @@ class RunView:
         except UsageError as exc:
             self.options_error = f"{exc} (the rules use their defaults)"
         self.supervision = SupervisionView(RunDir(target.run_dir).journal)
-        self.facts = FactsCache(target.run_dir, rel)
+        self.facts: FactsCache[RunSummary] = FactsCache(target.run_dir, rel)
         self.error: str | None = None  # why the log cannot be read now
         self.version = 0  # bumps whenever something new was read
         self._reset()
