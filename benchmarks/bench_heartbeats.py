@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
-from runwatch.heartbeats import RankMonitor, rank_status_lines  # noqa: E402
+from runwatch.ranks import RankMonitor, rank_status_lines  # noqa: E402
 from runwatch.rundir import HEARTBEATS
 
 

@@ -22,7 +22,8 @@ if not torch.distributed.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 from runwatch import summarize  # noqa: E402
-from runwatch.heartbeats import RankMonitor, rank_status_lines, read_heartbeats  # noqa: E402
+from runwatch.heartbeats import read_heartbeats  # noqa: E402
+from runwatch.ranks import RankMonitor, rank_status_lines  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multirank_train.py")
 DEADLINE_S = 90  # a loaded 2-core machine needs ~15 s to start torchrun and two ranks
@@ -203,8 +204,8 @@ def test_a_killed_rank_is_named_and_the_log_stays_valid(launch):
     assert beats[1].state == "running" and beats[0].state == "ended"
     time.sleep(max(0.0, beats[1].time + 2.5 - time.time()))
     finding = RankMonitor(rank_stall=2.0).poll(run_dir, time.time())
-    assert finding is not None and finding[0] == "rank_stall", run.output()
-    assert finding[2].startswith(
+    assert finding is not None and finding.kind == "rank_stall", run.output()
+    assert finding.message.startswith(
         f"rank 1 (host {beats[1].host}, pid {beats[1].pid}) stopped at step 10: its heartbeat is "
     )
     summary = summarize(run_dir)  # valid up to the kill: rank 0 ended the session

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from runwatch.cli import main
 from runwatch.errors import ConfigError
-from runwatch.goodput import BUCKETS, breakdown, checkpoints, goodput, path, rollback_target
+from runwatch.goodput import BUCKETS, breakdown, goodput
+from runwatch.history import checkpoints, path, rollback_target
 from runwatch.records import load_sessions
 from runwatch.resume import Resume, parse_skip_steps, resume_checkpoint
 

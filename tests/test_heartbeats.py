@@ -14,15 +14,13 @@ from runwatch.errors import InvalidRunError
 from runwatch.heartbeats import (
     Heartbeat,
     HeartbeatConfig,
-    RankMonitor,
-    StragglerRule,
     current_session,
     heartbeat_path,
     parse_heartbeat,
-    rank_stall_finding,
-    rank_status_lines,
     read_heartbeats,
 )
+from runwatch.ranks import RankMonitor, StragglerRule, rank_stall_finding, rank_status_lines
+from runwatch.rules import Finding
 
 NOW = 1_000_000.0
 
@@ -222,7 +220,7 @@ def test_monitor_reports_a_stall_once_until_it_clears_and_round_trips(tmp_path):
     monitor = RankMonitor(rank_stall=300)
     write(tmp_path, beat(0))
     write(tmp_path, beat(1, time=NOW - 400, step=40))
-    assert monitor.poll(str(tmp_path), NOW) == (
+    assert monitor.poll(str(tmp_path), NOW) == Finding(
         "rank_stall",
         40,
         "rank 1 (host node0, pid 101) stopped at step 40: its heartbeat is 400 s old while 1 other rank(s) went on",
@@ -243,7 +241,7 @@ def test_an_earlier_attempts_heartbeats_are_never_judged(tmp_path):
     # the first attempt's files (rank 1 frozen long ago) lie there when the relaunch starts
     write(tmp_path, beat(0, session_id="s-old"))
     write(tmp_path, beat(1, session_id="s-old", time=NOW - 400, step=40))
-    assert RankMonitor(rank_stall=300).poll(str(tmp_path), NOW)[0] == "rank_stall"
+    assert RankMonitor(rank_stall=300).poll(str(tmp_path), NOW).kind == "rank_stall"
     monitor = RankMonitor(rank_stall=300)
     assert monitor.poll(str(tmp_path), NOW, ignore=frozenset({"s-old"})) is None
     # the new attempt's rank 0 has written; rank 1's file is still the old one: nothing to compare
@@ -253,7 +251,7 @@ def test_an_earlier_attempts_heartbeats_are_never_judged(tmp_path):
     write(tmp_path, beat(1, session_id="s-new", time=NOW + 1, step=10))
     write(tmp_path, beat(0, session_id="s-new", time=NOW + 399, step=20))
     finding = monitor.poll(str(tmp_path), NOW + 400, ignore=frozenset({"s-old"}))
-    assert finding is not None and finding[0] == "rank_stall"
+    assert finding is not None and finding.kind == "rank_stall"
 
 
 def test_monitor_on_a_run_without_heartbeats(tmp_path):

@@ -16,7 +16,8 @@ import pytest
 from runwatch import RunLogger, summarize
 from runwatch.distributed import HeartbeatWriter
 from runwatch.errors import ConfigError, RunwatchError
-from runwatch.heartbeats import RankMonitor, parse_heartbeat, rank_status_lines, read_heartbeats
+from runwatch.heartbeats import parse_heartbeat, read_heartbeats
+from runwatch.ranks import RankMonitor, rank_status_lines
 
 RECIPE = {"batch_size": 2, "seq_len": 3, "gradient_accumulation_steps": 1}
 KEYS = {"rank", "pid", "host", "step", "time", "phase", "phase_since"}

@@ -1,15 +1,10 @@
-"""A run's history as the supervisor reads it: the path to the final step, the checkpoint a
-divergence rolls back to, and the goodput of the whole run, broken down.
+"""The goodput of a supervised run, broken down (the path to the final step and the checkpoints
+are `history`'s).
 
     sessions = records.load_sessions(run_dir)
-    target = rollback_target(sessions, verdict)        # Rollback(checkpoint, skip=(a, b)) or None
     figures = goodput(sessions, journal)               # {"steps_kept", "steps_run", "seconds_lost", ...}
     split = breakdown(sessions, journal)               # {"wall_seconds", "productive_seconds", "buckets", "advice"}
 
-The *path* to the final step: walking back from the last session, each session takes over from
-the step it resumed from (`start.step` in run.json); the session before it on the path is the
-latest earlier one that reached that step. Work of a session beyond the step where the next path
-session took over was redone (after a crash) or thrown away (after a rollback).
 
 Goodput (docs/SUPERVISE.md, "Goodput"):
 - `steps_run`: every successful optimizer update the log shows, over all sessions (schema v1:
@@ -23,9 +18,7 @@ Goodput (docs/SUPERVISE.md, "Goodput"):
   Young and Daly's rule advises for the run's own save time and interruption rate;
 - `seconds_lost`: the wall time less the breakdown's productive time.
 
-Longer than 500 lines on purpose: the path, the rollback choice and both goodput figures read the
-same history of sessions with the same helpers; one module computes goodput one way. Standard
-library only.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -36,46 +29,23 @@ import os
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from .history import (
+    live_sessions,
+    origin_step,
+    path,
+    valid_records,
+)
 from .records import Record, Session
 
 __all__ = [
-    "Checkpoint",
-    "Rollback",
     "Goodput",
     "Breakdown",
     "Advice",
     "BUCKETS",
     "breakdown",
     "supervision",
-    "path",
-    "checkpoints",
-    "latest_checkpoint",
-    "rollback_target",
     "goodput",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """One `checkpoint` event of the log."""
-
-    path: str
-    step: int | float
-    session: str
-    verified: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Rollback:
-    """Where a divergence goes back to: the checkpoint, and the steps whose batches to skip."""
-
-    checkpoint: Checkpoint
-    first_bad_step: int | float  # the first step of the window that holds the onset
-    skip: tuple[int | float, int | float]  # RUNWATCH_SKIP_STEPS=<a>-<b>
-
-    @property
-    def skip_text(self) -> str:
-        return f"{_int(self.skip[0])}-{_int(self.skip[1])}"
 
 
 class Goodput(TypedDict):
@@ -87,130 +57,6 @@ class Goodput(TypedDict):
     restarts: int
     rollbacks: int
     seconds_lost: float | None  # None when the sessions' times cannot tell
-
-
-def _int(v: int | float) -> str:
-    return str(int(v)) if float(v).is_integer() else str(v)
-
-
-def _valid(s: Session) -> list[Record]:
-    return [r for r in s.records if r.kind != "invalid"]
-
-
-def _last_step(s: Session) -> int | float:
-    """The furthest step the session reached (in minimal telemetry an eval line printed by the next
-    process, at the step it resumed from, still falls in this session: not its end)."""
-    recs = _valid(s)
-    return max(r.step for r in recs) if recs else s.start_step
-
-
-def _origin(s: Session, first: bool) -> int | float:
-    """The step a session started from (minimal telemetry's first session starts at 0)."""
-    if first and s.manifest_entry is None:
-        return 0
-    return s.start_step
-
-
-def _live(sessions: list[Session]) -> list[Session]:
-    return [s for s in sessions if _valid(s)]
-
-
-def path(sessions: list[Session]) -> list[tuple[Session, int | float]]:
-    """The sessions on the path to the final step, oldest first, each with the step up to which it
-    is kept (where the next path session took over; the final session: its last step)."""
-    live = _live(sessions)
-    if not live:
-        return []
-    out = [(live[-1], _last_step(live[-1]))]
-    resume = _origin(live[-1], len(live) == 1)
-    for i in range(len(live) - 2, -1, -1):
-        s = live[i]
-        origin = _origin(s, i == 0)
-        if origin < resume <= _last_step(s):
-            out.append((s, resume))
-            resume = origin
-    out.reverse()
-    return out
-
-
-def checkpoints(sessions: list[Session], *, on_path: bool = True) -> list[Checkpoint]:
-    """The checkpoint events of the run in log order (only those on the path when `on_path`)."""
-    keep = {id(s): end for s, end in path(sessions)} if on_path else None
-    out = []
-    for s in sessions:
-        if keep is not None and id(s) not in keep:
-            continue
-        for r in s.records:
-            if r.kind != "checkpoint" or not r.raw or not isinstance(r.raw.get("path"), str):
-                continue
-            if keep is not None and r.step > keep[id(s)]:
-                continue
-            verified = r.raw.get("verified")
-            out.append(Checkpoint(r.raw["path"], r.step, s.key, verified if isinstance(verified, bool) else None))
-    return out
-
-
-def _exists(p: str, cwd: str | None) -> bool | None:
-    """Whether a local checkpoint path exists; None when it cannot be checked from here (a URL)."""
-    if "://" in p:
-        return None
-    return os.path.exists(p if os.path.isabs(p) or cwd is None else os.path.join(cwd, p))
-
-
-def latest_checkpoint(sessions: list[Session], cwd: str | None = None) -> Checkpoint | None:
-    """The run's latest checkpoint to resume from: on the path, verified (or not marked
-    unverified) and still on disk; the latest one on the path whose file exists otherwise."""
-    cps = checkpoints(sessions)
-    for cp in reversed(cps):
-        if cp.verified is not False and _exists(cp.path, cwd) is not False:
-            return cp
-    for cp in reversed(cps):
-        if _exists(cp.path, cwd):
-            return cp
-    return None
-
-
-def _first_bad_step(
-    final: Session, kind: str | None, step: int | float, onset: int | float
-) -> tuple[int | float, int | float]:
-    """(first step of the window that holds the onset, last step to skip)."""
-    recs = _valid(final)
-    last = recs[-1] if recs else None
-    if (
-        kind == "nonfinite_loss"
-        and last is not None
-        and last.kind == "end"
-        and last.reason == "nonfinite_loss"
-        and last.step == step
-    ):
-        return step + 1, step + 1  # the attempted update after the session's last step made the NaN
-    prev_train: Record | None = None
-    for r in recs:
-        if r.kind == "train" and r.step == onset:
-            if r.raw is not None and type(r.raw.get("updates")) is int:  # schema v1: the window's own size
-                return r.step - r.raw["updates"] + 1, step
-            if prev_train is not None:  # minimal telemetry: the window began after the record before
-                return prev_train.step + 1, step
-            return min(onset, _origin(final, False) + 1), step
-        if r.kind == "train":
-            prev_train = r
-    return onset, step
-
-
-def rollback_target(
-    sessions: list[Session], kind: str | None, step: int | float, onset: int | float | None, cwd: str | None = None
-) -> Rollback | None:
-    """The checkpoint a divergence rolls back to: the latest on the path to the latest session whose
-    step is below the first step of the window that holds the onset (and whose file, when local,
-    still exists); None when there is none."""
-    live = _live(sessions)
-    if not live:
-        return None
-    first_bad, skip_end = _first_bad_step(live[-1], kind, step, step if onset is None else onset)
-    for cp in reversed(checkpoints(sessions)):
-        if cp.step < first_bad and _exists(cp.path, cwd) is not False:
-            return Rollback(cp, first_bad, (cp.step + 1, skip_end))
-    return None
 
 
 def _start_time(s: Session) -> float | None:
@@ -226,7 +72,7 @@ def _start_time(s: Session) -> float | None:
 def _updates(sessions: list[Session]) -> int | float:
     total: int | float = 0
     for i, s in enumerate(sessions):
-        prev = _origin(s, True) if i == 0 else None
+        prev = origin_step(s, True) if i == 0 else None
         for r in s.records:
             if r.kind != "train":
                 continue
@@ -243,7 +89,7 @@ def _kept(sessions: list[Session]) -> int | float:
     stretches = path(sessions)
     if not stretches:
         return 0
-    return stretches[-1][1] - _origin(stretches[0][0], stretches[0][0] is _live(sessions)[0])
+    return stretches[-1][1] - origin_step(stretches[0][0], stretches[0][0] is live_sessions(sessions)[0])
 
 
 # --- where the wall time went ---------------------------------------------------------------------
@@ -332,7 +178,7 @@ def _attempts(journal: list[dict[str, Any]]) -> list[_Attempt]:
 
 def _timed(sessions: list[Session], floor: float = -math.inf) -> list[tuple[float, Session, Record]]:
     """Every valid record with a time from `floor` on, in time order (stable)."""
-    out = [(r.time, s, r) for s in sessions for r in _valid(s) if r.time is not None and r.time >= floor]
+    out = [(r.time, s, r) for s in sessions for r in valid_records(s) if r.time is not None and r.time >= floor]
     out.sort(key=lambda x: x[0])
     return out
 
@@ -341,8 +187,8 @@ def _session_attempts(sessions: list[Session]) -> tuple[list[_Attempt], float, f
     """Without a journal: each session is an attempt launched when the one before logged its last."""
     attempts: list[_Attempt] = []
     end = None
-    for s in _live(sessions):
-        times = [r.time for r in _valid(s) if r.time is not None]
+    for s in live_sessions(sessions):
+        times = [r.time for r in valid_records(s) if r.time is not None]
         if not times:
             return None
         attempts.append(_Attempt(end if end is not None else (_start_time(s) or times[0])))
@@ -502,7 +348,7 @@ def _advice(
     each interruption); `saved_seconds` is W(used) - W(advised)."""
     saves: list[float] = []
     for sess in sessions:
-        for r in _valid(sess):
+        for r in valid_records(sess):
             seconds = _num(r.raw.get("seconds")) if r.kind == "checkpoint" and r.raw else None
             if seconds is not None:
                 saves.append(seconds)
@@ -640,5 +486,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(split, indent=2, allow_nan=False))
     else:
-        print("\n".join(report_lines(split, len(_attempts(journal)) if journal else len(_live(sessions)))))
+        print("\n".join(report_lines(split, len(_attempts(journal)) if journal else len(live_sessions(sessions)))))
     return 0

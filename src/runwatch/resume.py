@@ -68,7 +68,7 @@ def resume_checkpoint(default: str | None = None, run_dir: str | os.PathLike[str
     run_dir = os.fspath(run_dir) if run_dir is not None else env.get(ENV_RUN_DIR)
     if not run_dir or not os.path.exists(RunDir(run_dir).metrics):
         return Resume(default, skip, rollback)
-    from .goodput import latest_checkpoint
+    from .history import latest_checkpoint
     from .records import load_sessions
 
     try:

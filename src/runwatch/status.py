@@ -22,10 +22,10 @@ from typing import Any, NotRequired, TypedDict
 from .errors import UsageError
 from .follow import tail_lines
 from .hardware import GpuInfo, gpu_info
-from .heartbeats import rank_status_lines
 from .liveness import is_local_host, last_error, process_host, watchdog_liveness
 from .options import add_flags
 from .process import alive, read_pid_file
+from .ranks import rank_status_lines
 from .readers import READER_FORMATS, ReadOptions, read_options
 from .readers import add_arguments as add_read_arguments
 from .records import (

@@ -42,8 +42,9 @@ from . import process as _proc
 from . import proctree
 from .deadman import DeadMan
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InvalidRunError, UsageError
-from .goodput import goodput, latest_checkpoint, rollback_target
+from .goodput import goodput
 from .heartbeats import read_heartbeats
+from .history import latest_checkpoint, rollback_target
 from .launch import launch, log_target
 from .liveness import last_error
 from .notify import Notifier, mask_url

@@ -28,9 +28,9 @@ from . import liveness
 from . import process as _proc
 from .errors import InvalidRunError, UsageError
 from .follow import LogFollower, ManifestFollower
-from .heartbeats import RankMonitor
 from .liveness import PhaseLimits, parse_phase_limits
 from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, add_flags, build, given_options, option
+from .ranks import RankMonitor
 from .readers import READER_FORMATS, Reader, ReadOptions, open_reader, read_options, to_records
 from .readers import add_arguments as add_read_arguments
 from .records import Record, RecordParser, Target, load_trainer_state, parser_for, read_trainer_state, resolve_target
@@ -133,7 +133,7 @@ def _rank_check(w: Watcher) -> Finding | None:
     if monitor is None:
         monitor = w._rank_monitor = RankMonitor(w.opts.rank_stall, w.opts.straggler_factor, w.opts.straggler_patience)
     found = monitor.poll(w.run_dir, w.clock(), ignore=w.stale_sessions)
-    return None if found is None else Finding(found[0], found[1], found[2])
+    return found
 
 
 # Poll-time checks beyond the log (e.g. per-rank heartbeats): each is called once per poll with the
