@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -178,9 +179,9 @@ class RecordSource:
             return False
         t = self.target
         if self.parser is None:
-            if wait and t.format == "jsonl" and os.path.basename(t.log_path) == "metrics.jsonl":
-                if not os.path.lexists(t.manifest_path) and _empty(t.log_path):
-                    return False
+            undecided = os.path.basename(t.log_path) == "metrics.jsonl" and not os.path.lexists(t.manifest_path)
+            if wait and t.format == "jsonl" and undecided and _empty(t.log_path):
+                return False
             self.parser = self._new_parser()
         return True
 
@@ -353,10 +354,12 @@ def _valid(rec: Record) -> bool:
 
 
 def _empty(path: str) -> bool:
+    """An empty regular file (anything else is opened, and its reader says what it is)."""
     try:
-        return os.path.getsize(path) == 0
+        st = os.stat(path)
     except OSError:
         return True
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
 
 
 def iter_records(
