@@ -124,4 +124,3 @@ def find_trainer_state(run_dir: str) -> str | None:
             if os.path.isfile(path) and (best is None or int(name[11:]) > best[0]):
                 best = (int(name[11:]), path)
     return best[1] if best else None
-

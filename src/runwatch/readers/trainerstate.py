@@ -90,7 +90,14 @@ class TrainerStateReader(BaseReader):
         for i in range(self.entries, len(history)):
             where = f"{self.name}:log_history[{i}]"
             entry = history[i]
-            out.append((where, entry if type(entry) is dict else f"{where}: a record must be a JSON object, got {_json_type(entry)}"))
+            out.append(
+                (
+                    where,
+                    entry
+                    if type(entry) is dict
+                    else f"{where}: a record must be a JSON object, got {_json_type(entry)}",
+                )
+            )
         self.entries = len(history)
         return chunk
 
