@@ -14,6 +14,10 @@ it, keeping the per-session state:
 
 Opening, following and keeping the position of a log is `source.RecordSource`'s. Standard library
 only (orjson is used for schema v1 when importable; same results).
+
+Longer than 500 lines on purpose: `RecordParser` turns every dialect (schema v1, minimal
+telemetry, trainer_state.json, the key maps, the readers' items) into the one `Record`; its
+branches share the session and step bookkeeping.
 """
 
 from __future__ import annotations
