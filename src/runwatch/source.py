@@ -2,7 +2,7 @@
 
     source = RecordSource("runs/a")           # a run directory, a JSONL log, a trainer_state.json,
     polled = source.poll()                    # TensorBoard files, an MLflow store, a CSV, a text log
-    for rec in polled.records: ...            # the Records new since the last poll (`more`: poll again)
+    for rec in polled: ...                    # the Records new since the last poll (`more`: poll again)
     recs, torn = source.tail(20)              # the last 20 (JSONL: read back from its end)
     state = source.state_dict()               # the whole reading position, as plain JSON
 
@@ -25,14 +25,12 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from itertools import starmap
 from typing import Any
 
 from .errors import InvalidRunError
 from .follow import ManifestFollower, tail_lines
 from .parsing import Record, RecordParser, Session
-from .readers import READERS, Reader, ReadOptions, open_reader, to_records
+from .readers import READERS, Item, Reader, ReadOptions, open_reader, to_records
 from .readers.jsonl import JsonlReader
 from .schema import read_manifest
 from .target import Target, resolve_target
@@ -44,17 +42,69 @@ __all__ = ["RecordSource", "Polled", "iter_records", "load_sessions", "parser_fo
 TAIL_EXTRA_LINES = 64
 
 
-@dataclass(slots=True)
 class Polled:
-    """What one poll of a source found."""
+    """What one poll of a source found: its flags, and its records, parsed as they are iterated
+    (`for rec in polled`, one at a time: a catch-up keeps no batch of records alive) or all at
+    once (`polled.records`)."""
 
-    records: list[Record] = field(default_factory=list)
-    exists: bool = True  # the log exists
-    grew: bool = False  # it changed since the last poll
-    more: bool = False  # more waits already: poll again at once
-    reset: str | None = None  # "truncated", "replaced", ...: (part of) the log is read again from its start
-    restarted: bool = False  # the whole log is read again, by a new parser: what came before is void
-    manifest_changed: bool = False  # run.json changed (a new session, say)
+    __slots__ = (
+        "exists",
+        "grew",
+        "more",
+        "reset",
+        "restarted",
+        "manifest_changed",
+        "_parser",
+        "_items",
+        "_lines",
+        "_list",
+    )
+
+    def __init__(
+        self,
+        parser: RecordParser | None = None,
+        items: list[Item] | None = None,
+        lines: list[tuple[int, bytes]] | None = None,
+        *,
+        exists: bool = True,
+        grew: bool = False,
+        more: bool = False,
+        reset: str | None = None,
+        restarted: bool = False,
+        manifest_changed: bool = False,
+    ) -> None:
+        self.exists = exists  # the log exists
+        self.grew = grew  # it changed since the last poll
+        self.more = more  # more waits already: poll again at once
+        self.reset = reset  # "truncated", "replaced", ...: (part of) the log is read again from its start
+        self.restarted = restarted  # the whole log is read again, by a new parser: what came before is void
+        self.manifest_changed = manifest_changed  # run.json changed (a new session, say)
+        self._parser, self._items, self._lines = parser, items, lines
+        self._list: list[Record] | None = None
+
+    def __iter__(self) -> Iterator[Record]:
+        if self._list is not None:
+            yield from self._list
+            return
+        parser = self._parser
+        if parser is None:
+            return
+        items, lines = self._items, self._lines
+        self._items = self._lines = None  # parsed once
+        if items:
+            yield from to_records(parser, items)
+        if lines:
+            parse = parser.parse_line
+            for lineno, raw in lines:
+                rec = parse(lineno, raw)
+                if rec is not None:
+                    yield rec
+
+    @property
+    def records(self) -> list[Record]:
+        if self._list is None:
+            self._list = list(self)
+        return self._list
 
 
 def parser_for(
@@ -238,12 +288,19 @@ class RecordSource:
             return Polled(grew=True, more=True, reset=chunk.reset, restarted=True, manifest_changed=changed)
         if reader.max_steps != parser.max_steps_hint:
             parser.max_steps_hint = reader.max_steps
-        records = list(to_records(parser, chunk.items)) if chunk.items else []
-        if chunk.lines:
-            records += [r for r in starmap(parser.parse_line, chunk.lines) if r is not None]
+        items = chunk.items
         if not chunk.more and (final or (self.settle is not None and reader.mtime() < time.time() - self.settle)):
-            records += to_records(parser, reader.finish())
-        return Polled(records, chunk.exists, chunk.grew, chunk.more, chunk.reset, False, changed)
+            items = items + reader.finish()  # (after the lines: a reader with lines holds nothing back)
+        return Polled(
+            parser,
+            items,
+            chunk.lines,
+            exists=chunk.exists,
+            grew=chunk.grew,
+            more=chunk.more,
+            reset=chunk.reset,
+            manifest_changed=changed,
+        )
 
     # --- whole reads -------------------------------------------------------------------------
 
@@ -260,7 +317,7 @@ class RecordSource:
                 if not polled.exists:
                     name = os.path.basename(self.target.log_path)
                     raise InvalidRunError(f"{name}: missing ({self.target.log_path})")
-                yield from polled.records
+                yield from polled
                 if not polled.more:
                     break
             torn = self.torn()

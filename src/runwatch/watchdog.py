@@ -339,7 +339,7 @@ class Watcher:
         while True:
             polled = self.source.poll(final)
             self._polled(polled)
-            for rec in polled.records:  # one at a time: the first verdict ends the watch
+            for rec in polled:  # parsed one at a time: the first verdict ends the watch
                 v = apply(rec)
                 if v is not None:
                     return v
@@ -505,7 +505,7 @@ class Watcher:
             polled = self.source.poll(final=True)
             if polled.restarted:
                 return
-            self.checkpoints += sum(1 for rec in polled.records if rec.kind == "checkpoint")
+            self.checkpoints += sum(1 for rec in polled if rec.kind == "checkpoint")
             if not polled.more:
                 return
 
