@@ -55,7 +55,9 @@ def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
 
     A directory without `metrics.jsonl` but with `trainer_state.json` is read through the latter
     (also one level down, in its latest `checkpoint-N/`). Other tools' logs (TensorBoard, MLflow,
-    CSV, text) are detected by `readers.detect`, or named by `read.format`.
+    CSV, text) are detected by `readers.detect` (by name) and `readers.sniff_log` (a text log in a
+    preset's format), or named by `read.format`; a directory holding none of these but one such log
+    is read through it (`single_log`).
     """
     target = os.fspath(target)
     read = read or ReadOptions()
