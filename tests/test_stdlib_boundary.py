@@ -18,6 +18,9 @@ CORE = [
     "runwatch.cli",
     "runwatch.follow",
     "runwatch.records",
+    "runwatch.parsing",
+    "runwatch.target",
+    "runwatch.source",
     "runwatch.rules",
     "runwatch.watchdog",
     "runwatch.status",
@@ -46,6 +49,8 @@ CORE = [
     "runwatch.readers.mlflowstore",
     "runwatch.readers.csvlog",
     "runwatch.readers.textlog",
+    "runwatch.readers.jsonl",
+    "runwatch.readers.trainerstate",
 ]
 # `runwatch mcp`'s tools (the SDK is imported by runwatch.agent.server alone) and the runbook.
 CORE += [

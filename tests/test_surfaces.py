@@ -282,20 +282,15 @@ NO_SIGNAL = (
 )
 TAIL = "tail_records leaves out records that hold no minimal-telemetry value: its last step is null"
 XFAIL: dict[tuple[str, str, str], str] = {
-    **{("step", "log", i): HELD for i in ("summarywriter", "mlflow", "lightning-tb", "lightning-nan-tb")},
-    **{("loss", "log", i): HELD for i in ("summarywriter", "mlflow", "lightning-tb")},
-    ("findings", "log", "lightning-nan-tb"): HELD,
-    **{(q, "log", "nanogpt-nan"): TEXT for q in ("step", "loss", "findings")},
-    ("step", "log", "jsonl-no-loss"): TAIL,
-    ("findings", "log", "jsonl-no-loss"): NO_SIGNAL,
-    **{("step", "folder", i): HELD for i in ("summarywriter", "mlflow", "lightning-tb", "lightning-nan-tb")},
-    **{("loss", "folder", i): HELD for i in ("summarywriter", "mlflow", "lightning-tb")},
-    ("findings", "folder", "lightning-nan-tb"): HELD,
+    **{("step", t, i): HELD for t in TARGETS for i in ("lightning-tb", "lightning-nan-tb")},
+    ("loss", "log", "lightning-tb"): HELD,
+    ("loss", "folder", "lightning-tb"): HELD,
+    **{("findings", t, "lightning-nan-tb"): HELD for t in TARGETS},
     **{(q, "folder", "nanogpt-nan"): TEXT_FOLDER for q in ("step", "loss", "findings")},
-    **{(q, "folder", i): FOLDER for q in ("step", "loss", "findings") for i in ("lightning-csv", "lightning-nan-csv")},
     **{(q, "folder", "jsonl"): FOLDER for q in ("step", "loss", "findings")},
     **{(q, "folder", "jsonl-no-loss"): FOLDER for q in ("step", "findings")},
-    ("listed", "log", "nanogpt-nan"): TEXT,
+    ("step", "log", "jsonl-no-loss"): TAIL,
+    ("findings", "log", "jsonl-no-loss"): NO_SIGNAL,
 }
 
 

@@ -111,6 +111,21 @@ class LogFollower:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def skip_to_end(self) -> None:
+        """Start after the log's complete lines as it is now (they belong to someone else)."""
+        self.close()
+        self.offset = self.lineno = 0
+        self.size_seen = -1
+        try:
+            with open(self.path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    self.lineno += block.count(b"\n")
+                    end = block.rfind(b"\n")
+                    if end >= 0:
+                        self.offset = f.tell() - len(block) + end + 1
+        except FileNotFoundError:
+            return
+
     # --- polling ----------------------------------------------------------------------------
 
     def pending_bytes(self) -> int:

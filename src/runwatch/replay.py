@@ -12,8 +12,9 @@ from typing import Any
 
 from .errors import InvalidRunError, UsageError
 from .readers import ReadOptions
-from .records import Record, iter_records, parser_for, resolve_target
+from .records import iter_records, parser_for, resolve_target
 from .rules import Finding, Replay, RuleOptions, fmt_step
+from .source import reached  # the step a log reached: one definition for check, status and the page
 from .verdict import exit_status
 
 __all__ = ["CheckResult", "check", "reached", "name_loss_key"]
@@ -98,16 +99,6 @@ def check(target: str, options: RuleOptions | None = None, read: ReadOptions | N
     else:
         findings.extend(rules.finish(last_step))
     return CheckResult(name_loss_key(findings, parser.loss_key), last_step, torn[0] if torn else None, parser.notes)
-
-
-def reached(last_step: int | float, rec: Record) -> int | float:
-    """The step a log has reached after `rec`: its step, except that a record with neither a loss
-    nor eval values nor an event (a hyperparameter logged at step 0 at the end) never moves it back."""
-    if rec.kind == "invalid":
-        return last_step
-    if rec.kind == "other":
-        return rec.step if rec.step > last_step else last_step
-    return rec.step
 
 
 def name_loss_key(findings: list[Finding], loss_key: str | None) -> list[Finding]:

@@ -1,7 +1,7 @@
 """`runwatch status RUN_DIR`: one short check-in on a run, whatever the size of its log.
 
-Reads only the end of the log (`follow.tail_lines`), `run.json`, `pid`, `launch.json` and
-`watchdog.json`; asks NVML (pynvml, if importable) or `nvidia-smi` (if on PATH) about GPUs.
+Reads only the end of the log (`RecordSource.tail`: a JSONL log read back from its end, other
+formats by a pass), `run.json`, `pid`, `launch.json` and `watchdog.json`; asks NVML (pynvml, if importable) or `nvidia-smi` (if on PATH) about GPUs.
 At most ~20 short lines; `--json` prints the same facts as JSON. Standard library only.
 
 Longer than 500 lines on purpose: the check-in's facts (typed dicts), how they are gathered from
@@ -11,7 +11,6 @@ each kind of log, and the lines that show them are read together; a fact changes
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import math
 import os
@@ -20,7 +19,6 @@ from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 from .errors import UsageError
-from .follow import tail_lines
 from .hardware import GpuInfo, gpu_info
 from .liveness import is_local_host, last_error, process_host, watchdog_liveness
 from .options import add_flags
@@ -28,20 +26,10 @@ from .process import alive, read_pid_file
 from .ranks import rank_status_lines
 from .readers import READER_FORMATS, ReadOptions, read_options
 from .readers import add_arguments as add_read_arguments
-from .records import (
-    Record,
-    RecordParser,
-    Target,
-    iter_records,
-    parse_maps,
-    parser_for,
-    read_trainer_state,
-    resolve_target,
-)
-from .replay import reached
+from .records import Record, Target, parse_maps, resolve_target
 from .rules import RuleOptions, fmt_step, verdict_class
 from .rundir import RunDir, read_json
-from .schema import read_manifest
+from .source import RecordSource, reached
 from .supervision import ENDS, supervise_status
 from .verdict import read_verdict
 
@@ -159,55 +147,25 @@ def status(
     recs: list[Record] = []
     torn = False
     mtime = None
-    if t.format in READER_FORMATS and os.path.exists(t.log_path):
-        # Binary and grouped formats cannot be read back from their end: read them through, keep the tail.
-        tail: collections.deque[Record] = collections.deque(maxlen=TAIL_RECORDS)
-        torn_where: list[int | str] = []
-        reader_parser = parser_for(t, maps)
-        for rec in iter_records(t, parser=reader_parser, on_torn=torn_where.append):
-            if rec.kind != "invalid":
-                if tail and tail[-1].session != rec.session:
-                    tail.clear()
-                tail.append(rec)
-        recs, torn = list(tail), bool(torn_where)
-        out["loss_key"] = reader_parser.loss_key or None
-        mtime = os.stat(t.log_path).st_mtime
-    elif t.format == "trainer_state" and os.path.exists(t.log_path):
-        history = read_trainer_state(t.log_path)
-        parser = RecordParser("minimal", name=os.path.basename(t.log_path), maps=maps)
-        recs = [r for r in (parser.parse_object(e, "") for e in history[-TAIL_RECORDS:]) if r is not None]
-        state = read_json(t.log_path)
-        if isinstance(state, dict) and isinstance(state.get("max_steps"), int) and state["max_steps"] > 0:
-            out["max_steps"] = state["max_steps"]
-        mtime = os.stat(t.log_path).st_mtime
-    elif os.path.exists(t.log_path):
-        lines, torn = tail_lines(t.log_path, TAIL_RECORDS)
-        mtime = os.stat(t.log_path).st_mtime
-        if t.schema_v1():
-            manifest = read_manifest(t.run_dir)
-            session = manifest["sessions"][-1]
+    if os.path.exists(t.log_path):
+        source = RecordSource(t, maps=maps)
+        recs, torn = source.tail(TAIL_RECORDS)
+        parser = source.parser
+        if source.v1 and parser is not None and parser.manifest is not None:
+            manifest = parser.manifest
             out.update(
                 {
                     "run_id": manifest["run_id"],
-                    "session_id": session["session_id"],
+                    "session_id": manifest["sessions"][-1]["session_id"],
                     "sessions": len(manifest["sessions"]),
                 }
             )
-            max_steps = session["recipe"].get("max_steps")
-            if type(max_steps) is int and max_steps > 0:
-                out["max_steps"] = max_steps
-            parser = RecordParser("v1", manifest=manifest)
-            recs = [
-                r
-                for r in (parser.parse_unchecked(raw) for raw in lines)
-                if r is not None and r.session == session["session_id"]
-            ]
-        else:
-            parser = RecordParser("minimal", name=os.path.basename(t.log_path), maps=maps)
-            parsed = [r for r in (parser.parse_line(0, raw) for raw in lines) if r is not None and r.kind != "invalid"]
-            last_session = parsed[-1].session if parsed else None
-            recs = [r for r in parsed if r.session == last_session]
+        out["max_steps"] = source.max_steps()
+        if parser is not None and parser.mode == "minimal":
             out["loss_key"] = parser.loss_key or None
+        latest = out["session_id"] or (recs[-1].session if recs else None)
+        recs = [r for r in recs if r.session == latest]  # the latest session's
+        mtime = source.mtime()
     out["torn_tail"] = torn
     return describe(t, out, recs, mtime, now, gpus=gpus)
 

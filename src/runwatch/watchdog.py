@@ -3,13 +3,13 @@
     verdict = watch("runs/a", Options(stall=120))   # blocks; Verdict("done"|"anomaly", ...)
     result = check("runs/a")                        # every finding of the log as it stands
 
-Data flows one way: the log → `follow.LogFollower` (new bytes only) → `records.RecordParser` →
-`rules.Rules` → a Verdict. Every poll also checks time (stall, startup grace, timeout), the
+Data flows one way: the log → `source.RecordSource` (new bytes or events only, through the one
+`parsing.RecordParser`) → `rules.Rules` → a Verdict. Every poll also checks time (stall, startup grace, timeout), the
 process (`--pid` or `RUN_DIR/pid`), the `--done` sentinel and the checks in `POLL_CHECKS`.
 Only `watch()`'s caller decides the exit code (0 done, 7 anomaly). Standard library only.
 
 Longer than 500 lines on purpose: the watch's options (about 60 lines of declarations) and the
-`Watcher`'s one poll loop, whose steps (open, read, judge, time and process checks) share its state.
+`Watcher`'s one poll loop, whose steps (read, judge, time and process checks) share its state.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from typing import Any
 from . import liveness
 from . import process as _proc
 from .errors import InvalidRunError, UsageError
-from .follow import LogFollower, ManifestFollower
 from .liveness import PhaseLimits, parse_phase_limits
 from .options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, add_flags, build, given_options, option
 from .ranks import RankMonitor
-from .readers import READER_FORMATS, Reader, ReadOptions, open_reader, read_options, to_records
+from .readers import ReadOptions, read_options
 from .readers import add_arguments as add_read_arguments
-from .records import Record, RecordParser, Target, load_trainer_state, parser_for, read_trainer_state, resolve_target
+from .records import Record, RecordParser, Target, resolve_target
 from .replay import CheckResult, check, name_loss_key
 from .rules import Finding, RuleOptions, Rules, fmt_step
 from .rundir import RunDir
+from .source import Polled, RecordSource
 from .verdict import Verdict, exit_status, parse_exit_codes, write_verdict
 
 __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
@@ -144,13 +144,6 @@ POLL_CHECKS: list[Callable[[Watcher], Finding | None]] = [_rank_check]
 # --- the watch loop -------------------------------------------------------------------------------
 
 
-def _empty(path: str) -> bool:
-    try:
-        return os.path.getsize(path) == 0
-    except OSError:
-        return True
-
-
 class Watcher:
     """Follows one run and judges its latest session; `run()` blocks until a Verdict."""
 
@@ -174,8 +167,8 @@ class Watcher:
         self.opts = opts or Options()
         self.target_arg = os.fspath(target)
         self.read = read  # --format, --pattern, --run (readers.ReadOptions)
-        self.target: Target = resolve_target(self.target_arg, read)
-        self.run_dir = self.target.run_dir
+        self.source = RecordSource(self.target_arg, read=read, maps=self.opts.maps)
+        self.run_dir = self.source.target.run_dir
         self.stop_grace = stop_grace
         self.poll_checks = list(POLL_CHECKS if poll_checks is None else poll_checks)
         self.clock = clock
@@ -187,10 +180,6 @@ class Watcher:
         self.grace_anchor = now
         self.grace_what: str | None = None  # what the startup grace counts from, when not the watch's start
         self.rules = Rules(self.opts, live=True)
-        self.parser: RecordParser | None = None
-        self.manifest: ManifestFollower | None = None
-        self.follower: LogFollower | None = None
-        self.reader: Reader | None = None  # TensorBoard, MLflow, CSV and text logs
         self.current: str | None = None  # the session being judged
         self.have_record = False  # a record of the current session was applied
         self.last_step: int | float = 0
@@ -198,8 +187,7 @@ class Watcher:
         self.catching_up = True
         self.pending: Finding | None = None  # minimal telemetry catch-up: the current session's first finding
         self.ended_normally: Record | None = None
-        self._state_seen: tuple[int, int, int] | None = None  # trainer_state.json: (inode, size, mtime)
-        self._state_count = 0  # and the entries read
+        self._max_steps_hint: int | None = None  # the log's own max_steps (trainer_state.json) applied
         self._pid_sig: tuple[int, int, int] | None = None
         self._pid: int | None = self.opts.pid
         self.remote_host: str | None = None  # the host launch.json names, when it is not this one
@@ -217,57 +205,27 @@ class Watcher:
 
     # --- reading -----------------------------------------------------------------------------
 
+    @property
+    def target(self) -> Target:
+        return self.source.target
+
+    @property
+    def parser(self) -> RecordParser | None:
+        return self.source.parser
+
     def _open(self) -> bool:
-        """Set up the reader once the log exists; False while it does not."""
-        if self.parser is not None:
-            return True
-        self.target = resolve_target(self.target_arg, self.read)  # the target or a trainer_state.json may have appeared
-        self.run_dir = self.target.run_dir
-        if not os.path.exists(self.target.log_path):
+        """Set up the reading once the log exists; False while it does not."""
+        opened = self.source.parser is not None
+        ok = self.source.open()
+        self.run_dir = self.source.target.run_dir  # the target, or a trainer_state.json, may have appeared
+        if not ok:
             return False
-        t = self.target
-        if (
-            t.format == "jsonl"
-            and os.path.basename(t.log_path) == "metrics.jsonl"
-            and not os.path.exists(t.manifest_path)
-            and _empty(t.log_path)
-        ):
-            # The logger creates metrics.jsonl before run.json and writes run.json before any record:
-            # decide between schema v1 and minimal telemetry only once the log has bytes.
-            return False
-        maps = self.opts.maps
-        if t.format in READER_FORMATS:  # other tools' logs: one reader a format, minimal telemetry out
-            self.parser = parser_for(t, maps)
-            self.reader = open_reader(t.format, t.log_path, t.read, maps)
-            return True
-        if t.format == "jsonl" and t.schema_v1():
-            self.manifest = ManifestFollower(t.run_dir)
-            self.manifest.poll()
-            self.parser = RecordParser("v1", manifest=self.manifest.manifest, maps=maps, refresh=self._refresh_manifest)
-            self._switch(self.parser.latest_session())
-        else:
-            self.parser = (
-                parser_for(t, maps)
-                if t.format == "jsonl"
-                else RecordParser("minimal", maps=maps, name=os.path.basename(t.log_path))
-            )
-        if t.format == "jsonl":
-            self.follower = LogFollower(t.log_path)
+        if not opened and self.source.v1:
+            self._switch(self.source.parser.latest_session() if self.source.parser else None)
         return True
 
-    def _refresh_manifest(self) -> dict[str, Any] | None:
-        if self.manifest is None:
-            return None
-        self.manifest.poll()
-        return self.manifest.manifest
-
     def _switch(self, session: str | None) -> None:
-        if (
-            self.current is not None
-            and session != self.current
-            and self.parser is not None
-            and self.parser.mode == "v1"
-        ):
+        if self.current is not None and session != self.current and self.source.v1:
             self.log(f"runwatch watch: new session {session} in run.json; rules restart")
         self.current = session
         parser = self.parser
@@ -280,98 +238,34 @@ class Watcher:
         self.pending_warnings = []
         self.grace_anchor = self.clock()
         self.grace_what = None
-        start = self.parser.start_step(session) if self.parser else None
+        start = parser.start_step(session) if parser else None
         self.last_step = start if start is not None else 0
 
-    def _read_log(self, follower: LogFollower) -> Verdict | None:
-        """Judge what is new in the JSONL log, a line at a time (no batch of records is kept)."""
-        while True:
-            batch = follower.poll()
-            if batch.reset:
-                self.log(f"runwatch watch: {self.target.log_path} was {batch.reset}; reading it again from the start")
-                self.parser, self.current = None, None
-                self.rules.reset()
-                self._open()
-                self.follower = follower  # keeps its restarted offset
-            if batch.grew and not self.catching_up:
-                self.last_growth = self.clock()
-            parser = self.parser
-            if parser is None:  # replaced by an empty log, run.json gone: a later poll decides its format
-                return None
-            apply = self._apply
-            if batch.too_long is not None:
-                where = f"{os.path.basename(self.target.log_path)}:{batch.too_long}"
-                v = apply(parser.invalid(where, f"{where}: line longer than {follower.max_line_bytes} bytes"))
-                if v is not None:
-                    return v
-            parse = parser.parse_line
-            for lineno, raw in batch.lines:
-                rec = parse(lineno, raw)
-                if rec is not None:
-                    v = apply(rec)
-                    if v is not None:
-                        return v
-            if not batch.more:
-                return None
-
-    def _read_reader(self, reader: Reader, final: bool = False) -> Verdict | None:
-        """Judge what is new in a log read through `readers`; `final`: also the step held back."""
-        parser = self.parser
-        assert parser is not None  # _open set it up with the reader
-        while True:
-            chunk = reader.poll()
-            if chunk.reset:
-                self.log(f"runwatch watch: {self.target.log_path}: a file was {chunk.reset}; reading it again")
-            if chunk.grew and not self.catching_up:
-                self.last_growth = self.clock()
-            items = chunk.items + reader.finish() if final and not chunk.more else chunk.items
-            for rec in to_records(parser, items):
-                v = self._apply(rec)
-                if v is not None:
-                    return v
-            if not chunk.more:
-                return None
-
-    def _read_trainer_state(self) -> Verdict | None:
-        """trainer_state.json is rewritten whole: judge the entries beyond those seen."""
-        try:
-            st = os.stat(self.target.log_path)
-        except FileNotFoundError:
-            return None
-        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if sig == self._state_seen:
-            return None
-        if self._state_seen is not None and not self.catching_up:
+    def _polled(self, polled: Polled) -> None:
+        """What a poll says beyond its records: a log read again, growth, a new session in
+        run.json, the log's own max_steps."""
+        if polled.restarted:
+            self.log(f"runwatch watch: {self.target.log_path} was {polled.reset}; reading it again from the start")
+            self.current = None
+            self.rules.reset()
+        elif polled.reset:
+            self.log(f"runwatch watch: {self.target.log_path}: a file was {polled.reset}; reading it again")
+        if polled.grew and not self.catching_up:
             self.last_growth = self.clock()
-        self._state_seen = sig
-        history, max_steps = load_trainer_state(self.target.log_path)
-        name = os.path.basename(self.target.log_path)
-        if len(history) < self._state_count:
-            self.log(f"runwatch watch: {self.target.log_path} lost entries; reading it again from the start")
-            self._state_count = 0
-            self.parser = RecordParser("minimal", maps=self.opts.maps, name=name)
         parser = self.parser
-        assert parser is not None  # set up by `_open`
-        if max_steps != parser.max_steps_hint:
-            parser.max_steps_hint = max_steps
+        if parser is None:
+            return
+        if parser.mode == "v1" and parser.latest_session() != self.current:
+            self._switch(parser.latest_session())
+        hint = parser.max_steps_hint
+        if hint != self._max_steps_hint:
+            self._max_steps_hint = hint
             if self.opts.max_steps is None:
-                self.rules.facts.max_steps = max_steps
-        start, self._state_count = self._state_count, len(history)
-        for i in range(start, len(history)):
-            rec = parser.parse_object(history[i], f"{name}:log_history[{i}]")
-            if rec is not None:
-                v = self._apply(rec)
-                if v is not None:
-                    return v
-        return None
+                self.rules.facts.max_steps = hint
 
     def _mtime(self) -> float:
-        if self.reader is not None:
-            return self.reader.mtime()
-        try:
-            return os.stat(self.target.log_path).st_mtime
-        except OSError:
-            return -math.inf
+        mtime = self.source.mtime()
+        return -math.inf if mtime is None else mtime
 
     # --- judging -----------------------------------------------------------------------------
 
@@ -456,20 +350,21 @@ class Watcher:
     def _read(self, final: bool = False) -> Verdict | None:
         """Read and judge new records; a Verdict when one decides the watch (`final`: the
         process is gone, so a step a reader holds back is complete)."""
-        if self.manifest is not None and self.manifest.poll():
-            manifest = self.manifest.manifest  # set by a poll that saw a change
-            if self.parser is not None and manifest is not None:  # no parser yet (a replaced log): `_open` reads it
-                self.parser.set_manifest(manifest)
-        if self.parser is not None and self.parser.mode == "v1" and self.parser.latest_session() != self.current:
-            self._switch(self.parser.latest_session())
         if not self._open():
             return None
         if not self._announced and self.waited:
             self._announced = True
             self.log(f"runwatch watch: {self.target_arg} appeared; reading {self.target.log_path}")
-        if self.reader is not None:
-            return self._read_reader(self.reader, final)
-        return self._read_log(self.follower) if self.follower is not None else self._read_trainer_state()
+        apply = self._apply
+        while True:
+            polled = self.source.poll(final)
+            self._polled(polled)
+            for rec in polled:  # parsed one at a time: the first verdict ends the watch
+                v = apply(rec)
+                if v is not None:
+                    return v
+            if not polled.more:
+                return None
 
     def poll_once(self) -> Verdict | None:
         """One poll: records, the done file, the process, poll checks, time."""
@@ -626,30 +521,12 @@ class Watcher:
         reached (a relaunch's watch then starts after it, from `state_dict()`)."""
         if not self._open():
             return
-        parser = self.parser
-        assert parser is not None  # set up by `_open`
-        if self.reader is not None:
-            while True:
-                chunk = self.reader.poll()
-                items = chunk.items if chunk.more else chunk.items + self.reader.finish()
-                self.checkpoints += sum(1 for rec in to_records(parser, items) if rec.kind == "checkpoint")
-                if not chunk.more:
-                    return
-        if self.follower is None:  # trainer_state.json, rewritten whole: parse the entries not yet seen
-            history = read_trainer_state(self.target.log_path)
-            for i in range(self._state_count, len(history)):
-                parser.parse_object(history[i], f"log_history[{i}]")
-            self._state_count = len(history)
-            return
         while True:
-            batch = self.follower.poll()
-            if batch.reset:
+            polled = self.source.poll(final=True)
+            if polled.restarted:
                 return
-            for lineno, raw in batch.lines:
-                rec = parser.parse_line(lineno, raw)
-                if rec is not None and rec.kind == "checkpoint":
-                    self.checkpoints += 1
-            if not batch.more:
+            self.checkpoints += sum(1 for rec in polled if rec.kind == "checkpoint")
+            if not polled.more:
                 return
 
     def expect_new_session(self) -> None:
@@ -674,17 +551,14 @@ class Watcher:
     # --- state --------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the watch is, as plain JSON: the log offset, the parser's and the rules' state."""
+        """Where the watch is, as plain JSON: the source's reading position (the log offset and the
+        parser's state), the rules' state and the watch's own."""
         return {
-            "log": self.target.log_path,
+            **self.source.state_dict(),
             "current": self.current,
             "have_record": self.have_record,
             "last_step": self.last_step,
-            "follower": self.follower.state_dict() if self.follower is not None else None,
-            "reader": self.reader.state_dict() if self.reader is not None else None,
-            "parser": self.parser.state_dict() if self.parser is not None else None,
             "rules": self.rules.state_dict(),
-            "trainer_state_entries": self._state_count,
             "checkpoints": self.checkpoints,
             "warnings": [f.to_json() for f in self.warnings],
             "named_loss_key": self.named_loss_key,
@@ -693,16 +567,8 @@ class Watcher:
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Continue from `state_dict()` instead of reading the log from its start; False (and
         nothing changed) when the state does not fit this log as it is now."""
-        if not self._open() or state.get("log") != self.target.log_path or self.parser is None:
+        if not self._open() or not self.source.load_state_dict(state):
             return False
-        if state["parser"] is None or state["parser"].get("mode") != self.parser.mode:
-            return False
-        self.parser.load_state_dict(state["parser"])
-        if self.follower is not None and state["follower"] is not None:
-            self.follower.load_state_dict(state["follower"])
-        if self.reader is not None and state.get("reader") is not None:
-            self.reader.load_state_dict(state["reader"])
-        self._state_count = int(state.get("trainer_state_entries") or 0)
         self.checkpoints = int(state.get("checkpoints") or 0)
         self.current = state["current"]
         self.rules.load_state_dict(state["rules"])

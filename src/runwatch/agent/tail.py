@@ -3,29 +3,22 @@
     recs = last_records(resolve_target("runs/a"), 20)
     rows = [row for rec in recs for row in minimal_rows(rec, seq_len=None)]
 
-The one place the agent tools read a run's records. JSONL logs (schema v1 or minimal telemetry)
-are read back from their end with `follow.tail_lines`, as `runwatch status` reads them, so the
-cost is bounded by the records asked for, not by the log's size; `trainer_state.json` is read
-whole (it is rewritten whole); TensorBoard, MLflow, CSV and text logs have no readable end and go
-through `records.iter_records` keeping the last records. Standard library only.
+The one place the agent tools read a run's records, through `source.RecordSource.tail`, as
+`runwatch status` reads them: a JSONL log (schema v1 or minimal telemetry) is read back from its
+end, so the cost is bounded by the records asked for, not by the log's size; other formats by a
+pass keeping the last records. Standard library only.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import os
 from typing import Any
 
-from ..follow import tail_lines
-from ..readers import READER_FORMATS
-from ..records import Record, RecordParser, Target, iter_records, parser_for, read_trainer_state
+from ..records import Record, RecordParser, Target
+from ..source import RecordSource
 
 __all__ = ["last_records", "minimal_rows", "seq_len_of"]
-
-# How many more lines than records a tail reads at most, looking past lines that are no records
-# (checkpoints, session ends, invalid lines): 4 x the records asked for, plus this.
-EXTRA_LINES = 64
 
 
 def last_records(t: Target, n: int, maps: dict[str, str] | None = None) -> tuple[list[Record], RecordParser | None]:
@@ -33,29 +26,9 @@ def last_records(t: Target, n: int, maps: dict[str, str] | None = None) -> tuple
     read them (None when the log does not exist yet). A torn final line is left out."""
     if n <= 0 or not os.path.exists(t.log_path):
         return [], None
-    parser = parser_for(t, maps)
-    if t.format in READER_FORMATS:  # no end to read back from: read through, keep the last
-        tail: collections.deque[Record] = collections.deque(maxlen=n)
-        for rec in iter_records(t, parser=parser):
-            if _wanted(rec):
-                tail.append(rec)
-        return list(tail), parser
-    if t.format == "trainer_state":
-        history = read_trainer_state(t.log_path)
-        name = os.path.basename(t.log_path)
-        entries = [parser.parse_object(e, f"{name}:log_history[{i}]") for i, e in enumerate(history)]
-        return [r for r in entries if r is not None and _wanted(r)][-n:], parser
-    lines_wanted = n
-    while True:
-        lines, _torn = tail_lines(t.log_path, lines_wanted)
-        if parser.mode == "v1":  # the continuity checks need the records before: read them unchecked
-            parsed = [parser.parse_unchecked(raw) for raw in lines]
-        else:
-            parsed = [parser.parse_line(0, raw) for raw in lines]
-        recs = [r for r in parsed if r is not None and _wanted(r)]
-        if len(recs) >= n or len(lines) < lines_wanted or lines_wanted >= 4 * n + EXTRA_LINES:
-            return recs[-n:], parser
-        lines_wanted = min(4 * n + EXTRA_LINES, lines_wanted * 2)
+    source = RecordSource(t, maps=maps)
+    recs, _torn = source.tail(n, _wanted)
+    return recs, source.parser
 
 
 def _wanted(rec: Record) -> bool:

@@ -2,8 +2,8 @@
 
 CMD is started as `runwatch launch` starts it (its own session and process group, output in
 `RUN_DIR/stdout.log`, `pid`, `launch.json`), with `RUNWATCH_WINDOW=1` in its environment so that
-RunLogger and the callbacks write one train record per update. Its log is followed with the shared
-follower and record parser; once `steps` updates are logged, the job is stopped (SIGTERM to its
+RunLogger and the callbacks write one train record per update. Its log is followed by the one
+`source.RecordSource`; once `steps` updates are logged, the job is stopped (SIGTERM to its
 group, SIGKILL after 30 s) and the steady throughput over the updates after the warm-up goes to
 `RUN_DIR/bench.json`, which `runwatch plan` reads.
 
@@ -25,16 +25,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from ..errors import InsufficientRunError, InvalidRunError, UsageError
 from ..journal import atomic_write_text
 from ..liveness import last_error
 from ..options import add_command_arguments, split_command
 from ..rundir import ENV_WINDOW, RunDir
-
-if TYPE_CHECKING:
-    from ..records import RecordParser
+from ..target import Target
 
 __all__ = [
     "BenchOptions",
@@ -145,64 +143,37 @@ def steady_rates(train: list[dict[str, Any]], seq_len: int, warmup: int) -> Stea
 class _LogTail:
     """The new session's train records in RUN_DIR/metrics.jsonl, read as they are written.
 
-    Reading starts at the log's size before the launch, so an earlier session in the same
-    directory is not counted; the first session that appears after it is the job's.
+    Reading starts after what the log holds before the launch (`RecordSource(from_end=True)`), so
+    an earlier session in the same directory is not counted; the first session that appears after
+    it is the job's.
     """
 
     def __init__(self, run_dir: str) -> None:
-        from ..follow import LogFollower
+        from ..source import RecordSource
 
-        self.run_dir = run_dir
         self.path = RunDir(run_dir).metrics
-        self.follower = LogFollower(self.path)
-        try:
-            with open(self.path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    self.follower.lineno += block.count(b"\n")
-                self.follower.offset = f.tell()
-        except FileNotFoundError:
-            pass
-        self.parser: RecordParser | None = None
+        self.source = RecordSource(Target(run_dir, self.path, "jsonl"), from_end=True)
         self.session: str | None = None
         self.seq_len = 1
         self.train: list[dict[str, Any]] = []  # the train records' fields as written
         self.ended = False
 
     def close(self) -> None:
-        self.follower.close()
-
-    def _parser(self) -> RecordParser | None:
-        if self.parser is None and os.path.exists(RunDir(self.run_dir).manifest):
-            from ..records import RecordParser
-            from ..schema import read_manifest
-
-            run_dir = self.run_dir
-            self.parser = RecordParser("v1", manifest=read_manifest(run_dir), refresh=lambda: read_manifest(run_dir))
-        return self.parser
+        self.source.close()
 
     def poll(self) -> None:
         """Read what was written since the last poll. Raises InvalidRunError for an invalid record."""
         while True:
-            parser = self._parser()
-            if parser is None:
-                if os.path.exists(self.path) and os.path.getsize(self.path) > self.follower.offset:
-                    raise InvalidRunError(
-                        f"{self.path}: written without run.json (bench reads logs of RunLogger"
-                        " or the runwatch callbacks)"
-                    )
-                return
-            batch = self.follower.poll()
-            if batch.too_long is not None:
+            polled = self.source.poll()
+            parser = self.source.parser
+            if parser is not None and parser.mode != "v1" and polled.records:
                 raise InvalidRunError(
-                    f"metrics.jsonl:{batch.too_long}: line longer than {self.follower.max_line_bytes} bytes"
+                    f"{self.path}: written without run.json (bench reads logs of RunLogger or the runwatch callbacks)"
                 )
-            for lineno, raw in batch.lines:
-                rec = parser.parse_line(lineno, raw)
-                if rec is None:
-                    continue
+            for rec in polled.records:
                 if self.session is None:
                     self.session = rec.session
-                    entry = parser.entry(rec.session)
+                    entry = parser.entry(rec.session) if parser is not None else None
                     self.seq_len = entry["recipe"]["seq_len"] if entry else 1
                 if rec.session != self.session:
                     continue  # a later session (the job restarted itself): not part of the bench
@@ -213,7 +184,7 @@ class _LogTail:
                     self.train.append(rec.raw)
                 elif rec.kind == "end":
                     self.ended = True
-            if not batch.more:
+            if not polled.more:
                 return
 
     def updates(self) -> int:

@@ -1,30 +1,35 @@
-"""Readers of logs that runwatch did not write: TensorBoard, MLflow, CSV, text.
+"""Every log format behind one interface: runwatch's JSONL, trainer_state.json, TensorBoard, MLflow, CSV, text.
 
-Every format sits behind one small interface, and every one yields minimal telemetry (plain dicts
-with `step`, `t`, `loss`, `lr`, `grad_norm`, `sps`, `eval_loss`, `eval_<metric>`) that goes
-through the one `records.RecordParser("minimal")`, so the rules never know the format:
+A reader follows one log and returns what is new since its last poll; `source.RecordSource` turns
+that into `Record`s through the one `parsing.RecordParser`, so no caller and no rule knows the format:
 
-    reader = open_reader(target, maps)       # target: records.Target with format tensorboard, ...
+    reader = open_reader("csv", "lightning_logs/version_0/metrics.csv", ReadOptions())
     while True:
         chunk = reader.poll()                # what is new since the last poll: complete records
-        for rec in to_records(parser, chunk.items):
-            ...
+        ...                                  # chunk.items, and chunk.lines (JSONL's raw lines)
         if not chunk.more: break
     tail = reader.finish()                   # a step still held back (values are grouped by step)
 
-`poll()` reads only what is new (a byte offset, a row id) and returns `Chunk.items`, each
-`(where, x)`: x a record dict, a str (an `invalid_log` message naming file and offset or line), or
-None (a new session starts here: a new event file). `state_dict()` / `load_state_dict()` give the
-position as plain JSON. The options `--format`, `--pattern` and `--run` are declared here
-(`add_arguments`), in one place. Standard library only.
+`poll()` reads only what is new (a byte offset, a row id, the entries of a rewritten file) and
+returns `Chunk.items`, each `(where, x)`: x a record dict in minimal telemetry, a str (an
+`invalid_log` message naming file and offset or line), or None (a new session starts here: a new
+event file); the JSONL reader returns its complete lines as `Chunk.lines` instead (the parser
+validates schema v1 from the bytes). `state_dict()` / `load_state_dict()` give the position as
+plain JSON.
+
+A new format is one module here with an `open_reader(path, keys, read, chunk_bytes)` function and
+one entry in `READERS` (and, when it can be recognised by name or content, a line in `detect`).
+The options `--format`, `--pattern` and `--run` are declared here (`add_arguments`), in one place.
+Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,12 +37,15 @@ from ..errors import ConfigError, UsageError
 from ..options import TEXT, TEXTS, Check, add_flags, given_options, option, validate
 from ..rundir import RunDir
 
-if TYPE_CHECKING:  # records imports this package
-    from ..records import Record, RecordParser
+if TYPE_CHECKING:  # parsing imports this package
+    from ..parsing import Record, RecordParser
 
 __all__ = [
     "FORMATS",
+    "READERS",
     "READER_FORMATS",
+    "Format",
+    "BaseReader",
     "PRESETS",
     "Chunk",
     "Item",
@@ -48,12 +56,34 @@ __all__ = [
     "open_reader",
     "to_records",
     "detect",
+    "sniff_log",
 ]
 
 # What `--format` accepts; `nanogpt` and `megatron` are text logs with preset patterns.
 FORMATS = ("jsonl", "tensorboard", "mlflow", "csv", "text", "nanogpt", "megatron")
-# Target formats read through this package (the others: records' own JSONL / trainer_state.json).
+# Other tools' formats (their reader applies the key aliases and --map; the step may be grouped).
 READER_FORMATS = ("tensorboard", "mlflow", "csv", "text")
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """How a target format is read: its reader's module and what the record parser does with it."""
+
+    module: str  # the module of this package whose `open_reader(path, keys, read, chunk_bytes)` opens it
+    maps: bool = True  # its reader applies the key aliases and --map (keys.KeyMap); else the parser applies --map
+    same_step_continues: bool = False  # a train record at the previous one's step continues the session
+
+
+# Every target format: one entry here, one module beside this file.
+READERS: dict[str, Format] = {
+    "jsonl": Format("jsonl", maps=False),  # runwatch's schema v1, minimal telemetry, any JSONL
+    "trainer_state": Format("trainerstate", maps=False),  # the Hugging Face Trainer's trainer_state.json
+    # a file or a run is a session; a live watch may apply a step before its last value came
+    "tensorboard": Format("tfevents", same_step_continues=True),
+    "mlflow": Format("mlflowstore", same_step_continues=True),
+    "csv": Format("csvlog"),
+    "text": Format("textlog"),
+}
 
 # One line a record; a named group a key. Values that parse as numbers become numbers.
 FORMAT_CHECK = Check(f"one of {', '.join(FORMATS)}", lambda v: v in FORMATS, str)
@@ -87,24 +117,52 @@ class Chunk:
     """What one poll found."""
 
     items: list[Item] = field(default_factory=list)
+    lines: list[tuple[int, bytes]] = field(default_factory=list)  # JSONL: (line number, line), after items
     exists: bool = True  # the log (file, directory, store) exists
     grew: bool = False  # it changed since the last poll
     more: bool = False  # more waits beyond this chunk: poll again at once
     reset: str | None = None  # "truncated" / "replaced": a file was read again from its start
+    # "truncated" / "replaced" / "rewritten" with `restart`: the whole log must be read again from
+    # its start, by a new reader and parser (a JSONL log or trainer_state.json that lost records)
+    restart: bool = False
 
 
 class Reader(Protocol):
-    """What every format's reader provides."""
+    """What every format's reader provides (`BaseReader` gives the defaults)."""
 
     name: str
+    max_steps: int | None  # the steps the log says are planned (trainer_state.json), else None
 
     def poll(self) -> Chunk: ...
     def finish(self) -> list[Item]: ...
-    def torn(self) -> str | None: ...
+    def torn(self) -> int | str | None: ...
     def mtime(self) -> float: ...
+    def pending_bytes(self) -> int: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def close(self) -> None: ...
+
+
+class BaseReader:
+    """The defaults of the `Reader` interface: nothing held back, nothing torn, nothing to close."""
+
+    name = ""
+    max_steps: int | None = None
+
+    def finish(self) -> list[Item]:
+        """What a reader holds back until a later value arrives (the last step), at the end."""
+        return []
+
+    def torn(self) -> int | str | None:
+        """Where the log ends in a record still being written (a JSONL line number, else text)."""
+        return None
+
+    def pending_bytes(self) -> int:
+        """Bytes of the log not read yet as of the last poll (a JSONL tail still being caught up)."""
+        return 0
+
+    def close(self) -> None:
+        """Close open files (polling again reopens them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,28 +302,32 @@ def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
 # --- opening and feeding ----------------------------------------------------------------------------
 
 
-def open_reader(fmt: str, path: str, read: ReadOptions, maps: dict[str, str] | None = None) -> Reader:
-    """The reader of `path` in format `fmt` (one of READER_FORMATS)."""
+def open_reader(
+    fmt: str, path: str, read: ReadOptions, maps: dict[str, str] | None = None, chunk_bytes: int | None = None
+) -> Reader:
+    """The reader of `path` in format `fmt` (a key of READERS); `chunk_bytes`: bytes read per poll
+    (a follower's default when None)."""
     from .keys import KeyMap
 
-    keys = KeyMap(maps)
-    if fmt == "tensorboard":
-        from .tfevents import TensorBoardReader
+    spec = READERS.get(fmt)
+    if spec is None:
+        raise UsageError(f"read.format: no reader for {fmt!r}")
+    opener: Callable[[str, KeyMap, ReadOptions, int | None], Reader] = importlib.import_module(
+        f"{__name__}.{spec.module}"
+    ).open_reader
+    return opener(path, KeyMap(maps), read, chunk_bytes)
 
-        return TensorBoardReader(path, keys)
-    if fmt == "mlflow":
-        from .mlflowstore import open_mlflow
 
-        return open_mlflow(path, keys, read.run)
-    if fmt == "csv":
-        from .csvlog import CsvReader
+def sniff_log(path: str) -> tuple[str, ReadOptions] | None:
+    """The format of a log file recognised by its content alone, and how to read it: a CSV whose
+    header names a step or epoch column, a text log whose lines match a preset (nanoGPT,
+    Megatron-LM); None otherwise (JSONL and the rest)."""
+    from . import csvlog, textlog
 
-        return CsvReader(path, keys)
-    if fmt == "text":
-        from .textlog import TextReader
-
-        return TextReader(path, keys, read.patterns())
-    raise UsageError(f"read.format: no reader for {fmt!r}")
+    if path.endswith(".csv"):
+        return ("csv", ReadOptions()) if csvlog.is_log(path) else None
+    preset = textlog.sniff(path)
+    return ("text", ReadOptions(format=preset)) if preset is not None else None
 
 
 def to_records(parser: RecordParser, items: list[Item]) -> Iterator[Record]:

@@ -27,10 +27,10 @@ from typing import Any
 
 from ..errors import InvalidRunError, StoreLockedError
 from ..follow import LogFollower
-from . import Chunk, Item
+from . import BaseReader, Chunk, Item, ReadOptions
 from .keys import KeyMap, StepGrouper
 
-__all__ = ["SqliteReader", "FileStoreReader", "open_mlflow", "StoreLockedError", "LOCK_WAIT_SECONDS"]
+__all__ = ["SqliteReader", "FileStoreReader", "open_reader", "open_mlflow", "StoreLockedError", "LOCK_WAIT_SECONDS"]
 
 # Rows fetched per poll: ~100 bytes each in Python, so ~20 MB at most held at once.
 FETCH_ROWS = 200_000
@@ -55,7 +55,7 @@ def _step(step: Any) -> Any:
     return int(step) if type(step) is float and step.is_integer() else step
 
 
-class SqliteReader:
+class SqliteReader(BaseReader):
     """Follows one run of an MLflow SQLite store by row id."""
 
     def __init__(self, path: str, keys: KeyMap, run: str | None = None, fetch_rows: int = FETCH_ROWS) -> None:
@@ -164,9 +164,6 @@ class SqliteReader:
     def finish(self) -> list[Item]:
         return self.grouper.flush()
 
-    def torn(self) -> str | None:
-        return None  # SQLite commits whole transactions
-
     def mtime(self) -> float:
         return self._mtime
 
@@ -183,7 +180,7 @@ class SqliteReader:
             self._db = None
 
 
-class FileStoreReader:
+class FileStoreReader(BaseReader):
     """Follows an MLflow file-store run directory's `metrics/<key>` files by byte offset."""
 
     def __init__(self, run_dir: str, keys: KeyMap) -> None:
@@ -263,6 +260,14 @@ class FileStoreReader:
     def close(self) -> None:
         for f in self.files.values():
             f.close()
+
+
+def open_reader(
+    path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None = None
+) -> SqliteReader | FileStoreReader:
+    """The reader of an SQLite store (the run `--run` names, else the latest started) or a
+    file-store run directory. (SQLite commits whole transactions: nothing is ever torn.)"""
+    return open_mlflow(path, keys, read.run)
 
 
 def open_mlflow(path: str, keys: KeyMap, run: str | None) -> SqliteReader | FileStoreReader:

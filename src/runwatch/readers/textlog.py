@@ -14,23 +14,49 @@ import os
 import re
 from typing import Any
 
-from ..follow import LogFollower
-from . import Chunk, Item
+from ..follow import READ_CHUNK_BYTES, LogFollower
+from . import PRESETS, BaseReader, Chunk, ReadOptions
 from .csvlog import number
 from .keys import KeyMap
 
-__all__ = ["TextReader"]
+__all__ = ["TextReader", "open_reader", "sniff"]
+
+# The head of a file searched for a preset's record line, and the lines of it tried.
+_SNIFF_BYTES = 64 * 1024
+_SNIFF_LINES = 200
 
 
-class TextReader:
+def open_reader(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None = None) -> TextReader:
+    return TextReader(path, keys, read.patterns(), chunk_bytes or READ_CHUNK_BYTES)
+
+
+def sniff(path: str) -> str | None:
+    """The preset (`nanogpt`, `megatron`) whose record pattern matches a line of the file's head;
+    None for a file whose first line is a JSON object, or that matches none."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError:
+        return None
+    if head.lstrip().startswith(b"{") or b"\0" in head:
+        return None  # JSONL, or binary
+    text = head.decode("utf-8", "replace").splitlines()[:_SNIFF_LINES]
+    for name, patterns in PRESETS.items():
+        rx = re.compile(patterns[0])  # the train line's pattern
+        if any(rx.search(line) for line in text):
+            return name
+    return None
+
+
+class TextReader(BaseReader):
     """Follows a text log, turning the lines that match a pattern into records."""
 
-    def __init__(self, path: str, keys: KeyMap, patterns: tuple[str, ...]) -> None:
+    def __init__(self, path: str, keys: KeyMap, patterns: tuple[str, ...], chunk_bytes: int = READ_CHUNK_BYTES) -> None:
         self.path = path
         self.name = os.path.basename(path)
         self.keys = keys
         self.patterns = [re.compile(p.encode("utf-8")) for p in patterns]
-        self.follower = LogFollower(path)
+        self.follower = LogFollower(path, chunk_bytes=chunk_bytes)
 
     def _match(self, raw: bytes) -> dict[str, Any] | None:
         for part in raw.split(b"\r") if b"\r" in raw else (raw,):
@@ -56,14 +82,11 @@ class TextReader:
                 out.append((f"{self.name}:{lineno}", self.keys.canonical(rec)))
         return chunk
 
-    def finish(self) -> list[Item]:
-        return []
-
-    def torn(self) -> str | None:
-        return None  # a text log's unfinished last line is not a record yet
-
     def mtime(self) -> float:
-        return self.follower.mtime
+        return self.follower.mtime  # (a text log's unfinished last line is not a record yet: never torn)
+
+    def pending_bytes(self) -> int:
+        return self.follower.pending_bytes()
 
     def state_dict(self) -> dict[str, Any]:
         return {"follower": self.follower.state_dict()}

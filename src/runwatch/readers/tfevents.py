@@ -28,14 +28,14 @@ import struct
 from typing import Any, BinaryIO, TypeAlias
 
 from ..errors import InvalidRunError
-from . import Chunk, Item
+from . import BaseReader, Chunk, Item, ReadOptions
 from .keys import KeyMap, StepGrouper
 from .tfrecord import Decoder, decode_event, event_decoder, masked_crc32c
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
-__all__ = ["EventFile", "TensorBoardReader", "event_files", "is_event_file"]
+__all__ = ["EventFile", "TensorBoardReader", "event_files", "is_event_file", "open_reader"]
 
 # The events with scalars that one poll of a file framed: (byte offset, wall time, step, [(tag, value)]).
 Events: TypeAlias = list[tuple[int, float, int, list[tuple[str, float]]]]
@@ -218,7 +218,11 @@ def event_files(target: str) -> list[str]:
     return max(groups, key=lambda g: _order(g[-1]))
 
 
-class TensorBoardReader:
+def open_reader(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None = None) -> TensorBoardReader:
+    return TensorBoardReader(path, keys, chunk_bytes or READ_CHUNK_BYTES)
+
+
+class TensorBoardReader(BaseReader):
     """Records of an event file or a directory of them (see the module docstring)."""
 
     def __init__(self, path: str, keys: KeyMap, chunk_bytes: int = READ_CHUNK_BYTES, decoder: str = "auto") -> None:
@@ -298,6 +302,9 @@ class TensorBoardReader:
     def mtime(self) -> float:
         return max((ef.mtime for ef in self.files), default=0.0)
 
+    def pending_bytes(self) -> int:
+        return sum(ef.pending_bytes() for ef in self.files)
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "files": [ef.state_dict() for ef in self.files],
@@ -317,6 +324,3 @@ class TensorBoardReader:
         self._source = state["source"]
         self._reported = set(state["reported"])
         self._started = set(state["started"])
-
-    def close(self) -> None:
-        pass

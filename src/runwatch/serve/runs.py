@@ -6,8 +6,8 @@
         view.refresh()                           # reads only the bytes added since the last call
         view.summary(time.time())                # the `status --json` facts, and the verdict
 
-A `RunView` keeps one follower (`follow.LogFollower`) and one parser (`records.RecordParser`,
-the watchdog's) per run, applies the watchdog's record rules to every record (the findings of
+A `RunView` keeps one `source.RecordSource` per run (the watchdog's way of reading any log),
+applies the watchdog's record rules to every record (the findings of
 `runwatch check`), keeps the last records of the latest session for the status facts
 (`status.describe`), one downsampled `Series` per value (`export.record_values`) along the path
 to the final step (a session that redoes steps cuts the earlier ones: `export.session_cut`), and
@@ -16,38 +16,29 @@ number of bytes, so a huge log is caught up over several refreshes and never hol
 Standard library only.
 
 Longer than 500 lines on purpose: `RunView` is the whole of what the server knows of one run
-(its reading, rules, status facts and chart series) and is refreshed as one.
+(its rules, status facts and chart series over its source) and is refreshed as one.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any, NotRequired, TypedDict, TypeVar
+from collections.abc import Iterator
+from typing import Any, NotRequired, TypedDict
 
 from ..errors import InvalidRunError, UsageError
-from ..follow import LogFollower, ManifestFollower
 from ..liveness import watchdog_liveness
 from ..options import build
-from ..readers import READER_FORMATS, Reader, ReadOptions, detect, open_reader, to_records
-from ..records import (
-    MAX_STATE_BYTES,
-    Record,
-    RecordParser,
-    Target,
-    iter_records,
-    parser_for,
-    resolve_target,
-)
+from ..readers import ReadOptions, detect, sniff_log
+from ..records import Record, RecordParser, Target, resolve_target
 from ..rules import RuleOptions, Rules
 from ..rundir import RunDir
-from ..schema import read_manifest, read_regular_file
+from ..source import RecordSource
 from ..status import TAIL_RECORDS, Status, StatusHead, describe, format_status
+from ..target import NOT_LOGS
 from .export import record_values, session_cut
 from .facts import FactsCache
 from .markers import Checkpoints, Marker, markers
@@ -66,8 +57,6 @@ __all__ = [
     "Chart",
     "ChartSeries",
 ]
-
-T = TypeVar("T")
 
 # The watchdog's verdict as the list shows it; `class` (watchdog.json's, as read) on an anomaly only.
 ListVerdict = TypedDict("ListVerdict", {"state": str, "label": str, "class": NotRequired[Any]})
@@ -122,12 +111,14 @@ MAX_SCANNED_ENTRIES = 20000
 # Bytes of log one refresh of one run reads: a 1 GB log is caught up over ~30 refreshes while
 # the other runs keep being refreshed in between.
 REFRESH_BYTES = 32 * 1024 * 1024
+# Bytes one poll reads: the reader thread holds the run for one poll's records at a time.
+POLL_BYTES = 1024 * 1024
+# A log quiet this long: the step a reader holds back (TensorBoard, MLflow) is shown as complete.
+SETTLE_SECONDS = 2.0
 # Records applied per hold of a run's lock: a request waits for at most this many (~20 ms).
 APPLY_LINES = 1000
 # Findings kept per run (a log that fails every line would otherwise grow this without bound).
 MAX_FINDINGS = 500
-# Log files that are not a run's metrics: the supervisor's journal, the process's output.
-NOT_LOGS = frozenset({"supervise.jsonl", "stdout.log"})
 
 
 def inside(root: str, path: str) -> bool:
@@ -137,10 +128,12 @@ def inside(root: str, path: str) -> bool:
 
 
 def run_target(path: str) -> Target | None:
-    """The Target when `path` is a run (a run directory, a JSONL log, a trainer_state.json), else None.
+    """The Target when `path` is a run (a run directory, a JSONL log, a trainer_state.json, another
+    tool's log), else None.
 
-    This is the one place that says what a run looks like: a reader of another format adds its
-    detection here (and `resolve_target` says how to read it).
+    This is the one place that says what a run looks like in a folder of runs: a reader of another
+    format adds its detection to `readers.detect` / `readers.sniff_log` (and `resolve_target` says
+    how to read it).
     """
     try:
         st = os.stat(path)
@@ -153,15 +146,19 @@ def run_target(path: str) -> Target | None:
             t = resolve_target(path)
             if t.format == "tensorboard" and not _own_event_files(path):
                 return None  # event files one level down: each folder of them is a run of its own
-            return t if t.format == "trainer_state" or t.format in READER_FORMATS else None
+            return t if t.format in ("trainer_state", "tensorboard", "mlflow") else None  # a CSV: its file
         return resolve_target(path)
     if name.endswith(".jsonl") and name not in NOT_LOGS and name != "metrics.jsonl":
         return resolve_target(path)
+    if name in NOT_LOGS:
+        return None
     found = detect(path, ReadOptions())  # an event file, an MLflow store, a CSV
-    if found is None or (found[0] == "mlflow" and name != "mlflow.db"):
+    if found is not None and found[0] == "mlflow" and name != "mlflow.db":
         return None  # any other SQLite file is not taken for a store
-    if found[0] == "csv" and not _csv_log(path):
-        return None  # a data table, not a log of steps
+    if found is not None and found[0] != "csv":
+        return resolve_target(path)
+    if sniff_log(path) is None:
+        return None  # a data table, not a log of steps; text that no preset reads
     return resolve_target(path)
 
 
@@ -174,16 +171,6 @@ def _own_event_files(path: str) -> bool:
         return any(is_event_file(n) for n in os.listdir(path))
     except OSError:
         return False
-
-
-def _csv_log(path: str) -> bool:
-    """A CSV whose header names a `step` column (Lightning's CSVLogger, a hand-written log)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64 * 1024).split(b"\n", 1)[0]
-    except OSError:
-        return False
-    return b"step" in [c.strip().strip(b'"') for c in head.split(b",")]
 
 
 def find_runs(root: str, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, Target]]:
@@ -267,9 +254,11 @@ class RunView:
         self._reset()
 
     def _reset(self) -> None:
-        self.parser: RecordParser | None = None
-        self.manifest: ManifestFollower | None = None
-        self.follower: LogFollower | None = None
+        source: RecordSource | None = getattr(self, "source", None)  # (none yet when called by __init__)
+        if source is not None:
+            source.close()
+        # the log of any format, read a poll (about POLL_BYTES) at a time
+        self.source = RecordSource(self.target, maps=self.opts.maps, chunk_bytes=POLL_BYTES, settle=SETTLE_SECONDS)
         self.rules: Rules | None = None
         self.rules_session: str | None = None
         self.findings: list[dict[str, Any]] = []
@@ -281,16 +270,12 @@ class RunView:
         self.records = 0
         self.invalid: str | None = None  # the latest invalid line's message
         self.tail: deque[Record] = deque(maxlen=TAIL_RECORDS)
-        self.max_steps: int | None = None
         self.series: dict[str, Series] = {}
-        self._sig: tuple[int, int, int, int] | None = None  # a re-read file's (dev, inode, size, mtime_ns)
-        self._sig_error: str | None = None  # why that version of the file cannot be read
-        self._entries = 0  # trainer_state.json entries applied
-        reader: Reader | None = getattr(self, "reader", None)  # (none yet when called by __init__)
-        if reader is not None:
-            reader.close()
-        self.reader: Reader | None = None  # for other tools' logs
         self.version += 1
+
+    @property
+    def parser(self) -> RecordParser | None:
+        return self.source.parser
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -318,170 +303,26 @@ class RunView:
         return more
 
     def _refresh(self, max_bytes: int) -> bool:
-        t = self.target
-        if t.format == "trainer_state":
-            return self._refresh_state()
-        if t.format in READER_FORMATS:
-            return self._refresh_reader()
-        if t.format != "jsonl":
-            return self._refresh_whole()
-        if self.parser is None:
-            with self.lock:
-                if not self._open():
-                    return False
-        parser, follower, manifest = self.parser, self.follower, self.manifest
-        assert parser is not None and follower is not None  # set up together by `_open`
-        if manifest is not None and manifest.poll():
-            assert manifest.manifest is not None  # poll() just read a changed one
-            with self.lock:
-                parser.set_manifest(manifest.manifest)
-                self._manifest_facts(manifest.manifest)
-                self.version += 1
-        start = follower.offset
-        while True:
-            batch = follower.poll()  # the read: outside the lock
-            if batch.reset:
+        """Poll the source (the reads outside the lock), apply the records under it, a slice at a time."""
+        source = self.source
+        for _ in range(max(1, max_bytes // POLL_BYTES)):
+            polled = source.poll()
+            if polled.reset is not None:  # read again from its start: what was shown goes
                 with self.lock:
                     self._reset()
                 return True
-            if batch.too_long is not None:
-                where = f"{os.path.basename(t.log_path)}:{batch.too_long}"
+            if polled.manifest_changed:
                 with self.lock:
-                    self._apply(parser.invalid(where, f"{where}: line longer than {follower.max_line_bytes} bytes"))
                     self.version += 1
-            lines = batch.lines
-            for i in range(0, len(lines), APPLY_LINES):
+            recs = polled.records
+            for i in range(0, len(recs), APPLY_LINES):
                 with self.lock:
-                    for lineno, raw in lines[i : i + APPLY_LINES]:
-                        rec = parser.parse_line(lineno, raw)
-                        if rec is not None:
-                            self._apply(rec)
-                    self.version += 1
-            if not batch.more:
-                return False
-            if follower.offset - start >= max_bytes:
-                return True
-
-    def _open(self) -> bool:
-        t = self.target
-        try:
-            st = os.stat(t.log_path)
-        except FileNotFoundError:
-            return False
-        if (
-            os.path.basename(t.log_path) == "metrics.jsonl"
-            and not os.path.lexists(t.manifest_path)
-            and stat.S_ISREG(st.st_mode)
-            and st.st_size == 0
-        ):
-            return False  # the logger writes run.json before its first record: wait for either
-        if t.schema_v1():
-            self.manifest = ManifestFollower(t.run_dir)
-            self.manifest.poll()
-            manifest = self.manifest.manifest
-            if manifest is None:  # run.json is a dangling link or went away: read_manifest says so
-                manifest = read_manifest(t.run_dir)
-            self.parser = RecordParser("v1", manifest=manifest, refresh=self._manifest_now)
-            self._manifest_facts(manifest)
-        else:
-            self.parser = RecordParser("minimal", maps=self.opts.maps, name=os.path.basename(t.log_path))
-        # a small chunk: the reader thread holds the run for one chunk's parsing at a time
-        self.follower = LogFollower(t.log_path, chunk_bytes=1024 * 1024)
-        return True
-
-    def _manifest_now(self) -> dict[str, Any] | None:
-        assert self.manifest is not None  # set up with the parser that calls this
-        self.manifest.poll()
-        return self.manifest.manifest
-
-    def _manifest_facts(self, manifest: dict[str, Any]) -> None:
-        session = manifest["sessions"][-1]
-        max_steps = session["recipe"].get("max_steps")
-        self.max_steps = max_steps if type(max_steps) is int and max_steps > 0 else None
-
-    def _changed(self, path: str) -> bool:
-        """The file changed since it was last read (an unchanged broken file keeps its error)."""
-        st = os.stat(path)
-        sig = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if sig == self._sig:
-            if self._sig_error:
-                raise InvalidRunError(self._sig_error)
-            return False
-        self._sig = sig
-        self._sig_error = None
-        return True
-
-    def _read_whole(self, read: Callable[[], T]) -> T:
-        try:
-            return read()
-        except InvalidRunError as exc:
-            self._sig_error = str(exc)
-            raise
-
-    def _refresh_state(self) -> bool:
-        """trainer_state.json is rewritten whole: re-read it when it changed, apply the new entries."""
-        path = self.target.log_path
-        if not os.path.exists(path) or not self._changed(path):
-            return False
-        name = os.path.basename(path)
-        state, history = self._read_whole(lambda: _read_state(path, name))
-        with self.lock:
-            self._apply_state(state, history, name)
-        return False
-
-    def _apply_state(self, state: dict[str, Any], history: list[Any], name: str) -> None:
-        if len(history) < self._entries or self.parser is None:
-            sig = self._sig
-            self._reset()
-            self._sig = sig
-            self.parser = RecordParser("minimal", maps=self.opts.maps, name=name)
-        max_steps = state.get("max_steps")
-        self.max_steps = max_steps if type(max_steps) is int and max_steps > 0 else None
-        for i in range(self._entries, len(history)):
-            rec = self.parser.parse_object(history[i], f"{name}:log_history[{i}]")
-            if rec is not None:
-                self._apply(rec)
-        self._entries = len(history)
-        self.version += 1
-
-    def _refresh_reader(self) -> bool:
-        """Other tools' logs (TensorBoard, MLflow, CSV, text): the format's reader reads only what
-        is new, as `watch` does. The step a reader holds back until a later one starts is shown
-        once that step starts (a chart is one step behind, never wrong)."""
-        if self.reader is None:
-            with self.lock:
-                self.parser = parser_for(self.target, self.opts.maps)
-            self.reader = open_reader(self.target.format, self.target.log_path, self.target.read, self.opts.maps)
-        reader, parser = self.reader, self.parser
-        assert parser is not None  # set up with the reader
-        while True:
-            chunk = reader.poll()  # the read: outside the lock
-            if chunk.reset:
-                with self.lock:
-                    self._reset()
-                return True
-            items = chunk.items
-            for i in range(0, len(items), APPLY_LINES):
-                with self.lock:
-                    for rec in to_records(parser, items[i : i + APPLY_LINES]):
+                    for rec in recs[i : i + APPLY_LINES]:
                         self._apply(rec)
                     self.version += 1
-            if not chunk.more:
+            if not polled.more:
                 return False
-
-    def _refresh_whole(self) -> bool:
-        """A format without an incremental reader here: read it again whole when its file changed."""
-        path = self.target.log_path
-        if not os.path.exists(path) or not self._changed(path):
-            return False
-        records = self._read_whole(lambda: list(iter_records(self.target, maps=self.opts.maps)))
-        with self.lock:
-            sig = self._sig
-            self._reset()
-            self._sig = sig
-            for rec in records:
-                self._apply(rec)
-        return False
+        return True
 
     def _apply(self, rec: Record) -> None:
         self.records += 1
@@ -513,7 +354,7 @@ class RunView:
             self.path_session = rec.session
         if rec.kind == "checkpoint":
             self.checkpoints.add(rec)
-        v1 = self.parser is not None and self.parser.mode == "v1"
+        v1 = self.source.v1
         for key, value in record_values(rec, v1):
             s = self.series.get(key)
             if s is None:
@@ -529,6 +370,7 @@ class RunView:
 
     def _status(self, now: float) -> Status:
         t = self.target
+        source = self.source
         recs = list(self.tail)
         out: StatusHead = {
             "run_dir": t.run_dir,
@@ -536,25 +378,22 @@ class RunView:
             "run_id": None,
             "session_id": None,
             "sessions": None,
-            "max_steps": self.max_steps,
-            "torn_tail": False,
+            "max_steps": source.max_steps(),
+            "torn_tail": source.torn() is not None,
         }
-        if self.manifest is not None and self.manifest.manifest is not None:
-            m = self.manifest.manifest
+        m = source.parser.manifest if source.v1 and source.parser is not None else None
+        if m is not None:
             latest = m["sessions"][-1]["session_id"]
             out.update({"run_id": m["run_id"], "session_id": latest, "sessions": len(m["sessions"])})
             recs = [r for r in recs if r.session == latest]
-        out["torn_tail"] = bool(self.follower is not None and self.follower.pending_bytes())
-        mtime = self.follower.mtime if self.follower is not None and self.follower.inode else None
-        if mtime is None and self._sig is not None:
-            mtime = os.stat(t.log_path).st_mtime if os.path.exists(t.log_path) else None
+        mtime = source.mtime() if source.reader is not None else None
         return describe(t, out, recs, mtime, now, gpus=False)
 
     def summary(self, now: float | None = None) -> RunSummary:
         """The list's facts: the `status --json` keys plus path, verdict, findings and errors
         (kept while nothing they come from changed: `facts.FactsCache`)."""
         now = time.time() if now is None else now
-        pending = self.follower.pending_bytes() if self.follower is not None else 0
+        pending = self.source.pending_bytes()
         catching_up = pending > 1 << 20
         key = (self.version, self.error, self.invalid, self.options_error, pending)
         return self.facts.get(key, now, lambda: self._summary(now, catching_up))
@@ -601,21 +440,6 @@ class RunView:
             if k in self.series
         ]
         return {"name": name, "title": title, "series": series}
-
-
-def _read_state(path: str, name: str) -> tuple[dict[str, Any], list[Any]]:
-    """A trainer_state.json and its log_history (NaN tokens allowed, as `records` reads it)."""
-    data = read_regular_file(path, name, MAX_STATE_BYTES)
-    try:
-        state = json.loads(data)
-    except RecursionError:
-        raise InvalidRunError(f"{name}: JSON nested too deeply") from None
-    except ValueError as exc:
-        raise InvalidRunError(f"{name}: malformed JSON: {exc}") from None
-    history = state.get("log_history") if isinstance(state, dict) else None
-    if not isinstance(history, list):
-        raise InvalidRunError(f"{name}: log_history must be a list")
-    return state, history
 
 
 # Eval metric names charted per run (a log may carry any number of eval_* keys).

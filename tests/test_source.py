@@ -1,0 +1,290 @@
+"""RecordSource: one way to read a run, whatever its format, for every command that reads one.
+
+The logs are written by the real producers where they are cheap: torch.utils.tensorboard's
+SummaryWriter for event files, the csv module in Lightning's CSVLogger layout (`epoch,step,...`,
+eval rows with empty train cells), a Hugging Face style trainer_state.json, nanoGPT's own lines.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import pytest
+
+from runwatch.agent.tools import Tools
+from runwatch.readers import READERS, open_reader
+from runwatch.records import iter_records, resolve_target
+from runwatch.replay import check
+from runwatch.serve.runs import RunView, find_runs
+from runwatch.source import RecordSource
+from runwatch.status import status
+from runwatch.watchdog import Options, Watcher
+
+# --- the logs ------------------------------------------------------------------------------------
+
+
+def write_lightning_csv(path, last=3899, every=50, eval_every=1000) -> None:
+    """Lightning's CSVLogger layout: `epoch,step,train_loss,val_loss`, a val row of its own."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["epoch", "step", "train_loss", "val_loss"])
+        for s in range(every - 1, last + 1, every):
+            w.writerow([s // 1000, s, 2.0 - s / 5000, ""])
+            if (s + 1) % eval_every == 0:
+                w.writerow([s // 1000, s, "", 1.5])
+
+
+def write_tensorboard(folder, last=3899, test_file=False) -> None:
+    """A TensorBoard log as Lightning's TensorBoardLogger leaves it: scalars every 50 steps to
+    `last`; with `test_file`, a second file (a later `Trainer.test`) holding a test metric at step 0."""
+    tb = pytest.importorskip("torch.utils.tensorboard")
+    w = tb.SummaryWriter(str(folder), filename_suffix=".0")
+    w.add_scalar("hp_metric", -1.0, 0)
+    for s in range(49, last + 1, 50):
+        w.add_scalar("train_loss", 2.0 - s / 5000, s)
+        w.add_scalar("epoch", float(s // 1000), s)
+    w.close()
+    if test_file:
+        w = tb.SummaryWriter(str(folder), filename_suffix=".1")
+        w.add_scalar("test_loss", 0.9, 0)
+        w.add_scalar("epoch", 0.0, 0)
+        w.close()
+
+
+def write_trainer_state(path, last=500) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    hist = [
+        {"epoch": s / 100, "grad_norm": 1.0, "learning_rate": 1e-4, "loss": 2.0 - s / 1000, "step": s}
+        for s in range(10, last + 1, 10)
+    ]
+    hist.append({"epoch": last / 100, "step": last, "eval_loss": 1.6})
+    with open(path, "w") as f:
+        json.dump({"global_step": last, "max_steps": last, "log_history": hist}, f)
+
+
+def write_nanogpt(path, last=1990) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        for it in range(0, last + 1, 10):
+            if it % 250 == 0:
+                f.write(f"step {it}: train loss {3 - it / 1000:.4f}, val loss {3.1 - it / 1000:.4f}\n")
+            f.write(f"iter {it}: loss {3 - it / 1000:.4f}, time 12.34ms, mfu 1.23%\n")
+
+
+def write_yolo(path, epochs=20) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["epoch", "time", "train/box_loss", "train/cls_loss", "metrics/mAP50(B)", "val/box_loss", "lr/pg0"])
+        for e in range(1, epochs + 1):
+            w.writerow([e, e * 10.0, 1.5 - e / 100, 2.0 - e / 50, 0.1 + e / 100, 1.4, 0.01])
+
+
+def surfaces(root, rel) -> dict[str, tuple]:
+    """(last step, loss) as check, status, the page's API and the MCP tools see `root/rel`."""
+    path = os.path.join(root, rel)
+    out: dict[str, tuple] = {"check": (check(path).last_step,)}
+    st = status(path, gpus=False)
+    out["status"] = (st["step"], st["loss"])
+    view = RunView(rel, resolve_target(path))
+    while view.refresh():
+        pass
+    view.refresh()  # the server's next pass: a quiet log's last step is whole
+    page = view.summary()
+    out["page"] = (page["step"], page["loss"])
+    _, doc = Tools(str(root)).run_status(rel)
+    out["mcp"] = (doc["step"], doc["loss"])
+    return out
+
+
+# --- every command, the same answer --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["lightning_csv", "tensorboard", "tensorboard_then_test", "trainer_state", "nanogpt"])
+def test_check_status_page_and_mcp_agree_on_the_last_step_and_loss(tmp_path, kind):
+    if kind == "lightning_csv":
+        write_lightning_csv(tmp_path / "run" / "metrics.csv")
+        rel, step, loss = "run/metrics.csv", 3899, 2.0 - 3899 / 5000
+    elif kind.startswith("tensorboard"):
+        write_tensorboard(tmp_path / "run", test_file=kind == "tensorboard_then_test")
+        rel, step, loss = "run", 3899, pytest.approx(2.0 - 3899 / 5000)
+    elif kind == "trainer_state":
+        write_trainer_state(tmp_path / "run" / "trainer_state.json")
+        rel, step, loss = "run", 500, 1.5
+    else:
+        write_nanogpt(tmp_path / "run" / "train.log")
+        rel, step, loss = "run/train.log", 1990, pytest.approx(1.01)
+    found = surfaces(tmp_path, rel)
+    assert found["check"] == (step,)
+    for surface in ("status", "page", "mcp"):
+        assert found[surface] == (step, loss), (surface, found)
+
+
+def test_a_folder_holding_one_log_is_read_through_it(tmp_path):
+    write_lightning_csv(tmp_path / "lit" / "metrics.csv", last=999)
+    (tmp_path / "lit" / "hparams.yaml").write_text("lr: 0.01\n")
+    t = resolve_target(str(tmp_path / "lit"))
+    assert (t.format, os.path.basename(t.log_path)) == ("csv", "metrics.csv")
+    assert check(str(tmp_path / "lit")).last_step == 999
+    assert status(str(tmp_path / "lit"), gpus=False)["step"] == 999
+
+
+def test_serve_lists_every_run_of_a_folder_of_runs_of_mixed_formats(tmp_path):
+    write_trainer_state(tmp_path / "hf" / "trainer_state.json")
+    write_lightning_csv(tmp_path / "lcsv" / "metrics.csv")
+    write_tensorboard(tmp_path / "tb")
+    write_yolo(tmp_path / "yolo" / "results.csv")
+    write_nanogpt(tmp_path / "nano" / "train.log")
+    (tmp_path / "jsonl").mkdir()
+    (tmp_path / "jsonl" / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 6))
+    )
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "table.csv").write_text("text,label\nhello,1\n")  # a data table: no run
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("try a lower lr\n")  # text that no preset reads: no run
+    runs = {rel: t.format for rel, t in find_runs(str(tmp_path))}
+    assert runs == {
+        "hf": "trainer_state",
+        "lcsv/metrics.csv": "csv",
+        "tb": "tensorboard",
+        "yolo/results.csv": "csv",
+        "nano/train.log": "text",
+        "jsonl": "jsonl",
+    }
+    assert surfaces(tmp_path, "yolo/results.csv")["status"][0] == 20  # stepping by its epoch column
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\ufeffstep,loss\r\n1,2.0\r\n2,1.9\r\n",  # Excel's byte order mark and CRLF
+        "step;loss\n1;2.0\n2;1.9\n",  # semicolons
+        "step\tloss\n1\t2.0\n2\t1.9\n",  # tabs
+    ],
+)
+def test_csv_dialects_are_read_the_same(tmp_path, text):
+    (tmp_path / "m.csv").write_text(text, encoding="utf-8", newline="")
+    assert [(r.step, r.loss) for r in iter_records(str(tmp_path / "m.csv"))] == [(1, 2.0), (2, 1.9)]
+    assert [rel for rel, _ in find_runs(str(tmp_path))] == ["m.csv"]
+
+
+# --- following, tails and positions ------------------------------------------------------------
+
+
+def test_poll_returns_only_what_is_new_and_a_torn_line_waits(tmp_path):
+    log = tmp_path / "train.jsonl"
+    log.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo')
+    source = RecordSource(str(log))
+    assert [r.step for r in source.poll().records] == [1]
+    assert source.torn() == 2
+    assert source.poll().records == []
+    with open(log, "a") as f:
+        f.write('ss": 1.9}\n{"step": 3, "loss": 1.8}\n')
+    assert [r.step for r in source.poll().records] == [2, 3]
+    assert source.torn() is None
+
+
+def test_tail_reads_a_jsonl_log_back_from_its_end_and_other_formats_by_a_pass(tmp_path):
+    log = tmp_path / "train.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "loss": 1.0 + 1 / s}) + "\n" for s in range(1, 10001)) + '{"step"')
+    recs, torn = RecordSource(str(log)).tail(3)
+    assert ([r.step for r in recs], torn) == ([9998, 9999, 10000], True)
+    write_lightning_csv(tmp_path / "lit" / "metrics.csv", last=999)
+    source = RecordSource(str(tmp_path / "lit" / "metrics.csv"))
+    recs, torn = source.tail(2)
+    assert [(r.step, r.kind) for r in recs] == [(949, "train"), (999, "train"), (999, "eval")][-2:] and not torn
+    assert source.last_step() == 999
+
+
+def test_a_later_file_without_training_keeps_the_run_at_its_step(tmp_path):
+    """Lightning's Trainer.test with the same logger writes a new event file at step 0: the run
+    still reached its last training step, and no session starts for a test metric."""
+    write_tensorboard(tmp_path / "tb", last=999, test_file=True)
+    recs = list(iter_records(str(tmp_path / "tb")))
+    assert {r.session for r in recs} == {"session-1"}
+    assert (recs[-1].kind, recs[-1].step) == ("other", 0)
+    assert RecordSource(str(tmp_path / "tb")).last_step() == 999
+
+
+@pytest.mark.parametrize("fmt", sorted(READERS))
+def test_every_format_plugs_in_through_one_table(tmp_path, fmt):
+    """Each entry of `readers.READERS` opens a Reader whose position round-trips through JSON."""
+    paths = {
+        "jsonl": tmp_path / "train.jsonl",
+        "trainer_state": tmp_path / "hf" / "trainer_state.json",
+        "tensorboard": tmp_path / "tb",
+        "csv": tmp_path / "lit" / "metrics.csv",
+        "text": tmp_path / "nano" / "train.log",
+    }
+    if fmt == "mlflow":
+        pytest.skip("the MLflow readers have their own tests (test_readers_mlflow.py)")
+    paths["jsonl"].write_text('{"step": 1, "loss": 2.0}\n')
+    write_trainer_state(paths["trainer_state"])
+    write_tensorboard(paths["tensorboard"], last=199)
+    write_lightning_csv(paths["csv"], last=199)
+    write_nanogpt(paths["text"], last=100)
+    t = resolve_target(str(paths[fmt]))
+    assert t.format == fmt
+    reader = open_reader(fmt, t.log_path, t.read)
+    chunk = reader.poll()
+    assert chunk.items or chunk.lines
+    again = open_reader(fmt, t.log_path, t.read)
+    again.load_state_dict(json.loads(json.dumps(reader.state_dict(), allow_nan=False)))
+    assert again.state_dict() == reader.state_dict()
+    reader.close()
+    again.close()
+
+
+def test_a_watch_state_written_before_the_source_still_loads(tmp_path):
+    """watchdog.json's `state` as the watch has written it from the start (the log's position
+    under `follower`, `reader` and `trainer_state_entries`, the parser's beside them) resumes."""
+    log = tmp_path / "train.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "loss": 2.0 - s / 100}) + "\n" for s in range(1, 4)))
+    st = os.stat(log)
+    rules = Watcher(str(log), Options(poll=0.05), poll_checks=[], log=lambda m: None)
+    assert rules.poll_once() is None
+    state = {
+        **rules.state_dict(),  # (the rules' own state: not the reading position)
+        "log": str(log),
+        "current": "session-1",
+        "have_record": True,
+        "last_step": 3,
+        "follower": {"path": str(log), "offset": 78, "lineno": 3, "inode": [st.st_dev, st.st_ino], "skipping": False},
+        "reader": None,
+        "parser": {
+            "mode": "minimal",
+            "session": "session-1",
+            "last_train_step": 3,
+            "relaunches": 1,
+            "last_step": 3,
+            "finite_grad_session": None,
+            "step_by": "step",
+            "counted": 0,
+            "epoch": 0,
+            "loss_key": "",
+            "validators": {},
+        },
+        "trainer_state_entries": 0,
+        "checkpoints": 0,
+        "warnings": [],
+        "named_loss_key": False,
+    }
+    w = Watcher(str(log), Options(poll=0.05), poll_checks=[], log=lambda m: None)
+    assert w.load_state_dict(json.loads(json.dumps(state)))
+    with open(log, "a") as f:
+        f.write(json.dumps({"step": 4, "loss": 1.95}) + "\n")
+    assert w.poll_once() is None
+    assert (w.applied, w.last_step, w.current) == (1, 4, "session-1")  # only the new line was read
+
+    hf = tmp_path / "hf"
+    write_trainer_state(hf / "trainer_state.json", last=20)
+    w = Watcher(str(hf), Options(poll=0.05), poll_checks=[], log=lambda m: None)
+    saved = {**state, "log": str(hf / "trainer_state.json"), "follower": None, "trainer_state_entries": 2}
+    saved["parser"] = {**state["parser"], "last_train_step": 20, "last_step": 20}
+    assert w.load_state_dict(saved)
+    assert w.poll_once() is None
+    assert w.applied == 1 and w.last_step == 20  # the eval entry after the two read before
