@@ -38,8 +38,8 @@ import time
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 sys.path.insert(0, SRC)
 
-from runwatch.goodput import BUCKETS, breakdown  # noqa: E402
-from runwatch.records import load_sessions  # noqa: E402
+from runwatch.reading.records import load_sessions  # noqa: E402
+from runwatch.supervising.goodput import BUCKETS, breakdown  # noqa: E402
 
 KINDS = ("crash", "kill", "hang", "nan", "spike", "sigterm")
 EXPECTED = {

@@ -25,8 +25,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
-from runwatch.ranks import RankMonitor, rank_status_lines  # noqa: E402
-from runwatch.rundir import HEARTBEATS
+from runwatch.files.rundir import HEARTBEATS
+from runwatch.judging.ranks import RankMonitor, rank_status_lines  # noqa: E402
 
 
 def generate(run_dir: str, n: int, now: float) -> None:

@@ -18,10 +18,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
-from runwatch import plot, tensorboard  # noqa: E402
-from runwatch.metrics import RunLogger  # noqa: E402
-from runwatch.records import iter_records  # noqa: E402
-from runwatch.watchdog import check  # noqa: E402
+from runwatch.judging.watchdog import check  # noqa: E402
+from runwatch.logger.metrics import RunLogger  # noqa: E402
+from runwatch.reading.records import iter_records  # noqa: E402
+from runwatch.views import plot, tensorboard  # noqa: E402
 
 RECIPE = {"batch_size": 8, "seq_len": 128, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
 

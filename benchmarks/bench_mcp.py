@@ -39,8 +39,8 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from bench_serve import make_run
-from runwatch.liveness import watching_record
-from runwatch.verdict import Verdict, write_verdict
+from runwatch.judging.liveness import watching_record
+from runwatch.judging.verdict import Verdict, write_verdict
 
 ENV = {"PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
 

@@ -24,10 +24,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from runwatch.readers import tfevents, tfrecord  # noqa: E402
-from runwatch.readers.keys import KeyMap  # noqa: E402
-from runwatch.readers.mlflowstore import SqliteReader  # noqa: E402
-from runwatch.records import iter_records, resolve_target  # noqa: E402
+from runwatch.reading.readers import tfevents, tfrecord  # noqa: E402
+from runwatch.reading.readers.keys import KeyMap  # noqa: E402
+from runwatch.reading.readers.mlflowstore import SqliteReader  # noqa: E402
+from runwatch.reading.records import iter_records, resolve_target  # noqa: E402
 
 TAGS = ("train/loss", "train/learning_rate", "train/grad_norm", "train/samples_per_second")
 

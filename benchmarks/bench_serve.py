@@ -43,7 +43,7 @@ import urllib.request
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 sys.path.insert(0, SRC)
 
-from runwatch.status import status
+from runwatch.views.status import status
 
 RECIPE = {
     "batch_size": 8,

@@ -38,11 +38,11 @@ import time
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 sys.path.insert(0, SRC)
 
-from runwatch.heartbeats import read_heartbeats  # noqa: E402
-from runwatch.launch import launch  # noqa: E402
-from runwatch.process import alive  # noqa: E402
-from runwatch.proctree import ProcessTree, scan, stop  # noqa: E402
-from runwatch.records import load_sessions  # noqa: E402
+from runwatch.files.heartbeats import read_heartbeats  # noqa: E402
+from runwatch.procs.process import alive  # noqa: E402
+from runwatch.procs.proctree import ProcessTree, scan, stop  # noqa: E402
+from runwatch.reading.records import load_sessions  # noqa: E402
+from runwatch.supervising.launch import launch  # noqa: E402
 
 FAULT_STEP = 40
 SUPERVISE = ["--poll", "0.2", "--rank-stall", "3", "--stall", "120", "--startup-grace", "240"]

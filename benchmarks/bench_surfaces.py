@@ -52,10 +52,10 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from runwatch.agent.tools import Tools
 from runwatch.cli import main as cli_main
 from runwatch.errors import RunwatchError
-from runwatch.serve.server import Catalog, to_json
+from runwatch.views.agent.tools import Tools
+from runwatch.views.serve.server import Catalog, to_json
 
 SURFACES = (
     "check",

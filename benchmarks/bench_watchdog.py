@@ -25,7 +25,7 @@ import tracemalloc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
 
-from runwatch.follow import LogFollower, tail_lines  # noqa: E402
+from runwatch.reading.follow import LogFollower, tail_lines  # noqa: E402
 
 RECIPE = {
     "batch_size": 8,
@@ -157,7 +157,7 @@ def bench_poll() -> None:
 
 
 def bench_catchup() -> None:
-    from runwatch.watchdog import Options, Watcher, check
+    from runwatch.judging.watchdog import Options, Watcher, check
 
     mb = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
     d = make_run(mb * 2**20)
@@ -195,9 +195,9 @@ def bench_rules(records: int = 200_000, rounds: int = 5) -> None:
     import inspect
     import random
 
-    from runwatch.records import Record
-    from runwatch.rules import Rules
-    from runwatch.watchdog import Options
+    from runwatch.judging.rules import Rules
+    from runwatch.judging.watchdog import Options
+    from runwatch.reading.records import Record
 
     rng = random.Random(0)
     has_seconds = "seconds" in inspect.signature(Record).parameters
@@ -289,7 +289,7 @@ def bench_versus() -> None:
 
 
 def bench_status() -> None:
-    from runwatch.status import status
+    from runwatch.views.status import status
 
     d = make_run(2**30)
     try:

@@ -31,7 +31,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from runwatch import RunLogger  # noqa: E402
-from runwatch.heartbeats import HeartbeatConfig  # noqa: E402
+from runwatch.files.heartbeats import HeartbeatConfig  # noqa: E402
 
 RECIPE = {"batch_size": 32, "seq_len": 1, "gradient_accumulation_steps": 1}
 
@@ -120,7 +120,7 @@ def main() -> int:
             results.setdefault(name, []).append(run(kind, args.steps, ddp, root, g, sample))
             if name == "RunLogger(window=10)":
                 gathers.extend(g)
-    from runwatch.distributed import process_group
+    from runwatch.logger.distributed import process_group
 
     group = process_group()
     agrees: list[float] = []

@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), os.pardir, "src"))
 
-from runwatch.summary import main  # noqa: E402
+from runwatch.judging.summary import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -46,7 +46,7 @@ def lightning_job() -> None:
 
 
 def raising_job() -> None:
-    from runwatch.metrics import RunLogger
+    from runwatch.logger.metrics import RunLogger
 
     recipe = {"batch_size": 4, "seq_len": 1, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
     with RunLogger(None, recipe=recipe) as log:

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from runwatch import NonFiniteLossError, RunLogger, RunwatchError
-from runwatch.heartbeats import HeartbeatConfig
+from runwatch.files.heartbeats import HeartbeatConfig
 
 
 def _die_with_the_launcher() -> None:

@@ -19,8 +19,8 @@ import threading
 import time
 from typing import Any
 
-from runwatch.metrics import RunLogger
-from runwatch.serve import serve
+from runwatch.logger.metrics import RunLogger
+from runwatch.views.serve import serve
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "supervise_train.py")

@@ -1,4 +1,4 @@
-"""runwatch.agent in process: the tools' results against the commands they mirror, the 8 KB bound,
+"""runwatch.views.agent in process: the tools' results against the commands they mirror, the 8 KB bound,
 confinement to ROOT, the last records of every format, the verdict states wait_for_verdict
 decides on, `runwatch skill`, and `runwatch mcp` without its extra. The MCP server itself, over
 stdio with the SDK's own client and against live runs, is tests/test_mcp.py."""
@@ -16,14 +16,14 @@ import time
 import pytest
 
 from runwatch import RunLogger
-from runwatch.agent import bound, skill_text
-from runwatch.agent.tail import last_records, minimal_rows, seq_len_of
-from runwatch.agent.tools import MAX_LIST_RUNS, Tools
-from runwatch.agent.verdicts import watch_state
 from runwatch.cli import main
 from runwatch.errors import UsageError
-from runwatch.records import Record, resolve_target
-from runwatch.verdict import Verdict, write_verdict
+from runwatch.judging.verdict import Verdict, write_verdict
+from runwatch.reading.records import Record, resolve_target
+from runwatch.views.agent import bound, skill_text
+from runwatch.views.agent.tail import last_records, minimal_rows, seq_len_of
+from runwatch.views.agent.tools import MAX_LIST_RUNS, Tools
+from runwatch.views.agent.verdicts import watch_state
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = {"batch_size": 4, "seq_len": 8, "gradient_accumulation_steps": 1, "qk_clip_threshold": None, "max_steps": 100}
@@ -350,7 +350,7 @@ def test_minimal_rows_split_eval_values_and_show_a_nonfinite_norm():
 
 
 def _watching(run_dir: str, pid: int, polled_at: float) -> None:
-    from runwatch.liveness import watching_record
+    from runwatch.judging.liveness import watching_record
 
     with open(os.path.join(run_dir, "watchdog.json"), "w") as f:
         json.dump(watching_record(pid, polled_at - 10, polled_at, 12, 5.0, {"x": 1}), f)
@@ -398,7 +398,7 @@ def test_watch_state_of_every_case(tmp_path):
 
 
 def test_stop_run_of_an_unsupervised_run_stops_its_process_group(tmp_path):
-    from runwatch.agent.act import stop_run
+    from runwatch.views.agent.act import stop_run
 
     run = tmp_path / "plain"
     train = [sys.executable, os.path.join(REPO, "tests", "supervise_train.py"), str(run), "--steps", "100000"]
@@ -450,7 +450,7 @@ def test_list_runs_under_a_run_lists_that_run(root):
 
 
 def test_launch_supervised_refuses_before_starting_anything(root):
-    from runwatch.agent.act import launch_supervised
+    from runwatch.views.agent.act import launch_supervised
 
     tools = Tools(str(root))
     before = sorted(os.listdir(root / "runs"))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runwatch.auroc import auroc
+from runwatch.logger.auroc import auroc
 
 
 @pytest.mark.parametrize(

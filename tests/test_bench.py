@@ -12,10 +12,10 @@ import pytest
 from runwatch.cli import main
 from runwatch.errors import UsageError
 from runwatch.integrations.session import CallbackOptions
-from runwatch.liveness import last_error
-from runwatch.metrics import RunLogger, default_window
+from runwatch.judging.liveness import last_error
+from runwatch.logger.metrics import RunLogger, default_window
 from runwatch.preflight.bench import BenchOptions, quantile, steady_rates
-from runwatch.process import alive
+from runwatch.procs.process import alive
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RECIPE = {"batch_size": 4, "seq_len": 1, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}

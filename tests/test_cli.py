@@ -22,7 +22,7 @@ from runwatch.errors import (
     InvalidRunError,
     UsageError,
 )
-from runwatch.summary import main as script_main
+from runwatch.judging.summary import main as script_main
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 VALID = os.path.join(DATA, "valid", "two_sessions")

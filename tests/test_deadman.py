@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from runwatch.deadman import DeadMan
+from runwatch.supervising.deadman import DeadMan
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -22,8 +22,8 @@ if not torch.distributed.is_available():  # pragma: no cover
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 from runwatch import summarize  # noqa: E402
-from runwatch.heartbeats import read_heartbeats  # noqa: E402
-from runwatch.ranks import RankMonitor, rank_status_lines  # noqa: E402
+from runwatch.files.heartbeats import read_heartbeats  # noqa: E402
+from runwatch.judging.ranks import RankMonitor, rank_status_lines  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multirank_train.py")
 DEADLINE_S = 90  # a loaded 2-core machine needs ~15 s to start torchrun and two ranks
@@ -256,8 +256,8 @@ def test_windows_close_on_time_together_whichever_rank_is_slow(launch, slow_rank
 # --- in-process parts: the heartbeat writer, the stack sampler, the single-process paths ------------
 
 from runwatch import RunLogger  # noqa: E402
-from runwatch.distributed import HeartbeatWriter, is_waiting_frame, process_group  # noqa: E402
-from runwatch.heartbeats import HeartbeatConfig, parse_heartbeat  # noqa: E402
+from runwatch.files.heartbeats import HeartbeatConfig, parse_heartbeat  # noqa: E402
+from runwatch.logger.distributed import HeartbeatWriter, is_waiting_frame, process_group  # noqa: E402
 
 RECIPE = {"batch_size": 4, "seq_len": 8, "gradient_accumulation_steps": 1}
 

@@ -174,8 +174,8 @@ def test_errors_all_lists_each_name_once_and_the_docstring_draws_every_class():
 
 
 def test_moved_exceptions_stay_importable_where_they_were():
-    from runwatch.readers.mlflowstore import StoreLockedError
-    from runwatch.signals import Terminated
+    from runwatch.logger.signals import Terminated
+    from runwatch.reading.readers.mlflowstore import StoreLockedError
 
     assert StoreLockedError is runwatch.StoreLockedError and issubclass(StoreLockedError, runwatch.RunwatchError)
     assert Terminated is runwatch.Terminated and issubclass(Terminated, KeyboardInterrupt)
@@ -301,9 +301,9 @@ def test_runlogger_calls(tmp_path, call, message):
 
 
 def test_other_options():
-    from runwatch.follow import LogFollower
-    from runwatch.heartbeats import HeartbeatConfig
+    from runwatch.files.heartbeats import HeartbeatConfig
     from runwatch.integrations.session import CallbackOptions
+    from runwatch.reading.follow import LogFollower
 
     cases = [
         (lambda: HeartbeatConfig(every_seconds=0), "heartbeat.every_seconds must be a finite number > 0, got 0"),

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from runwatch.errors import InvalidRunError
-from runwatch.follow import LogFollower, ManifestFollower, tail_lines
+from runwatch.reading.follow import LogFollower, ManifestFollower, tail_lines
 
 
 def _append(path, data: bytes):

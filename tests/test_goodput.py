@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from runwatch.cli import main
 from runwatch.errors import ConfigError
-from runwatch.goodput import BUCKETS, breakdown, goodput
-from runwatch.history import checkpoints, path, rollback_target
-from runwatch.records import load_sessions
-from runwatch.resume import Resume, parse_skip_steps, resume_checkpoint
+from runwatch.reading.history import checkpoints, path, rollback_target
+from runwatch.reading.records import load_sessions
+from runwatch.reading.resume import Resume, parse_skip_steps, resume_checkpoint
+from runwatch.supervising.goodput import BUCKETS, breakdown, goodput
 
 RUN_ID = "r-test"
 

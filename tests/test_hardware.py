@@ -9,7 +9,7 @@ import pytest
 
 CHILD = """
 import os, resource, sys, threading
-from runwatch.hardware import memory_peaks
+from runwatch.files.hardware import memory_peaks
 
 # Linux keeps a process's peak across exec, so a child of a large test worker starts with the
 # worker's peak; a forked grandchild starts from its own memory.

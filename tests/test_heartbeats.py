@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from runwatch.errors import InvalidRunError
-from runwatch.heartbeats import (
+from runwatch.files.heartbeats import (
     Heartbeat,
     HeartbeatConfig,
     current_session,
@@ -19,8 +19,8 @@ from runwatch.heartbeats import (
     parse_heartbeat,
     read_heartbeats,
 )
-from runwatch.ranks import RankMonitor, StragglerRule, rank_stall_finding, rank_status_lines
-from runwatch.rules import Finding
+from runwatch.judging.ranks import RankMonitor, StragglerRule, rank_stall_finding, rank_status_lines
+from runwatch.judging.rules import Finding
 
 NOW = 1_000_000.0
 
@@ -270,7 +270,7 @@ def test_monitor_on_a_run_without_heartbeats(tmp_path):
     ],
 )
 def test_rank_options_are_validated(kwargs, message):
-    from runwatch.watchdog import Options
+    from runwatch.judging.watchdog import Options
 
     with pytest.raises(ValueError) as err:  # ConfigError is a ValueError (and a UsageError: exit 2)
         Options(**kwargs)
@@ -413,7 +413,7 @@ def test_status_lines_with_a_straggler_at_the_latest_common_window(tmp_path):
 
 
 def test_the_modules_need_only_the_standard_library():
-    code = "import runwatch.heartbeats, runwatch.distributed, runwatch.metrics, sys; print('torch' in sys.modules)"
+    code = "import runwatch.files.heartbeats, runwatch.logger.distributed, runwatch.logger.metrics, sys; print('torch' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-S", "-c", code],
         capture_output=True,

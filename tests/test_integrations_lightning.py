@@ -18,9 +18,9 @@ import torch  # noqa: E402
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint  # noqa: E402
 
 import runwatch  # noqa: E402
-from runwatch.auroc import auroc  # noqa: E402
 from runwatch.errors import ConfigError, NonFiniteLossError  # noqa: E402
 from runwatch.integrations.lightning import RunwatchCallback  # noqa: E402
+from runwatch.logger.auroc import auroc  # noqa: E402
 
 pytestmark = [
     # Lightning 2.6's own pytree helper warns under torch 2.13; it is not ours to fix.

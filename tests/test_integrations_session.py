@@ -21,7 +21,7 @@ from runwatch.integrations.session import (
     resume_state,
     write_state,
 )
-from runwatch.metrics import RunLogger
+from runwatch.logger.metrics import RunLogger
 
 RECIPE = {"batch_size": 4, "seq_len": 8, "gradient_accumulation_steps": 2}
 

@@ -1,4 +1,4 @@
-"""runwatch.journal: atomic writes leave the old file or the new one, never a part or a temp file;
+"""runwatch.files.journal: atomic writes leave the old file or the new one, never a part or a temp file;
 the watchdog's verdict file; one writer per run directory."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import os
 import pytest
 
 from runwatch.errors import LogWriteError, RunLockedError
-from runwatch.journal import Journal, atomic_write, atomic_write_text
-from runwatch.verdict import read_verdict
+from runwatch.files.journal import Journal, atomic_write, atomic_write_text
+from runwatch.judging.verdict import read_verdict
 
 
 def _names(folder) -> list[str]:

@@ -9,8 +9,8 @@ import sys
 import time
 
 from runwatch.cli import main
-from runwatch.launch import LAUNCH_ENV
-from runwatch.process import alive
+from runwatch.procs.process import alive
+from runwatch.supervising.launch import LAUNCH_ENV
 
 
 def _wait_gone(pid, timeout=20.0):

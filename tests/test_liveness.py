@@ -17,7 +17,7 @@ import pytest
 from runwatch import RunLogger
 from runwatch.cli import main
 from runwatch.errors import ConfigError
-from runwatch.liveness import (
+from runwatch.judging.liveness import (
     PhaseLimits,
     dead_rank,
     is_local_host,
@@ -26,10 +26,10 @@ from runwatch.liveness import (
     stall_finding,
     watchdog_liveness,
 )
-from runwatch.records import Record
-from runwatch.rules import CLASSES, Rules, verdict_class
-from runwatch.status import format_status, status
-from runwatch.watchdog import Options, Watcher
+from runwatch.judging.rules import CLASSES, Rules, verdict_class
+from runwatch.judging.watchdog import Options, Watcher
+from runwatch.reading.records import Record
+from runwatch.views.status import format_status, status
 
 RECIPE = {"batch_size": 2, "seq_len": 4, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
 

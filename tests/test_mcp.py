@@ -23,7 +23,7 @@ import anyio  # noqa: E402 - after the skip: the SDK's dependency
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
 from mcp.client.stdio import stdio_client  # noqa: E402
 
-from runwatch.process import alive  # noqa: E402
+from runwatch.procs.process import alive  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(TESTS), "src")

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from runwatch import RunLogger
-from runwatch.metrics import _as_float_list
+from runwatch.logger.metrics import _as_float_list
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")

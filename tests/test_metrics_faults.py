@@ -28,7 +28,7 @@ import pytest
 
 from runwatch import RunLogger, summarize
 from runwatch.errors import InvalidRunError, LogWriteError
-from runwatch.schema import loads, read_manifest, window_tokens
+from runwatch.files.schema import loads, read_manifest, window_tokens
 
 RECIPE = {"batch_size": 2, "seq_len": 3, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
 TOKENS = window_tokens(RECIPE, 1)

@@ -14,10 +14,10 @@ import time
 import pytest
 
 from runwatch import RunLogger, summarize
-from runwatch.distributed import HeartbeatWriter
 from runwatch.errors import ConfigError, RunwatchError
-from runwatch.heartbeats import parse_heartbeat, read_heartbeats
-from runwatch.ranks import RankMonitor, rank_status_lines
+from runwatch.files.heartbeats import parse_heartbeat, read_heartbeats
+from runwatch.judging.ranks import RankMonitor, rank_status_lines
+from runwatch.logger.distributed import HeartbeatWriter
 
 RECIPE = {"batch_size": 2, "seq_len": 3, "gradient_accumulation_steps": 1}
 KEYS = {"rank", "pid", "host", "step", "time", "phase", "phase_since"}

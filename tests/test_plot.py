@@ -18,9 +18,9 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="runwatch[plot] is not installed")
 
-from runwatch import plot  # noqa: E402
 from runwatch.cli import main  # noqa: E402
-from runwatch.watchdog import Options, check  # noqa: E402
+from runwatch.judging.watchdog import Options, check  # noqa: E402
+from runwatch.views import plot  # noqa: E402
 
 ALL_PANELS = ["loss", "lr", "grad_norm", "throughput", "eval_metrics"]
 

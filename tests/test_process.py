@@ -1,4 +1,4 @@
-"""runwatch.process on real processes: alive or gone (a zombie is gone), how our child ended, the
+"""runwatch.procs.process on real processes: alive or gone (a zombie is gone), how our child ended, the
 pid file, the out-of-memory line, and stopping a process group that ignores SIGTERM."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from runwatch.process import OOM_TAIL_BYTES, alive, exit_status, oom_line, read_pid_file, stop
+from runwatch.procs.process import OOM_TAIL_BYTES, alive, exit_status, oom_line, read_pid_file, stop
 
 
 def _wait_for(condition, timeout: float = 30.0) -> bool:

@@ -1,7 +1,7 @@
 """`proctree` and the waiter: every process a launched program started is found, in whatever
 process group or session, after its parent died, after the waiter died; stopping reaches them all
 (SIGCONT to stopped ones), and the waiter records how the command ended. Real processes, real
-signals, `runwatch.launch.launch` as the supervisor uses it."""
+signals, `runwatch.supervising.launch.launch` as the supervisor uses it."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from runwatch.launch import launch
-from runwatch.process import alive, read_exit, wait_exit
-from runwatch.proctree import ProcessTree, Stopped, scan, stop
-from runwatch.rundir import ENV_ATTEMPT_ID
+from runwatch.files.rundir import ENV_ATTEMPT_ID
+from runwatch.procs.process import alive, read_exit, wait_exit
+from runwatch.procs.proctree import ProcessTree, Stopped, scan, stop
+from runwatch.supervising.launch import launch
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the tree is found through /proc")
 

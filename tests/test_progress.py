@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from runwatch.records import Record
-from runwatch.rules import Replay, Rules, replay
-from runwatch.watchdog import Options
+from runwatch.judging.rules import Replay, Rules, replay
+from runwatch.judging.watchdog import Options
+from runwatch.reading.records import Record
 
 
 def tr(step, loss=1.0, session="s1", **kw):

@@ -10,13 +10,13 @@ import pytest
 
 from runwatch.cli import main
 from runwatch.errors import UsageError
-from runwatch.readers import ReadOptions, detect
-from runwatch.readers.csvlog import CsvReader
-from runwatch.readers.keys import KeyMap, StepGrouper
-from runwatch.readers.textlog import TextReader
-from runwatch.records import iter_records, parse_maps, resolve_target
-from runwatch.status import status
-from runwatch.watchdog import check
+from runwatch.judging.watchdog import check
+from runwatch.reading.readers import ReadOptions, detect
+from runwatch.reading.readers.csvlog import CsvReader
+from runwatch.reading.readers.keys import KeyMap, StepGrouper
+from runwatch.reading.readers.textlog import TextReader
+from runwatch.reading.records import iter_records, parse_maps, resolve_target
+from runwatch.views.status import status
 
 # --- key names ---------------------------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ import shutil
 import pytest
 
 from runwatch.cli import main
-from runwatch.readers import ReadOptions
-from runwatch.records import iter_records, resolve_target
-from runwatch.watchdog import Options, Watcher, check
+from runwatch.judging.watchdog import Options, Watcher, check
+from runwatch.reading.readers import ReadOptions
+from runwatch.reading.records import iter_records, resolve_target
 
 pytest.importorskip("torch.utils.tensorboard", reason="the [torch] extra is not installed")
 pytest.importorskip("tensorboard", reason="the [tensorboard] extra is not installed")

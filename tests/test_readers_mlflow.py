@@ -12,10 +12,10 @@ import sqlite3
 import pytest
 
 from runwatch.cli import main
-from runwatch.readers import ReadOptions, mlflowstore
-from runwatch.readers.keys import KeyMap
-from runwatch.records import iter_records, resolve_target
-from runwatch.watchdog import Options, Watcher, check
+from runwatch.judging.watchdog import Options, Watcher, check
+from runwatch.reading.readers import ReadOptions, mlflowstore
+from runwatch.reading.readers.keys import KeyMap
+from runwatch.reading.records import iter_records, resolve_target
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "readers")
 DB = os.path.join(DATA, "mlflow.db")

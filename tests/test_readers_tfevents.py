@@ -11,10 +11,10 @@ import struct
 import pytest
 
 from runwatch.cli import main
-from runwatch.readers import ReadOptions, tfevents, tfrecord
-from runwatch.readers.keys import KeyMap
-from runwatch.records import iter_records, resolve_target
-from runwatch.watchdog import Options, Watcher, check
+from runwatch.judging.watchdog import Options, Watcher, check
+from runwatch.reading.readers import ReadOptions, tfevents, tfrecord
+from runwatch.reading.readers.keys import KeyMap
+from runwatch.reading.records import iter_records, resolve_target
 
 torch_tb = pytest.importorskip("torch.utils.tensorboard", reason="the [torch] extra is not installed")
 pytest.importorskip("tensorboard", reason="the [tensorboard] extra is not installed")

@@ -9,7 +9,7 @@ import pytest
 
 from runwatch import RunLogger
 from runwatch.errors import UsageError
-from runwatch.records import RecordParser, load_sessions, parse_maps, resolve_target
+from runwatch.reading.records import RecordParser, load_sessions, parse_maps, resolve_target
 
 RECIPE = {"batch_size": 2, "seq_len": 4, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
 

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from runwatch.records import Record
-from runwatch.rules import RULE_ORDER, Rules, replay
-from runwatch.watchdog import Options
+from runwatch.judging.rules import RULE_ORDER, Rules, replay
+from runwatch.judging.watchdog import Options
+from runwatch.reading.records import Record
 
 NAN = math.nan
 INF = math.inf

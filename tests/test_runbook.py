@@ -1,4 +1,4 @@
-"""runwatch.runbook: one entry per verdict kind, the docs table generated from it."""
+"""runwatch.judging.runbook: one entry per verdict kind, the docs table generated from it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 import pytest
 
 from runwatch.errors import UsageError
-from runwatch.rules import verdict_class
-from runwatch.runbook import DONE, RUNBOOK, explain, kinds, markdown_table
+from runwatch.judging.rules import verdict_class
+from runwatch.judging.runbook import DONE, RUNBOOK, explain, kinds, markdown_table
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "WATCHDOG.md")
 

@@ -18,15 +18,15 @@ import pytest
 import yaml
 
 from runwatch import RunLogger
-from runwatch.agent.verdicts import watch_state
 from runwatch.cli import main
-from runwatch.goodput import breakdown
-from runwatch.process import alive
-from runwatch.records import load_sessions
-from runwatch.serve.supervision import SupervisionView
-from runwatch.status import format_status, status
-from runwatch.supervision import SuperviseOptions, read_journal
-from runwatch.verdict import DEFAULT_EXIT_CODES, exit_status
+from runwatch.judging.verdict import DEFAULT_EXIT_CODES, exit_status
+from runwatch.procs.process import alive
+from runwatch.reading.records import load_sessions
+from runwatch.supervising.goodput import breakdown
+from runwatch.supervising.supervision import SuperviseOptions, read_journal
+from runwatch.views.agent.verdicts import watch_state
+from runwatch.views.serve.supervision import SupervisionView
+from runwatch.views.status import format_status, status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "supervise_train.py")

@@ -1,4 +1,4 @@
-"""runwatch.schema: the manifest's and the records' rules, strict JSON and its messages, reading
+"""runwatch.files.schema: the manifest's and the records' rules, strict JSON and its messages, reading
 only regular files, and the orjson guard."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from runwatch import schema
 from runwatch.errors import InvalidRunError
-from runwatch.schema import (
+from runwatch.files import schema
+from runwatch.files.schema import (
     SessionValidator,
     json_problem,
     loads,

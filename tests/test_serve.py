@@ -22,12 +22,12 @@ import urllib.request
 import pytest
 
 from cdp import CHROMIUM_FLAGS, Browser
-from runwatch import status as status_mod
-from runwatch.metrics import RunLogger
-from runwatch.serve import host_warning, serve
-from runwatch.serve.runs import find_runs
-from runwatch.serve.series import Series
-from runwatch.watchdog import Verdict, check, write_verdict
+from runwatch.judging.watchdog import Verdict, check, write_verdict
+from runwatch.logger.metrics import RunLogger
+from runwatch.views import status as status_mod
+from runwatch.views.serve import host_warning, serve
+from runwatch.views.serve.runs import find_runs
+from runwatch.views.serve.series import Series
 
 SCREENSHOTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_screenshots")
 EVIL = "<img src=x onerror=alert(1)>"
@@ -578,7 +578,7 @@ def test_other_tools_logs_are_runs_read_incrementally(tmp_path):
     (tmp_path / "other.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
     runs = dict(find_runs(str(tmp_path)))
     assert sorted(runs) == ["lit/metrics.csv", "tb/version_0"]  # (a folder of event files is the run)
-    from runwatch.serve.runs import RunView
+    from runwatch.views.serve.runs import RunView
 
     for rel, target in runs.items():
         view = RunView(rel, target)
@@ -595,7 +595,7 @@ def test_other_tools_logs_are_runs_read_incrementally(tmp_path):
 
 def test_a_dangling_run_json_is_an_error_of_its_run(tmp_path):
     # run.json a link to nothing: the run says so (as `check` does), and reads once it is back
-    from runwatch.serve.runs import RunView
+    from runwatch.views.serve.runs import RunView
 
     run = tmp_path / "run"
     _v1_run(str(run), 5)

@@ -16,8 +16,8 @@ import shutil
 
 import pytest
 
-from runwatch.serve.markers import Checkpoints, markers
-from runwatch.serve.runs import find_runs
+from runwatch.views.serve.markers import Checkpoints, markers
+from runwatch.views.serve.runs import find_runs
 from serve_runs import Served, minimal, supervised, sweep, tensorboard_versions
 
 LONG = 1500  # records of sweep/a: more than a chart's 1000 points
@@ -197,7 +197,7 @@ def test_a_journal_event_the_page_does_not_know_is_not_an_error(root, tmp_path):
         f.write(
             '{"time": 1.0, "event": "notify_failed", "attempt": 2, "pid": 1, "url": "json://x", "error": "refused"}\n'
         )
-    from runwatch.serve.supervision import SupervisionView
+    from runwatch.views.serve.supervision import SupervisionView
 
     view = SupervisionView(str(run / "supervise.jsonl"))
     view.refresh()
@@ -226,8 +226,8 @@ def test_markers_tell_warnings_from_stops():
 
 
 def test_list_facts_are_kept_until_the_log_or_a_side_file_changes(tmp_path):
-    from runwatch.serve.runs import RunView
-    from runwatch.watchdog import Verdict, write_verdict
+    from runwatch.judging.watchdog import Verdict, write_verdict
+    from runwatch.views.serve.runs import RunView
 
     (tmp_path / "run").mkdir()
     minimal(tmp_path / "run" / "train.jsonl", range(1, 6))

@@ -13,14 +13,14 @@ import os
 
 import pytest
 
-from runwatch.agent.tools import Tools
-from runwatch.readers import READERS, open_reader
-from runwatch.records import iter_records, resolve_target
-from runwatch.replay import check
-from runwatch.serve.runs import RunView, find_runs
-from runwatch.source import RecordSource
-from runwatch.status import status
-from runwatch.watchdog import Options, Watcher
+from runwatch.judging.replay import check
+from runwatch.judging.watchdog import Options, Watcher
+from runwatch.reading.readers import READERS, open_reader
+from runwatch.reading.records import iter_records, resolve_target
+from runwatch.reading.source import RecordSource
+from runwatch.views.agent.tools import Tools
+from runwatch.views.serve.runs import RunView, find_runs
+from runwatch.views.status import status
 
 # --- the logs ------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import time
 
 from runwatch import RunLogger
 from runwatch.cli import main
-from runwatch.status import format_status, status
+from runwatch.views.status import format_status, status
 
 RECIPE = {"batch_size": 2, "seq_len": 4, "gradient_accumulation_steps": 1, "qk_clip_threshold": None, "max_steps": 1000}
 
@@ -45,7 +45,7 @@ def test_status_v1(tmp_path, capsys):
 
 def test_status_keys_are_its_typed_dicts(tmp_path):
     """status.Status and its parts name exactly the keys status returns, in their order."""
-    from runwatch.status import Ended, GradNorm, LastEval, ProcessInfo, Status
+    from runwatch.views.status import Ended, GradNorm, LastEval, ProcessInfo, Status
 
     log = RunLogger(tmp_path, recipe=RECIPE, hardware={}, window=10)
     for _ in range(30):
@@ -63,7 +63,7 @@ def test_status_keys_are_its_typed_dicts(tmp_path):
 
 def test_status_reads_only_the_tail(tmp_path, monkeypatch):
     _run(tmp_path, steps=20000)
-    import runwatch.follow as follow
+    import runwatch.reading.follow as follow
 
     reads = []
     real_open = open

@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from runwatch import schema, summarize
+from runwatch import summarize
 from runwatch.cli import main
 from runwatch.errors import InvalidRunError
+from runwatch.files import schema
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,7 +98,7 @@ def test_summary_values_of_two_sessions():
 
 def test_summary_keys_are_its_typed_dicts():
     """summary.Summary and its parts name exactly the keys summarize returns, in their order."""
-    from runwatch.summary import LossSummary, QKClipSummary, Summary, ValSummary
+    from runwatch.judging.summary import LossSummary, QKClipSummary, Summary, ValSummary
 
     s = summarize(os.path.join(DATA, "valid", "two_sessions"))
     assert list(s) == list(Summary.__annotations__)

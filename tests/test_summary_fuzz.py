@@ -22,9 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuzzing import BASE, FUZZ, HOSTILE_VALUES, NUMBER, RECIPE, lines_of, mutated
-from runwatch import RunLogger, schema, summarize
+from runwatch import RunLogger, summarize
 from runwatch.cli import main
 from runwatch.errors import InvalidRunError
+from runwatch.files import schema
 
 
 def _outcome(run_dir: str, fast: bool) -> tuple[str, object]:

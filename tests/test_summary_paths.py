@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runwatch import RunLogger, schema, summarize
+from runwatch import RunLogger, summarize
 from runwatch.errors import InvalidRunError
-from runwatch.schema import SessionValidator, iter_lines
+from runwatch.files import schema
+from runwatch.files.schema import SessionValidator, iter_lines
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 VALID = os.path.join(DATA, "valid", "two_sessions")

@@ -16,9 +16,9 @@ import time
 import pytest
 
 from runwatch.cli import main
-from runwatch.notify import mask_url
-from runwatch.process import alive
-from runwatch.status import format_status, status
+from runwatch.procs.process import alive
+from runwatch.supervising.notify import mask_url
+from runwatch.views.status import format_status, status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "supervise_train.py")
@@ -472,8 +472,8 @@ def test_toml_supervise_table(tmp_path, capsys):
 
 def test_docs_table_is_generated_from_the_options():
     from runwatch.options import markdown_table
-    from runwatch.readers import ReadOptions
-    from runwatch.supervise import SuperviseOptions
+    from runwatch.reading.readers import ReadOptions
+    from runwatch.supervising.supervise import SuperviseOptions
 
     with open(os.path.join(os.path.dirname(HERE), "docs", "SUPERVISE.md")) as f:
         text = f.read()

@@ -15,8 +15,8 @@ import time
 import pytest
 
 from runwatch.cli import main
-from runwatch.process import alive
-from runwatch.status import format_status, status
+from runwatch.procs.process import alive
+from runwatch.views.status import format_status, status
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRINTING = os.path.join(HERE, "printing_train.py")
@@ -211,7 +211,7 @@ def test_a_printing_program_is_supervised_from_its_output_and_resumes_with_its_o
 
 
 def _nanogpt():
-    from runwatch.readers import ReadOptions
+    from runwatch.reading.readers import ReadOptions
 
     return ReadOptions(format="nanogpt")
 

@@ -20,8 +20,8 @@ if not torch.distributed.is_available():  # pragma: no cover
 if not sys.platform.startswith("linux"):  # pragma: no cover
     pytest.skip("the process tree is found through /proc", allow_module_level=True)
 
-from runwatch.heartbeats import read_heartbeats  # noqa: E402
-from runwatch.process import alive  # noqa: E402
+from runwatch.files.heartbeats import read_heartbeats  # noqa: E402
+from runwatch.procs.process import alive  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "multirank_train.py")

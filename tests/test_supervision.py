@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runwatch.rundir import JOURNAL
-from runwatch.supervision import Counters, append, read_journal
+from runwatch.files.rundir import JOURNAL
+from runwatch.supervising.supervision import Counters, append, read_journal
 
 _counters = st.builds(
     Counters,

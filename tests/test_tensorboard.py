@@ -17,9 +17,9 @@ pytest.importorskip("tensorboard", reason="runwatch[tensorboard] is not installe
 import numpy as np  # noqa: E402  (a dependency of tensorboard)
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from runwatch import tensorboard as tb  # noqa: E402
 from runwatch.cli import main  # noqa: E402
-from runwatch.metrics import RunLogger  # noqa: E402
+from runwatch.logger.metrics import RunLogger  # noqa: E402
+from runwatch.views import tensorboard as tb  # noqa: E402
 
 RECIPE = {"batch_size": 4, "seq_len": 8, "gradient_accumulation_steps": 2, "qk_clip_threshold": 100.0}
 

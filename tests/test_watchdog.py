@@ -16,7 +16,7 @@ import pytest
 
 from runwatch import RunLogger
 from runwatch.cli import main
-from runwatch.watchdog import Options, Watcher, load_options
+from runwatch.judging.watchdog import Options, Watcher, load_options
 
 RECIPE = {"batch_size": 2, "seq_len": 4, "gradient_accumulation_steps": 1, "qk_clip_threshold": None}
 
@@ -306,7 +306,7 @@ def test_watch_stall_on_an_old_log(tmp_path, capsys):
 
 
 def test_poll_checks_plug_in(tmp_path):
-    from runwatch.rules import Finding
+    from runwatch.judging.rules import Finding
 
     make_run(tmp_path, end=None)
     calls = []
@@ -445,7 +445,7 @@ def test_sigterm_ignored_then_sigkill(tmp_path, writer):
     v = Watcher(str(log), Options(poll=0.05, pid=p.pid, stop_on_anomaly=True), stop_grace=0.5, log=notes.append).run()
     assert v.kind == "nonfinite_loss"
     assert notes[-1] == "runwatch watch: stopped after a nonfinite_loss: SIGTERM, then SIGKILL after 0.5 s (1 process)"
-    from runwatch.process import alive, exit_status
+    from runwatch.procs.process import alive, exit_status
 
     assert not alive(p.pid) and exit_status(p.pid) == "killed by SIGKILL"  # reaped by the watchdog
 
@@ -519,7 +519,7 @@ def test_fresh_run_in_the_same_directory_is_waited_for(tmp_path):
 def test_poll_checks_judge_before_the_end_is_called_done(tmp_path):
     """A finding of a poll check (heartbeats, written before the end record) wins over the normal
     session_end read in the same poll."""
-    from runwatch.rules import Finding
+    from runwatch.judging.rules import Finding
 
     make_run(tmp_path, end="normal")
 
@@ -536,8 +536,8 @@ def test_docs_options_tables_are_the_code():
     """docs/WATCHDOG.md's options tables are generated from the one declaration per option."""
     import re
 
+    from runwatch.judging.rules import RuleOptions
     from runwatch.options import markdown_table
-    from runwatch.rules import RuleOptions
 
     with open(os.path.join(os.path.dirname(__file__), "..", "docs", "WATCHDOG.md")) as f:
         text = f.read()
@@ -585,7 +585,7 @@ def test_a_warning_is_printed_kept_in_watchdog_json_and_never_ends_the_watch(tmp
     assert v.line() == "OK done step=40"
     done = json.loads((tmp_path / "watchdog.json").read_text())
     assert (done["verdict"], done["warnings"]) == ("done", [warning])
-    from runwatch.status import format_status, status
+    from runwatch.views.status import format_status, status
 
     st = status(str(log), gpus=False)
     assert st["watchdog"]["warnings"] == [warning]
@@ -610,7 +610,7 @@ def test_check_with_warnings_only_is_clean(tmp_path, capsys):
 def test_a_text_logs_watch_continues_from_its_state(tmp_path):
     """A relaunch's watch (supervise) takes up a text log where the last one stopped: the reader's
     offset travels in the state, so no line is read twice."""
-    from runwatch.readers import ReadOptions
+    from runwatch.reading.readers import ReadOptions
 
     log = tmp_path / "stdout.log"
 

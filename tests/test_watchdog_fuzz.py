@@ -209,7 +209,7 @@ def test_check_on_a_2gb_line_without_newline(tmp_path):
 @pytest.mark.parametrize("value", [b"18446744073709551616", b"-9223372036854775809", b"1" + b"0" * 30])
 def test_check_reads_wide_integers_the_same_with_and_without_orjson(monkeypatch, value):
     """orjson reads an integer beyond 64 bits as a float; check must not depend on it being installed."""
-    from runwatch import parsing
+    from runwatch.reading import parsing
 
     lines = BASE["metrics.jsonl"].splitlines(keepends=True)
     latest = json.loads(BASE["run.json"])["sessions"][-1]["session_id"]

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from fuzzing import FUZZ
 from runwatch import RunLogger
-from runwatch.schema import dumps
-from runwatch.window import TRAIN_FIELDS, OpenWindow, TrainLine, columns, window_fields, window_row
+from runwatch.files.schema import dumps
+from runwatch.logger.window import TRAIN_FIELDS, OpenWindow, TrainLine, columns, window_fields, window_row
 
 RECIPE = {"batch_size": 3, "seq_len": 7, "gradient_accumulation_steps": 1}
 NUMBERS = [0.0, 1.0, 0.1, 2.5, 1 / 3, 1e-300, 1e-7, 123456.789, 1e22, 7, True, False]

@@ -5,7 +5,6 @@ standard library. `resume_checkpoint` names the checkpoint a (supervised) relaun
 from. `verify_checkpoint` reads a checkpoint back (torch/safetensors, imported lazily).
 """
 
-from .checkpoint import verify_checkpoint
 from .errors import (
     CheckpointError,
     ConfigError,
@@ -21,9 +20,10 @@ from .errors import (
     Terminated,
     UsageError,
 )
-from .metrics import RunLogger
-from .resume import resume_checkpoint
-from .summary import summarize
+from .files.checkpoint import verify_checkpoint
+from .judging.summary import summarize
+from .logger.metrics import RunLogger
+from .reading.resume import resume_checkpoint
 
 # Every exception a public function raises is exported here, so callers can catch it by name.
 from .version import __version__

@@ -5,7 +5,7 @@ names the function that runs it; heavy modules are imported only when their comm
 
 Exit codes (runwatch.errors; docs/FORMAT.md, "Exit codes"): 0 success, 1 invalid input or failure,
 2 usage, 7 anomaly (watch/check) or gave up (supervise), 75 preempted (supervise), 130 Ctrl-C;
-`--exit-code CLASS=N` sets the codes of outcomes (runwatch.verdict.exit_status). `run_guarded` maps exceptions to them, for `runwatch` and for
+`--exit-code CLASS=N` sets the codes of outcomes (runwatch.judging.verdict.exit_status). `run_guarded` maps exceptions to them, for `runwatch` and for
 the standalone summary script alike.
 """
 
@@ -26,13 +26,13 @@ _Subcommands: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 
 def _run_summarize(args: argparse.Namespace) -> int:
-    from . import summary
+    from .judging import summary
 
     return summary.run(args)
 
 
 def _add_summarize(sub: _Subcommands) -> None:
-    from .summary import add_arguments
+    from .judging.summary import add_arguments
 
     p = sub.add_parser("summarize", help="validate a run's latest session; print the acceptance summary (JSON)")
     add_arguments(p)
@@ -40,7 +40,7 @@ def _add_summarize(sub: _Subcommands) -> None:
 
 
 def _add_watch(sub: _Subcommands) -> None:
-    from . import watchdog
+    from .judging import watchdog
 
     p = sub.add_parser("watch", help="follow a run; exit 7 on the first anomaly, 0 on completion")
     watchdog.add_arguments(p, "watch")
@@ -51,7 +51,7 @@ def _add_watch(sub: _Subcommands) -> None:
 
 
 def _add_check(sub: _Subcommands) -> None:
-    from . import watchdog
+    from .judging import watchdog
 
     p = sub.add_parser("check", help="replay the watchdog's record rules over a log as it stands")
     watchdog.add_arguments(p, "check")
@@ -60,7 +60,7 @@ def _add_check(sub: _Subcommands) -> None:
 
 
 def _add_status(sub: _Subcommands) -> None:
-    from . import status
+    from .views import status
 
     p = sub.add_parser("status", help="one short check-in on a run: step, loss, rate, ETA, process, GPUs")
     status.add_arguments(p)
@@ -68,7 +68,7 @@ def _add_status(sub: _Subcommands) -> None:
 
 
 def _add_launch(sub: _Subcommands) -> None:
-    from . import launch
+    from .supervising import launch
 
     p = sub.add_parser("launch", help="start a training command detached, logging to RUN_DIR; optionally watch it")
     launch.add_arguments(p)
@@ -76,7 +76,7 @@ def _add_launch(sub: _Subcommands) -> None:
 
 
 def _add_supervise(sub: _Subcommands) -> None:
-    from . import supervise
+    from .supervising import supervise
 
     p = sub.add_parser(
         "supervise", help="launch a training and keep it alive: relaunch, roll back, or give up (exit 7)"
@@ -86,7 +86,7 @@ def _add_supervise(sub: _Subcommands) -> None:
 
 
 def _add_goodput(sub: _Subcommands) -> None:
-    from . import goodput
+    from .supervising import goodput
 
     p = sub.add_parser(
         "goodput", help="where a supervised run's wall time went: productive training and each loss; checkpoint advice"
@@ -121,7 +121,7 @@ def _add_demo(sub: _Subcommands) -> None:
 
 
 def _add_plot(sub: _Subcommands) -> None:
-    from . import plot
+    from .views import plot
 
     p = sub.add_parser("plot", help="draw a PNG snapshot of a run (needs runwatch[plot])")
     plot.add_arguments(p)
@@ -129,7 +129,7 @@ def _add_plot(sub: _Subcommands) -> None:
 
 
 def _add_tensorboard(sub: _Subcommands) -> None:
-    from . import tensorboard
+    from .views import tensorboard
 
     p = sub.add_parser("tensorboard", help="export a run as TensorBoard event files (needs runwatch[tensorboard])")
     tensorboard.add_arguments(p)
@@ -137,7 +137,7 @@ def _add_tensorboard(sub: _Subcommands) -> None:
 
 
 def _add_serve(sub: _Subcommands) -> None:
-    from . import serve
+    from .views import serve
 
     p = sub.add_parser("serve", help="a read-only web page of every run under a folder, updating live")
     serve.add_arguments(p)
@@ -145,7 +145,7 @@ def _add_serve(sub: _Subcommands) -> None:
 
 
 def _add_mcp(sub: _Subcommands) -> None:
-    from . import agent
+    from .views import agent
 
     p = sub.add_parser(
         "mcp", help="an MCP server over stdio: runwatch's facts, verdicts and actions as tools (runwatch[mcp])"

@@ -86,7 +86,7 @@ class RunLockedError(RunwatchError):
 
 class StoreLockedError(RunwatchError):
     """An MLflow SQLite store stayed locked by a writer for longer than a reader waits
-    (`runwatch.readers.mlflowstore.LOCK_WAIT_SECONDS`)."""
+    (`runwatch.reading.readers.mlflowstore.LOCK_WAIT_SECONDS`)."""
 
 
 class LogWriteError(RunwatchError, OSError):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, UsageError
-from .rundir import CONFIG
+from .files.rundir import CONFIG
 
 __all__ = [
     "Parser",

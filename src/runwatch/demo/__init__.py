@@ -21,9 +21,9 @@ import sys
 import tempfile
 import time
 
-from ..launch import launch
-from ..rundir import RunDir
-from ..summary import summarize
+from ..files.rundir import RunDir
+from ..judging.summary import summarize
+from ..supervising.launch import launch
 
 __all__ = ["run", "EXPECTED_KIND"]
 

@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ..errors import NonFiniteLossError
     from ..integrations.hf import RunwatchCallback, auroc_metrics
-    from ..resume import resume_checkpoint
+    from ..reading.resume import resume_checkpoint
     from .tinytrain import make_batch
 
     resume = resume_checkpoint(run_dir=opts.run_dir)

@@ -45,9 +45,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         f"runwatch.integrations.hf needs transformers and torch: pip install 'runwatch[hf]' ({exc})"
     ) from None
 
-from ..auroc import auroc
 from ..errors import ConfigError, NonFiniteLossError
-from ..metrics import DEFAULT_MAX_WINDOW_SECONDS, RunLogger
+from ..logger.auroc import auroc
+from ..logger.metrics import DEFAULT_MAX_WINDOW_SECONDS, RunLogger
 from .session import NO_SESSION as _NO_SESSION
 from .session import (
     CallbackOptions,
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from ..convert import Flag, Scalar
+    from ..logger.convert import Flag, Scalar
 
 __all__ = ["RunwatchCallback", "auroc_metrics"]
 

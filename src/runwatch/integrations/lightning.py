@@ -43,8 +43,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from None
 
 from ..errors import ConfigError, NonFiniteLossError
-from ..metrics import RunLogger
-from ..signals import Terminated
+from ..logger.metrics import RunLogger
+from ..logger.signals import Terminated
 from .session import NO_SESSION as _NO_SESSION
 from .session import STATE_KEY, CallbackOptions, PhaseHolder, check_state, folder_bytes, resume_from, resume_state
 
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
     from lightning.pytorch.utilities.types import STEP_OUTPUT
 
-    from ..convert import Flag, Scalar
+    from ..logger.convert import Flag, Scalar
 
 __all__ = ["RunwatchCallback"]
 

@@ -16,13 +16,13 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InvalidRunError
-from ..journal import atomic_write_text
-from ..metrics import RunLogger, default_window
-from ..rundir import ENV_RUN_DIR
-from ..schema import dumps, loads
+from ..files.journal import atomic_write_text
+from ..files.rundir import ENV_RUN_DIR
+from ..files.schema import dumps, loads
+from ..logger.metrics import RunLogger, default_window
 
 if TYPE_CHECKING:
-    from ..convert import Flag, Scalar
+    from ..logger.convert import Flag, Scalar
 
 __all__ = [
     "CallbackOptions",
@@ -212,6 +212,6 @@ def resume_from(resume: str | None, run_dir: str | None) -> str | None:
         return None
     if resume != "auto":
         raise ConfigError(f"RunwatchCallback.resume must be 'auto' or None, got {resume!r}")
-    from ..resume import resume_checkpoint
+    from ..reading.resume import resume_checkpoint
 
     return resume_checkpoint(run_dir=run_dir).path

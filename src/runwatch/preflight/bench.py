@@ -28,11 +28,11 @@ from collections.abc import Callable
 from typing import Any, TypedDict
 
 from ..errors import InsufficientRunError, InvalidRunError, UsageError
-from ..journal import atomic_write_text
-from ..liveness import last_error
+from ..files.journal import atomic_write_text
+from ..files.rundir import ENV_WINDOW, RunDir
+from ..judging.liveness import last_error
 from ..options import add_command_arguments, split_command
-from ..rundir import ENV_WINDOW, RunDir
-from ..target import Target
+from ..reading.target import Target
 
 __all__ = [
     "BenchOptions",
@@ -149,7 +149,7 @@ class _LogTail:
     """
 
     def __init__(self, run_dir: str) -> None:
-        from ..source import RecordSource
+        from ..reading.source import RecordSource
 
         self.path = RunDir(run_dir).metrics
         self.source = RecordSource(Target(run_dir, self.path, "jsonl"), from_end=True)
@@ -202,8 +202,8 @@ def bench(
     Raises UsageError when `cmd` cannot start, InsufficientRunError when it ends before `steps`
     updates (with the last error line of its output), InvalidRunError when its log is invalid.
     """
-    from ..launch import launch
-    from ..process import alive, exit_status, stop, wait_exit
+    from ..procs.process import alive, exit_status, stop, wait_exit
+    from ..supervising.launch import launch
 
     if not cmd:
         raise UsageError("bench: no command given (runwatch bench RUN_DIR [options] -- CMD ...)")

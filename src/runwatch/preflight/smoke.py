@@ -25,12 +25,12 @@ import math
 import os
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..checkpoint import verify_checkpoint
 from ..errors import CheckpointError, InvalidRunError, RunwatchError, UsageError
+from ..files.checkpoint import verify_checkpoint
 from .plan import PlanOptions, parse_duration, plan, session_records, verdict_line
 
 if TYPE_CHECKING:
-    from ..summary import Summary
+    from ..judging.summary import Summary
 
 __all__ = ["SmokeOptions", "SmokeCheck", "SmokeResult", "smoke", "render"]
 
@@ -172,7 +172,7 @@ def _projection_check(run_dir: str, options: PlanOptions) -> SmokeCheck:
 
 def smoke(run_dir: str, options: SmokeOptions = SmokeOptions()) -> SmokeResult:
     """Judge the smoke run in `run_dir`; return `{"run_dir", "checks": [...], "passed", "failed", "verdict"}`."""
-    from ..summary import summarize
+    from ..judging.summary import summarize
 
     names = ["log", "loss", "metric", "checkpoint"] + (["projection"] if options.plan is not None else [])
     checks: list[SmokeCheck] = []

@@ -44,7 +44,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any, TypeAlias, TypedDict, TypeVar
 
 from ..errors import DataError, UsageError
-from ..journal import atomic_write_text
+from ..files.journal import atomic_write_text
 from .corpus import FORMATS, Corpus, Row, open_writer
 
 __all__ = ["SubsampleOptions", "SubsampleReport", "CountRow", "allocate", "subsample", "render", "add_arguments", "run"]

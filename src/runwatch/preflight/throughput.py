@@ -5,7 +5,7 @@ In the order they are tried for a path:
 1. `bench.json` in a directory (written by `runwatch bench`): its `samples_per_second`.
 2. A schema-v1 run directory: the acceptance summary's steady tokens/s ÷ `recipe.seq_len`, over the
    train records after the warm-up (the first `warmup` updates, rounded up to whole records).
-3. Any other log `runwatch.records` reads (minimal telemetry JSONL, a Hugging Face
+3. Any other log `runwatch.reading.records` reads (minimal telemetry JSONL, a Hugging Face
    `trainer_state.json`, and the other formats that reader knows): per record `sps` (samples/s),
    else the wall time `t` between records times `--batch-size` samples per update, else the
    Trainer's final `train_samples_per_second`, which covers the whole `train()` call (warm-up,
@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from ..errors import InsufficientRunError, InvalidRunError
-from ..rundir import RunDir
-from ..schema import read_manifest, read_regular_file
+from ..files.rundir import RunDir
+from ..files.schema import read_manifest, read_regular_file
 
 if TYPE_CHECKING:
-    from ..records import Record
+    from ..reading.records import Record
 
 __all__ = ["DEFAULT_WARMUP", "MIN_STEADY_UPDATES", "Throughput", "measure", "session_records"]
 
@@ -66,12 +66,12 @@ class Throughput(TypedDict):
 def session_records(run_dir: str) -> tuple[dict[str, Any], dict[str, Any], Iterator[dict[str, Any]]]:
     """(manifest, latest session, its records validated one at a time), streaming the log.
 
-    The one place the preflight commands read a schema-v1 log: through `runwatch.records`, the
+    The one place the preflight commands read a schema-v1 log: through `runwatch.reading.records`, the
     shared record parser. Yields each record's fields as written; an invalid record of the latest
     session, or a torn last line, raises InvalidRunError (records of earlier sessions are the
     acceptance summary's to judge).
     """
-    from .. import records
+    from ..reading import records
 
     if not os.path.isdir(run_dir):
         raise InvalidRunError(f"{run_dir}: not a directory")
@@ -151,7 +151,7 @@ def _from_bench(path: str, min_steady: int) -> Throughput:
 
 def _from_run(path: str, warmup: int, min_steady: int) -> Throughput:
     """A schema-v1 run: the summary's steady rate after the warm-up, and the measured eval time."""
-    from ..summary import summarize
+    from ..judging.summary import summarize
 
     _, session, records = session_records(path)
     warm = warm_records = steady = steady_records = per_record = 0
@@ -216,8 +216,8 @@ def _from_run(path: str, warmup: int, min_steady: int) -> Throughput:
 
 
 def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | None) -> Throughput:
-    """Minimal telemetry, trainer_state.json, and whatever else `runwatch.records` reads."""
-    from .. import records
+    """Minimal telemetry, trainer_state.json, and whatever else `runwatch.reading.records` reads."""
+    from ..reading import records
 
     target = records.resolve_target(path)
     if not os.path.exists(target.log_path):
@@ -320,7 +320,7 @@ def measure(
     path: str, warmup: int = DEFAULT_WARMUP, min_steady: int = MIN_STEADY_UPDATES, batch_size: int | None = None
 ) -> Throughput:
     """The steady samples/s of `path` (a bench or run directory, or a log file) and how it was measured."""
-    from .. import records
+    from ..reading import records
 
     if os.path.isdir(path) and os.path.exists(os.path.join(path, "bench.json")):
         return _from_bench(path, min_steady)

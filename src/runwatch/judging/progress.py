@@ -1,0 +1,175 @@
+"""The rules about a session's learning as a whole: `no_progress` and `no_signal`.
+
+- `no_progress` (stop): a session whose train loss has not fallen. Once it has reached
+  `--progress-after` of its `max_steps` (unknown: `--progress-after-records` train records) and
+  has at least 2 x `--progress-window` train records, the median of its last window is not below
+  (1 - `--progress-min-drop`) x the median of its first (up to 20) train losses — nor, unless it
+  has risen a fifth above the first window's (it gave its progress back), below (1 - drop) x the
+  median of its first 5, so a session that
+  made its progress in its first few records (a fine-tune's quick first descent) and kept it is not
+  called stuck. `check` judges it once more at
+  the end of each session on its whole length (its first and last halves when shorter).
+- `no_signal` (warn): a log that gives no train loss at all (`check`: the whole log; `watch`: its
+  first 50 records), naming the keys it saw so that `--map loss=KEY` can fix it.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from ..reading.readers.keys import original_keys
+from ..reading.records import Record
+from .ruleset import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median, slide
+
+__all__ = ["NoProgress", "NoSignal", "NO_SIGNAL_RECORDS", "PROGRESS_EARLY_RECORDS", "PROGRESS_MIN_HALF"]
+
+# `watch` says `no_signal` after this many records without a train loss.
+NO_SIGNAL_RECORDS = 50
+# Progress made within a session's first few records counts (the median of this many).
+PROGRESS_EARLY_RECORDS = 5
+# A last window this far above the first is a loss that rose: progress made early was given back.
+GIVEN_BACK = 1.2
+# The end-of-session judgment of a short session compares its halves, of at least this many records.
+PROGRESS_MIN_HALF = 8
+# Keys named in a no_signal message (more are summed up as "...").
+SHOWN_KEYS = 12
+KEPT_KEYS = 64
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+class NoProgress(Rule):
+    kind = name = "no_progress"
+    _fields: tuple[str, ...] = ("head", "tail_steps", "tail", "count")
+
+    def __init__(self, opts: Any, facts: SessionFacts | None = None) -> None:
+        super().__init__(opts, facts)
+        self.head: list[list[float]] = []  # [step, loss] of the session's first (up to 20) train losses
+        self.tail: deque[float] = deque(maxlen=opts.progress_window)  # the losses of its last window
+        self.tail_steps: deque[int | float] = deque(maxlen=opts.progress_window)  # and their steps
+        self.count = 0
+        self._largest: float | None = None  # the last window's largest loss (None: to be worked out)
+        self.onset_step: int | float | None = None  # the first step of the last window judged
+        self._heads: dict[int, tuple[float, float]] = {}  # window -> the medians of the full head (fixed)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.head = [list(x) for x in self.head]
+        self._heads = {}
+        self._largest = None
+
+    def onset(self, rec: Record) -> int | float:
+        return rec.step if self.onset_step is None else self.onset_step
+
+    def look(self, rec: Record) -> Look:
+        loss = rec.loss
+        if loss is None or not math.isfinite(loss):
+            return SKIP
+        self.count = count = self.count + 1
+        if count <= REFERENCE_RECORDS:
+            self.head.append([rec.step, loss])
+        self._largest = slide(self.tail, loss, self._largest, True)
+        self.tail_steps.append(rec.step)
+        opts = self.opts
+        w = opts.progress_window
+        if count < 2 * w:
+            return SKIP
+        max_steps = self.facts.max_steps
+        if max_steps is not None:
+            if rec.step < opts.progress_after * max_steps:
+                return SKIP
+        elif count < opts.progress_after_records:
+            return SKIP
+        medians = self._heads.get(w)
+        if medians is not None:
+            largest = self._largest
+            if largest is None:
+                largest = self._largest = max(self.tail)
+            if largest < (1 - opts.progress_min_drop) * medians[0]:
+                return None  # the whole last window below the first's median: progress (the common case, cheap)
+        return self._judge(w)
+
+    def final(self) -> str | None:
+        """The judgment at the end of the session, on its whole length (halves when short)."""
+        w = min(self.opts.progress_window, self.count // 2)
+        if w < min(PROGRESS_MIN_HALF, self.opts.progress_window):
+            return None
+        return self._judge(w)
+
+    def _judge(self, w: int) -> str | None:
+        n = min(w, REFERENCE_RECORDS)
+        medians = self._heads.get(w)
+        if medians is None:  # the first window and the first 5 records are fixed once the head is full
+            head = self.head[:n]
+            medians = (median([x[1] for x in head]), median([x[1] for x in head[:PROGRESS_EARLY_RECORDS]]))
+            if len(self.head) >= n:
+                self._heads[w] = medians
+        first, early = medians
+        losses: Any = self.tail
+        steps: Any = self.tail_steps
+        if w < len(losses):  # the end of a short session: its last half
+            losses, steps = list(losses)[-w:], list(steps)[-w:]
+        drop = self.opts.progress_min_drop
+        if max(losses) < (1 - drop) * first:  # the whole window below: progress (and cheap)
+            return None
+        last = median(losses)
+        if last < (1 - drop) * first:
+            return None
+        if last < (1 - drop) * early and last < GIVEN_BACK * first:  # progress made early, and kept
+            return None
+        self.onset_step = steps[0]
+        return (
+            f"median train loss {_g(last)} over steps {fmt_step(steps[0])}-{fmt_step(steps[-1])} is not below "
+            f"(1 - {_g(drop)}) x the median {_g(first)} over steps {fmt_step(self.head[0][0])}-"
+            f"{fmt_step(self.head[n - 1][0])}: the loss has not fallen"
+        )
+
+
+class NoSignal(Rule):
+    """No train loss in the log: after `limit` records (watch), or at its end (`final`, check)."""
+
+    kind = name = "no_signal"
+    # A train record always carries a loss: `Rules` marks `loss_seen` for it without a call.
+    looks_at = frozenset({"eval", "checkpoint", "end", "fatal", "other"})
+    _fields: tuple[str, ...] = ("records", "keys", "loss_seen", "log")
+
+    def __init__(self, opts: Any, facts: SessionFacts | None = None, limit: int | None = NO_SIGNAL_RECORDS) -> None:
+        super().__init__(opts, facts)
+        self.limit = limit
+        self.records = 0
+        self.keys: list[str] = []
+        self.loss_seen = False
+        self.log = ""
+
+    def look(self, rec: Record) -> Look:
+        if self.loss_seen:
+            return SKIP
+        if rec.kind == "train" and rec.loss is not None:
+            self.loss_seen = True
+            return SKIP
+        self.records += 1
+        if not self.log:
+            self.log = rec.where.split(":", 1)[0]
+        if rec.raw and len(self.keys) < KEPT_KEYS:
+            keys = self.keys
+            for k in original_keys(rec.raw):
+                if k != "step" and k != "t" and k not in keys:
+                    keys.append(k)
+        if self.limit is not None and self.records >= self.limit:
+            return self.message()
+        return SKIP
+
+    def final(self) -> str | None:
+        """At the end of the log: the finding when no record gave a train loss."""
+        return self.message() if self.records and not self.loss_seen else None
+
+    def message(self) -> str:
+        shown = ", ".join(self.keys[:SHOWN_KEYS]) + (", ..." if len(self.keys) > SHOWN_KEYS else "")
+        where = f" in {self.log}" if self.log else ""
+        return f"no train loss{where}; keys seen: {shown or 'none'}; use --map loss=KEY"

@@ -1,0 +1,623 @@
+"""The watchdog's record rules as an engine (docs/WATCHDOG.md, "Rules on records"): records in,
+findings out.
+
+The rules themselves are small classes in `ruleset` (and `progress`, for the session as a whole).
+`Rules` runs them in the order docs/WATCHDOG.md lists, reports a rule once when its condition
+starts to hold and again only after it has cleared, and gives each finding its severity: `stop`
+(it ends a watch and drives `supervise`) or `warn` (reported, never acted on). On one record it
+reports at most the first stop and the first warning, in that order. Everything a rule remembers
+is plain JSON (`state_dict()` / `load_state_dict()`), so a watch can be saved and resumed.
+
+Rules never print or exit: the watchdog decides what a finding means. Standard library only.
+
+Longer than 500 lines on purpose: the rules' options (about 250 lines of declarations with their
+help), the severities and classes of the kinds, and the `Rules` that orders them are read
+together; a rule's option, its class and its place in the order change in one commit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..options import (
+    GREATER_1,
+    INT_0,
+    INT_1,
+    NON_NEGATIVE,
+    NUMBER,
+    OPEN_01,
+    POSITIVE,
+    TEXT,
+    TEXTS,
+    Check,
+    option,
+    validate,
+)
+from ..reading.records import Record, parse_maps
+from .progress import NoProgress, NoSignal
+from .ruleset import (
+    REFERENCE_RECORDS,
+    SKIP,
+    EvalNonfiniteLoss,
+    GradCollapse,
+    GradExplosion,
+    Interrupted,
+    InvalidLog,
+    InvertedMetric,
+    LossAtChance,
+    LossCollapse,
+    LossSpike,
+    NonfiniteGrad,
+    NonfiniteLoss,
+    Overfitting,
+    Rule,
+    SessionError,
+    SessionFacts,
+    StuckMetric,
+    ThroughputDrop,
+    _Skip,
+    fmt_step,
+)
+
+__all__ = [
+    "Finding",
+    "Rule",
+    "RuleOptions",
+    "Rules",
+    "RULE_ORDER",
+    "SKIP",
+    "Replay",
+    "CLASSES",
+    "SEVERITIES",
+    "DEFAULT_SEVERITY",
+    "RECORD_KINDS",
+    "ThroughputDrop",
+    "verdict_class",
+    "fmt_step",
+    "replay",
+]
+
+_RECORD_COMMANDS = ("watch", "check", "plot")
+# `--metric-min` is a number in (0, 1]; [0.5, 1] for a two-class metric (checked with its chance)
+_UNIT = Check("a number in (0, 1]", lambda v: type(v) in (int, float) and 0 < v <= 1)
+
+
+@dataclass(frozen=True)
+class RuleOptions:
+    """What a replay of a log takes (`check`, `plot`, and `watch` on top): the record rules'
+    thresholds and how to read the log's keys. A bad value raises ConfigError naming the option."""
+
+    metric: str = option(
+        "auroc",
+        TEXT,
+        "the eval metric judged: metrics.NAME of a val record, eval_NAME in minimal telemetry",
+        metavar="NAME",
+        commands=_RECORD_COMMANDS,
+    )
+    metric_chance: float = option(
+        0.5,
+        OPEN_01,
+        "the metric's chance level (0.5: a two-class metric such as AUROC; 0.1: accuracy over 10 classes)",
+        metavar="C",
+        commands=_RECORD_COMMANDS,
+    )
+    metric_min: float = option(
+        0.70,
+        _UNIT,
+        "at a val record from --metric-after-step: below X is stuck_metric; "
+        "at chance 0.5 below 1-X is inverted_metric (labels look inverted)",
+        metavar="X",
+        commands=_RECORD_COMMANDS,
+    )
+    metric_after_step: int = option(
+        500,
+        INT_0,
+        "judge the eval metric only at steps >= N (it starts near chance)",
+        metavar="N",
+        commands=_RECORD_COMMANDS,
+    )
+    chance_loss: float | None = option(
+        None,
+        NUMBER,
+        "loss_at_chance: the loss at chance level (binary cross-entropy: 0.693); the rule is off when unset",
+        none=True,
+        metavar="X",
+        commands=_RECORD_COMMANDS,
+    )
+    chance_after_step: int = option(
+        400, INT_0, "loss_at_chance looks only at train records from step N", metavar="N", commands=_RECORD_COMMANDS
+    )
+    chance_patience: int = option(
+        3,
+        INT_1,
+        "loss_at_chance: the last K train records all at or above chance",
+        metavar="K",
+        commands=_RECORD_COMMANDS,
+    )
+    chance_tolerance: float = option(
+        0.02, NON_NEGATIVE, "loss_at_chance: at chance means a loss >= X - T", metavar="T", commands=_RECORD_COMMANDS
+    )
+    # Relative by default: warm-up norms (286, 67, 52 in a healthy speech fine-tune) and model
+    # families whose norms live at 1e5-1e6 make any absolute limit wrong for someone.
+    grad_factor: float = option(
+        10.0,
+        GREATER_1,
+        "grad_explosion: pre-clip gradient norm above F x the median of the records before",
+        metavar="F",
+        commands=_RECORD_COMMANDS,
+    )
+    grad_window: int = option(
+        20,
+        INT_1,
+        "grad_explosion: the median is over the W train records before (judged from the 6th norm)",
+        metavar="W",
+        commands=_RECORD_COMMANDS,
+    )
+    grad_max: float | None = option(
+        None,
+        POSITIVE,
+        "grad_explosion also when the norm is above X (an absolute limit, judged from the first record)",
+        none=True,
+        metavar="X",
+        commands=_RECORD_COMMANDS,
+    )
+    grad_min: float = option(
+        1e-3,
+        NON_NEGATIVE,
+        "grad_collapse: pre-clip gradient norm below Y (after 5 records, while the loss is above half "
+        "the reference loss)",
+        metavar="Y",
+        commands=_RECORD_COMMANDS,
+    )
+    grad_patience: int = option(
+        3,
+        INT_1,
+        "grad_explosion, grad_collapse and nonfinite_grad need K consecutive train records",
+        metavar="K",
+        commands=_RECORD_COMMANDS,
+    )
+    throughput_drop: float = option(
+        0.25,
+        OPEN_01,
+        "throughput_drop: throughput below (1-F) x the session's baseline",
+        metavar="F",
+        commands=_RECORD_COMMANDS,
+    )
+    throughput_baseline_steps: int = option(
+        200,
+        INT_1,
+        "the baseline is the median throughput of the session's first N steps (its first record left out)",
+        metavar="N",
+        commands=_RECORD_COMMANDS,
+    )
+    throughput_patience: int = option(
+        3, INT_1, "throughput_drop needs K consecutive slow spans", metavar="K", commands=_RECORD_COMMANDS
+    )
+    throughput_span: float = option(
+        30.0,
+        POSITIVE,
+        "throughput is judged over spans of at least S seconds of training (consecutive records merged)",
+        metavar="S",
+        commands=_RECORD_COMMANDS,
+    )
+    spike_factor: float = option(
+        3.0,
+        GREATER_1,
+        "loss_spike: loss above F x the median of the records before",
+        metavar="F",
+        commands=_RECORD_COMMANDS,
+    )
+    spike_window: int = option(
+        20, INT_1, "loss_spike: the median is over the W train records before", metavar="W", commands=_RECORD_COMMANDS
+    )
+    spike_patience: int = option(
+        2, INT_1, "loss_spike needs K consecutive spiking train records", metavar="K", commands=_RECORD_COMMANDS
+    )
+    # 0.5: per-batch losses of a converged model are heavy-tailed (0.26 against a median of 0.012
+    # in a run whose reference is 0.52 is a hard batch, not a divergence); a spike that undoes half
+    # of what the session started from still is one.
+    spike_min_excess: float = option(
+        0.5,
+        NON_NEGATIVE,
+        "loss_spike: the loss must exceed the median by at least E x the reference loss (the median "
+        "of the session's first 20 train losses)",
+        metavar="E",
+        commands=_RECORD_COMMANDS,
+    )
+    collapse_patience: int = option(
+        5,
+        INT_1,
+        "loss_collapse: K consecutive train records with loss exactly 0",
+        metavar="K",
+        commands=_RECORD_COMMANDS,
+    )
+    overfit_tolerance: float = option(
+        0.10,
+        NON_NEGATIVE,
+        "overfitting: eval loss above (1+F) x the best so far",
+        metavar="F",
+        commands=_RECORD_COMMANDS,
+    )
+    overfit_patience: int = option(
+        3, INT_1, "overfitting needs K consecutive such eval records", metavar="K", commands=_RECORD_COMMANDS
+    )
+    overfit_min_rise: float = option(
+        0.1,
+        NON_NEGATIVE,
+        "overfitting: the eval loss must also rise above its best by G x what it had gained "
+        "(its first value - its best)",
+        metavar="G",
+        commands=_RECORD_COMMANDS,
+    )
+    progress_after: float = option(
+        0.25,
+        _UNIT,
+        "no_progress is judged once the session has reached F of its max_steps",
+        metavar="F",
+        commands=_RECORD_COMMANDS,
+    )
+    # 500: without max_steps a slow start cannot be told from a stuck run (a contrastive model whose
+    # loss falls 2.5 % in its first 200 records and 10 % by its 1500th); wait longer.
+    progress_after_records: int = option(
+        500,
+        INT_1,
+        "no_progress, when max_steps is unknown: judged after N train records",
+        metavar="N",
+        commands=_RECORD_COMMANDS,
+    )
+    progress_window: int = option(
+        20,
+        INT_1,
+        "no_progress: the median of the last W train losses against that of the first (up to 20); "
+        "needs 2 x W train records",
+        metavar="W",
+        commands=_RECORD_COMMANDS,
+    )
+    progress_min_drop: float = option(
+        0.05,
+        OPEN_01,
+        "no_progress: the last window's median is not below (1-D) x the first's",
+        metavar="D",
+        commands=_RECORD_COMMANDS,
+    )
+    max_steps: int | None = option(
+        None,
+        INT_1,
+        "the run's max_steps, for no_progress (default: run.json's recipe, trainer_state.json's)",
+        none=True,
+        metavar="N",
+        commands=_RECORD_COMMANDS,
+    )
+    severity: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "set a record rule's severity: stop (ends a watch, drives supervise), warn (reported only) "
+        "or off (overfitting and no_signal warn, every other kind stops)",
+        metavar="KIND=SEVERITY",
+        commands=_RECORD_COMMANDS,
+        expect="a list of KIND=stop|warn|off strings",
+    )
+
+    map: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "read a minimal telemetry key from another key of the log",
+        metavar="CANONICAL=SOURCE",
+        commands=(*_RECORD_COMMANDS, "status"),
+        expect="a list of CANONICAL=SOURCE strings",
+    )
+
+    def __post_init__(self) -> None:
+        validate(self)
+        parse_maps(self.map)
+        if self.grad_max is not None and self.grad_min >= self.grad_max:
+            raise ConfigError(f"watch.grad_min must be < watch.grad_max {self.grad_max:g}, got {self.grad_min:g}")
+        if self.metric_chance == 0.5 and self.metric_min < 0.5:
+            raise ConfigError(f"watch.metric_min must be a number in [0.5, 1], got {self.metric_min:g}")
+        if self.metric_min <= self.metric_chance:
+            raise ConfigError(
+                f"watch.metric_min must be > watch.metric_chance {self.metric_chance:g}, got {self.metric_min:g}"
+            )
+        object.__setattr__(self, "_severities", parse_severities(self.severity))
+
+    @property
+    def maps(self) -> dict[str, str]:
+        """`--map` as {canonical: source}."""
+        return parse_maps(self.map)
+
+    @property
+    def severities(self) -> dict[str, str]:
+        """Every record kind's severity: the defaults, with `--severity` on top."""
+        return self.__dict__["_severities"]  # type: ignore[no-any-return]
+
+
+# What a relaunch can do about each kind of anomaly (docs/WATCHDOG.md, "Verdict classes").
+TRANSIENT = "transient"  # resume from the latest checkpoint: may well succeed
+DIVERGENCE = "divergence"  # resume from a checkpoint saved before the trouble began: may succeed
+FATAL = "fatal"  # a relaunch repeats it: a person must change the recipe, data or code
+CLASSES: dict[str, str] = {
+    "process_exit": TRANSIENT,
+    "stall": TRANSIENT,
+    "rank_stall": TRANSIENT,
+    "interrupted": TRANSIENT,
+    "straggler": TRANSIENT,
+    "nonfinite_loss": DIVERGENCE,
+    "nonfinite_grad": DIVERGENCE,
+    "loss_spike": DIVERGENCE,
+    "grad_explosion": DIVERGENCE,
+}
+
+
+def verdict_class(kind: str | None) -> str | None:
+    """The class of an anomaly kind (`fatal` for every kind not listed); None for no anomaly."""
+    return None if kind is None else CLASSES.get(kind, FATAL)
+
+
+# What a finding does (docs/WATCHDOG.md, "Severities"): `stop` ends a watch, drives `supervise` and
+# makes `check` exit 7; `warn` is reported and never acted on; `off` turns the rule off.
+STOP, WARN, OFF = "stop", "warn", "off"
+SEVERITIES = (STOP, WARN, OFF)
+# Kinds that warn by default (every other kind stops): a rising eval loss while the task metric
+# still improves is a fine-tune's usual course; a log without a loss says nothing about the run.
+DEFAULT_SEVERITY: dict[str, str] = {"overfitting": WARN, "no_signal": WARN}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One finding: its kind (docs/WATCHDOG.md), the step of the triggering record, a message, and
+    its severity (`stop` or `warn`)."""
+
+    kind: str
+    step: int | float
+    message: str
+    session: str | None = None
+    onset: int | float | None = None  # the step of the streak's first record (None: `step`)
+    severity: str = STOP
+
+    def line(self, prefix: str | None = None) -> str:
+        """`ANOMALY <kind> step=N: <message>` (`WARNING` for a warning; or with `prefix`)."""
+        if prefix is None:
+            prefix = "WARNING" if self.severity == WARN else "ANOMALY"
+        return f"{prefix} {self.kind} step={fmt_step(self.step)}: {self.message}"
+
+    @property
+    def cls(self) -> str:
+        """The verdict class of the kind: `transient`, `divergence` or `fatal`."""
+        return verdict_class(self.kind) or FATAL
+
+    @property
+    def stops(self) -> bool:
+        return self.severity == STOP
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "class": self.cls,
+            "step": self.step,
+            "onset": self.step if self.onset is None else self.onset,
+            "message": self.message,
+            "session": self.session,
+        }
+
+
+# The reporting order on one record (docs/WATCHDOG.md, "Rules on records"): train rules, then
+# eval-value rules, then what is judged of the log as a whole.
+RULE_ORDER: tuple[type[Rule], ...] = (
+    InvalidLog,
+    NonfiniteLoss,
+    NonfiniteGrad,
+    GradExplosion,
+    GradCollapse,
+    LossSpike,
+    LossCollapse,
+    LossAtChance,
+    NoProgress,
+    ThroughputDrop,
+    SessionError,
+    Interrupted,
+    EvalNonfiniteLoss,
+    Overfitting,
+    InvertedMetric,
+    StuckMetric,
+    NoSignal,
+)
+# The kinds the record rules report (what `--severity` accepts).
+RECORD_KINDS: tuple[str, ...] = tuple(dict.fromkeys(cls.kind for cls in RULE_ORDER))
+
+
+def parse_severities(items: Iterable[str]) -> dict[str, str]:
+    """`["overfitting=stop"]` over the defaults → every record kind's severity; ConfigError if bad."""
+    out = {kind: DEFAULT_SEVERITY.get(kind, STOP) for kind in RECORD_KINDS}
+    for item in items:
+        kind, eq, value = item.partition("=")
+        if not eq or value not in SEVERITIES:
+            raise ConfigError(f"watch.severity must be KIND=stop|warn|off, got {item!r}")
+        if kind not in out:
+            raise ConfigError(
+                f"watch.severity: {kind!r} is not a record rule's kind (expected one of {', '.join(RECORD_KINDS)})"
+            )
+        out[kind] = value
+    return out
+
+
+_NONE: tuple[Finding, ...] = ()
+_RECORD_KINDS = ("train", "eval", "checkpoint", "end", "fatal", "invalid", "other", "eval values")
+
+
+class Rules:
+    """All record rules of one session, run in order; `observe` returns its findings (at most the
+    first stop and the first warning). `live`: a watch (`no_signal` after 50 records); else a
+    replay, whose `Replay.finish` judges the log as a whole at its end."""
+
+    def __init__(
+        self, opts: Any, start_step: int | float | None = None, *, max_steps: int | None = None, live: bool = False
+    ) -> None:
+        self.opts = opts
+        self.live = live
+        severities = getattr(opts, "severities", None) or parse_severities(())
+        self.severity = severities
+        self.reset(start_step, max_steps)
+
+    def reset(self, start_step: int | float | None = None, max_steps: int | None = None) -> None:
+        """A new session: every window, counter and best-so-far value starts over."""
+        self.start_step = start_step
+        given = getattr(self.opts, "max_steps", None)
+        self.facts = facts = SessionFacts(start_step, given if given is not None else max_steps)
+        self.rules: list[Rule] = [cls(self.opts, facts) for cls in RULE_ORDER]
+        self.active: list[bool] = [False] * len(self.rules)
+        sev = self.severity
+        off = {r.name for r in self.rules if sev[r.kind] == OFF}
+        if getattr(self.opts, "chance_loss", None) is None:
+            off.add("loss_at_chance")
+        if not self.live:
+            off.add("no_signal")  # a replay judges the whole log at its end (Replay.finish)
+        self._stops = [sev[r.kind] == STOP for r in self.rules]
+        # (index, bound `look`, rule) of the rules that look at each record kind
+        by_kind: dict[str, list[tuple[int, Callable[[Record], Any], Rule]]] = {}
+        for kind in _RECORD_KINDS:
+            by_kind[kind] = [
+                (i, r.look, r) for i, r in enumerate(self.rules) if kind in r.looks_at and r.name not in off
+            ]
+        self._by_kind = by_kind
+        signal = next(r for r in self.rules if isinstance(r, NoSignal))
+        self._signal = None if signal.name in off else signal
+        self._final: list[tuple[int, NoProgress]] = [
+            (i, r) for i, r in enumerate(self.rules) if r.name not in off and isinstance(r, NoProgress)
+        ]
+        self.last_step: int | float | None = None  # of the session's last train record
+
+    def observe(self, rec: Record) -> tuple[Finding, ...]:
+        """Apply the rules to `rec`: the first stop and the first warning whose condition started here."""
+        stop: Finding | None = None
+        warn: Finding | None = None
+        active = self.active
+        rules = self._by_kind[rec.kind]
+        if rec.eval_loss is not None or rec.metrics or rec.kind == "eval":
+            rules = rules + self._by_kind["eval values"]
+        for i, look, rule in rules:
+            msg = look(rec)
+            if isinstance(msg, _Skip):
+                continue
+            if msg is None:
+                active[i] = False
+            elif not active[i]:
+                active[i] = True
+                if self._stops[i]:
+                    if stop is None:
+                        stop = Finding(rule.kind, rec.step, msg, rec.session, rule.onset(rec))
+                elif warn is None:
+                    warn = Finding(rule.kind, rec.step, msg, rec.session, rule.onset(rec), WARN)
+        if rec.kind == "train":
+            self.last_step = rec.step
+            loss = rec.loss
+            if self._signal is not None and loss is not None:
+                self._signal.loss_seen = True
+                self._signal = None
+            facts = self.facts
+            if len(facts.first) < REFERENCE_RECORDS and loss is not None and math.isfinite(loss):
+                facts.add_loss(loss)
+        if stop is None and warn is None:
+            return _NONE
+        if warn is None:
+            return (stop,)  # type: ignore[return-value]
+        return (warn,) if stop is None else (warn, stop)
+
+    def finish(self, session: str | None = None, step: int | float | None = None) -> list[Finding]:
+        """The findings of the session judged once more on its whole length (a replay's end)."""
+        out: list[Finding] = []
+        at = self.last_step if self.last_step is not None else step
+        for i, rule in self._final:
+            if self.active[i] or at is None:
+                continue
+            msg = rule.final()
+            if msg is not None:
+                self.active[i] = True
+                severity = STOP if self._stops[i] else WARN
+                out.append(Finding(rule.kind, at, msg, session, rule.onset_step, severity))
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every rule's memory as plain JSON."""
+        return {
+            "start_step": self.start_step,
+            "max_steps": self.facts.max_steps,
+            "facts": self.facts.state_dict(),
+            "last_step": self.last_step,
+            "rules": {r.name: {"active": a, **r.state_dict()} for r, a in zip(self.rules, self.active)},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()` (same options)."""
+        self.reset(state["start_step"], state.get("max_steps"))
+        self.facts.load_state_dict(state.get("facts") or {})
+        self.last_step = state.get("last_step")
+        for i, rule in enumerate(self.rules):
+            s = state["rules"].get(rule.name)
+            if s is None:  # a rule added since the state was saved starts fresh
+                continue
+            self.active[i] = bool(s["active"])
+            rule.load_state_dict(s)
+
+
+class Replay:
+    """The rules of every session of a log as it stands (`check`, `plot`, `smoke`): each session is
+    judged on its own, from its first record, by its own `Rules`; `finish` judges what is judged at
+    the end (each session's whole length, and the log's signal)."""
+
+    def __init__(
+        self,
+        opts: Any,
+        start_step: Callable[[str], int | None] | None = None,
+        max_steps: Callable[[str], int | None] | None = None,
+    ) -> None:
+        self.opts = opts
+        self.start_step = start_step or (lambda session: None)
+        self.max_steps = max_steps or (lambda session: None)
+        self.engines: dict[str, Rules] = {}
+        self.signal = NoSignal(opts, limit=None)
+        self.last: Record | None = None
+
+    def engine(self, session: str) -> Rules:
+        """The rules of `session` (created at its first record)."""
+        eng = self.engines.get(session)
+        if eng is None:
+            eng = self.engines[session] = Rules(self.opts, self.start_step(session), max_steps=self.max_steps(session))
+        return eng
+
+    def observe(self, rec: Record) -> tuple[Finding, ...]:
+        self.last = rec
+        signal = self.signal
+        if not signal.loss_seen and rec.kind != "invalid":
+            signal.look(rec)
+        return self.engine(rec.session).observe(rec)
+
+    def finish(self, step: int | float | None = None) -> list[Finding]:
+        """What the end of the log decides: `no_progress` of each session on its whole length, and
+        `no_signal` when no record gave a train loss. `step`: the step the log reached."""
+        out: list[Finding] = []
+        for session, eng in self.engines.items():
+            out.extend(eng.finish(session, step))
+        severities: dict[str, str] = getattr(self.opts, "severities", DEFAULT_SEVERITY)
+        severity = severities.get("no_signal", WARN)
+        msg = self.signal.final()
+        if msg is not None and severity != OFF:
+            last = self.last.session if self.last is not None else None
+            out.append(Finding("no_signal", step if step is not None else 0, msg, last, None, severity))
+        return out
+
+
+def replay(records: Iterable[Record], opts: Any, start_steps: dict[str, int | None] | None = None) -> list[Finding]:
+    """Every finding of `records` (all sessions; a new session restarts the rules), then those of the end."""
+    r = Replay(opts, (start_steps or {}).get)
+    out: list[Finding] = []
+    step: int | float | None = None
+    for rec in records:
+        out.extend(r.observe(rec))
+        if rec.kind != "invalid":
+            step = rec.step
+    return out + r.finish(step)

@@ -1,0 +1,643 @@
+"""The watchdog (`runwatch watch`) and its replay (`runwatch check`) (docs/WATCHDOG.md).
+
+    verdict = watch("runs/a", Options(stall=120))   # blocks; Verdict("done"|"anomaly", ...)
+    result = check("runs/a")                        # every finding of the log as it stands
+
+Data flows one way: the log → `source.RecordSource` (new bytes or events only, through the one
+`parsing.RecordParser`) → `rules.Rules` → a Verdict. Every poll also checks time (stall, startup grace, timeout), the
+process (`--pid` or `RUN_DIR/pid`), the `--done` sentinel and the checks in `POLL_CHECKS`.
+Only `watch()`'s caller decides the exit code (0 done, 7 anomaly). Standard library only.
+
+Longer than 500 lines on purpose: the watch's options (about 60 lines of declarations) and the
+`Watcher`'s one poll loop, whose steps (read, judge, time and process checks) share its state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidRunError, UsageError
+from ..files.rundir import RunDir
+from ..options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, add_flags, build, given_options, option
+from ..procs import process as _proc
+from ..reading.readers import ReadOptions, read_options
+from ..reading.readers import add_arguments as add_read_arguments
+from ..reading.records import Record, RecordParser, Target, resolve_target
+from ..reading.source import Polled, RecordSource
+from . import liveness
+from .liveness import PhaseLimits, parse_phase_limits
+from .ranks import RankMonitor
+from .replay import CheckResult, check, name_loss_key
+from .rules import Finding, RuleOptions, Rules, fmt_step
+from .verdict import Verdict, exit_status, parse_exit_codes, write_verdict
+
+__all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
+
+_WATCH = ("watch",)
+# watchdog.json keeps the first this many warnings of a watch (more are printed, not kept).
+MAX_WARNINGS = 20
+
+
+@dataclass(frozen=True)
+class Options(RuleOptions):
+    """Every option of `runwatch watch`: the record rules' (RuleOptions) and the watch's own.
+
+    One declaration per option (`options.option`): the flags, `runwatch.toml`, the validation and
+    the docs table come from it. A bad value raises ConfigError naming the option.
+    """
+
+    poll: float = option(5.0, POSITIVE, "seconds between polls", metavar="S")
+    stall: float = option(360.0, POSITIVE, "stall: no new record for S seconds (outside a phase)", metavar="S")
+    startup_grace: float = option(
+        600.0,
+        POSITIVE,
+        "stall before the first record: none S seconds after the watch (or the session) began",
+        metavar="S",
+    )
+    timeout: float | None = option(None, POSITIVE, "timeout: the watch has run S seconds", none=True, metavar="S")
+    pid: int | None = option(
+        None, INT_1, "the training process (default: RUN_DIR/pid when present)", none=True, metavar="PID"
+    )
+    done: str | None = option(None, TEXT, "a completion sentinel file, relative to RUN_DIR", none=True, metavar="FILE")
+    stop_on_anomaly: bool = option(
+        False, FLAG, "on an anomaly, stop the training: SIGTERM to its process group, SIGKILL after 30 s"
+    )
+    rank_stall: float = option(
+        300.0, POSITIVE, "rank_stall: a rank's heartbeat S seconds behind the others' (multi-rank runs)", metavar="S"
+    )
+    straggler_factor: float = option(
+        1.5, GREATER_1, "straggler: a rank's window time above F x the median over ranks", metavar="F"
+    )
+    straggler_patience: int = option(5, INT_1, "straggler needs K consecutive such windows", metavar="K")
+    stall_phase: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "stall inside phase P: no progress for S seconds from the "
+        "phase's start (eval and checkpoint 3600, setup the startup grace, "
+        "another phase --stall)",
+        metavar="P=S",
+        expect="a list of P=S strings",
+    )
+    exit_transient: int | None = option(
+        None,
+        EXIT_CODE,
+        "exit N instead of 7 when the verdict is transient "
+        "(75, EX_TEMPFAIL, for a requeue); check: for its first finding; "
+        "shorthand of --exit-code transient=N",
+        none=True,
+        metavar="N",
+        commands=("watch", "check"),
+    )
+    exit_code: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "exit N when the run ends in CLASS: transient, divergence, fatal (default 7 each); "
+        "supervise also preempted (75) and gave_up (7, a spent budget)",
+        metavar="CLASS=N",
+        commands=("watch", "check"),
+        expect="a list of CLASS=N strings",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "_phase_limits", parse_phase_limits(self.stall_phase, self.stall, self.startup_grace))
+        object.__setattr__(self, "_exit_codes", parse_exit_codes(self.exit_code, self.exit_transient))
+
+    @property
+    def exit_codes(self) -> dict[str, int]:
+        """`--exit-code` and `--exit-transient` over the defaults: {class: exit status}."""
+        return self.__dict__["_exit_codes"]  # type: ignore[no-any-return]
+
+    @property
+    def phase_limits(self) -> PhaseLimits:
+        """`--stall-phase` over the defaults: seconds allowed inside each phase."""
+        return self.__dict__["_phase_limits"]  # type: ignore[no-any-return]
+
+
+def load_options(run_dir: str | None, given: dict[str, Any], *, command: str = "watch") -> Options:
+    """Options from `run_dir/runwatch.toml` ([watch] table), then `given` (the command line) on top."""
+    return build(Options, run_dir, given, command)  # type: ignore[no-any-return]
+
+
+def _rank_check(w: Watcher) -> Finding | None:
+    """`rank_stall` / `straggler` from RUN_DIR/heartbeats/ (multi-rank runs; silent otherwise)."""
+    monitor = w._rank_monitor
+    if monitor is None:
+        monitor = w._rank_monitor = RankMonitor(w.opts.rank_stall, w.opts.straggler_factor, w.opts.straggler_patience)
+    found = monitor.poll(w.run_dir, w.clock(), ignore=w.stale_sessions)
+    return found
+
+
+# Poll-time checks beyond the log (e.g. per-rank heartbeats): each is called once per poll with the
+# Watcher and returns a Finding or None. Plug one in by appending it here.
+POLL_CHECKS: list[Callable[[Watcher], Finding | None]] = [_rank_check]
+
+
+# --- the watch loop -------------------------------------------------------------------------------
+
+
+class Watcher:
+    """Follows one run and judges its latest session; `run()` blocks until a Verdict."""
+
+    def __init__(
+        self,
+        target: str,
+        opts: Options | None = None,
+        *,
+        stop_grace: float = _proc.STOP_GRACE_SECONDS,
+        poll_checks: list[Callable[[Watcher], Finding | None]] | None = None,
+        clock: Callable[[], float] = time.time,
+        log: Callable[[str], None] | None = None,
+        read: ReadOptions | None = None,
+        out: Callable[[str], None] | None = None,
+        started: float | None = None,
+        stale_sessions: frozenset[str] = frozenset(),
+    ) -> None:
+        """`started`: when `--timeout` counts from (default: now; supervise passes its own start,
+        so the timeout is the whole supervision's). `stale_sessions`: sessions of earlier attempts
+        whose heartbeat files may still lie in the run directory, never judged."""
+        self.opts = opts or Options()
+        self.target_arg = os.fspath(target)
+        self.read = read  # --format, --pattern, --run (readers.ReadOptions)
+        self.source = RecordSource(self.target_arg, read=read, maps=self.opts.maps)
+        self.run_dir = self.source.target.run_dir
+        self.stop_grace = stop_grace
+        self.poll_checks = list(POLL_CHECKS if poll_checks is None else poll_checks)
+        self.clock = clock
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.out = out or (lambda line: print(line, flush=True))  # WARNING lines, on stdout
+        now = clock()
+        self.started = now if started is None else started
+        self.waited = not os.path.exists(self.target_arg)  # the target was not there when the watch began
+        self.grace_anchor = now
+        self.grace_what: str | None = None  # what the startup grace counts from, when not the watch's start
+        self.rules = Rules(self.opts, live=True)
+        self.current: str | None = None  # the session being judged
+        self.have_record = False  # a record of the current session was applied
+        self.last_step: int | float = 0
+        self.last_growth = -math.inf
+        self.catching_up = True
+        self.pending: Finding | None = None  # minimal telemetry catch-up: the current session's first finding
+        self.ended_normally: Record | None = None
+        self._max_steps_hint: int | None = None  # the log's own max_steps (trainer_state.json) applied
+        self._pid_sig: tuple[int, int, int] | None = None
+        self._pid: int | None = self.opts.pid
+        self.remote_host: str | None = None  # the host launch.json names, when it is not this one
+        self.applied = 0  # records applied so far (the watching record is rewritten when it grows)
+        self.checkpoints = 0  # checkpoint events read so far (carried in the state)
+        self._watching_at, self._watching_count = -math.inf, -1
+        self._rank_monitor: RankMonitor | None = None  # set up by the first `_rank_check`
+        # Warnings reported so far (the first MAX_WARNINGS; watchdog.json keeps them), and those
+        # of the session being caught up with (minimal telemetry: dropped if a relaunch follows).
+        self.warnings: list[Finding] = []
+        self.pending_warnings: list[Finding] = []
+        self.named_loss_key = False  # the first finding said which key the loss is read from
+        self.stale_sessions = stale_sessions
+        self._announced = False  # the log's path was named on stderr
+
+    # --- reading -----------------------------------------------------------------------------
+
+    @property
+    def target(self) -> Target:
+        return self.source.target
+
+    @property
+    def parser(self) -> RecordParser | None:
+        return self.source.parser
+
+    def _open(self) -> bool:
+        """Set up the reading once the log exists; False while it does not."""
+        opened = self.source.parser is not None
+        ok = self.source.open()
+        self.run_dir = self.source.target.run_dir  # the target, or a trainer_state.json, may have appeared
+        if not ok:
+            return False
+        if not opened and self.source.v1:
+            self._switch(self.source.parser.latest_session() if self.source.parser else None)
+        return True
+
+    def _switch(self, session: str | None) -> None:
+        if self.current is not None and session != self.current and self.source.v1:
+            self.log(f"runwatch watch: new session {session} in run.json; rules restart")
+        self.current = session
+        parser = self.parser
+        self.rules.reset(
+            parser.start_step(session) if parser and session else None,
+            parser.max_steps(session) if parser and session else None,
+        )
+        self.have_record = False
+        self.pending = None
+        self.pending_warnings = []
+        self.grace_anchor = self.clock()
+        self.grace_what = None
+        start = parser.start_step(session) if parser else None
+        self.last_step = start if start is not None else 0
+
+    def _polled(self, polled: Polled) -> None:
+        """What a poll says beyond its records: a log read again, growth, a new session in
+        run.json, the log's own max_steps."""
+        if polled.restarted:
+            self.log(f"runwatch watch: {self.target.log_path} was {polled.reset}; reading it again from the start")
+            self.current = None
+            self.rules.reset()
+        elif polled.reset:
+            self.log(f"runwatch watch: {self.target.log_path}: a file was {polled.reset}; reading it again")
+        if polled.grew and not self.catching_up:
+            self.last_growth = self.clock()
+        parser = self.parser
+        if parser is None:
+            return
+        if parser.mode == "v1" and parser.latest_session() != self.current:
+            self._switch(parser.latest_session())
+        hint = parser.max_steps_hint
+        if hint != self._max_steps_hint:
+            self._max_steps_hint = hint
+            if self.opts.max_steps is None:
+                self.rules.facts.max_steps = hint
+
+    def _mtime(self) -> float:
+        mtime = self.source.mtime()
+        return -math.inf if mtime is None else mtime
+
+    # --- judging -----------------------------------------------------------------------------
+
+    def _apply(self, rec: Record) -> Verdict | None:
+        parser = self.parser
+        assert parser is not None  # the record came from it
+        if rec.session != self.current:  # (v1: `current` is always run.json's latest session)
+            if parser.mode == "v1":
+                if rec.session != parser.latest_session():
+                    return None  # a session a later one replaced: dropped
+            elif self.current is not None:
+                self.log(f"runwatch watch: relaunch at step {fmt_step(rec.step)} ({rec.session}); rules restart")
+            self._switch(rec.session)
+        self.have_record = True
+        # the step reached (replay.reached, inline: this runs for every record)
+        if rec.kind != "other" or rec.step > self.last_step:
+            self.last_step = rec.step
+        self.applied += 1
+        if rec.kind == "checkpoint":
+            self.checkpoints += 1
+        if parser.notes:
+            for note in parser.notes:
+                self.log(f"runwatch watch: {note}")
+            parser.notes.clear()
+        for finding in self.rules.observe(rec):
+            finding = self._name_loss_key(finding)
+            if not finding.stops:
+                if self.catching_up and parser.mode == "minimal":
+                    self.pending_warnings.append(finding)
+                else:
+                    self._warn(finding)
+            elif self.catching_up and parser.mode == "minimal":
+                if self.pending is None:
+                    self.pending = finding
+            else:
+                return self._found(finding)
+        if rec.kind == "end" and rec.reason == "normal":
+            return self._done(rec.step, f"session {rec.session} ended normally at step {fmt_step(rec.step)}")
+        return None
+
+    def _name_loss_key(self, f: Finding) -> Finding:
+        """The watch's first finding says which key the train loss is read from (a log without `loss`)."""
+        key = self.parser.loss_key if self.parser is not None else None
+        if self.named_loss_key or not key:
+            return f
+        self.named_loss_key = True
+        return name_loss_key([f], key)[0]
+
+    def _warn(self, f: Finding) -> None:
+        """Report a warning: its `WARNING` line on stdout; watchdog.json keeps the first MAX_WARNINGS."""
+        self.out(f.line())
+        if len(self.warnings) < MAX_WARNINGS:
+            self.warnings.append(f)
+
+    def warning_dicts(self) -> list[dict[str, Any]]:
+        """The warnings as watchdog.json holds them: kind, step, message."""
+        return [{"kind": f.kind, "step": f.step, "message": f.message} for f in self.warnings]
+
+    def _done(self, step: int | float, message: str) -> Verdict:
+        return Verdict.done(step, message, self.clock(), self.warning_dicts())
+
+    def _anomaly(self, kind: str, step: int | float, message: str, onset: int | float | None = None) -> Verdict:
+        """The verdict of a finding of the watch's own (a stall, the process gone, a rank's)."""
+        return Verdict.of(Finding(kind, step, message, onset=onset), self.clock(), warnings=self.warning_dicts())
+
+    def _found(self, f: Finding) -> Verdict:
+        if f.kind in ("session_error", "interrupted"):
+            rank = liveness.dead_rank(self.run_dir)
+            if rank is not None:  # a rank was killed and the others were stopped after it
+                return self._dead("process_exit", f.step, rank)
+        if f.kind == "session_error":
+            return self._dead(f.kind, f.step, f.message, f.onset)
+        return Verdict.of(f, self.clock(), warnings=self.warning_dicts())
+
+    def _dead(self, kind: str, step: int | float, message: str, onset: int | float | None = None) -> Verdict:
+        """A verdict about a dead process, with the last error line it printed to stdout.log."""
+        last = liveness.last_error(RunDir(self.run_dir).stdout)
+        if last is not None and last not in message:
+            message = f"{message}; last error: {last}"
+        return Verdict.of(Finding(kind, step, message, onset=onset), self.clock(), last, self.warning_dicts())
+
+    def _read(self, final: bool = False) -> Verdict | None:
+        """Read and judge new records; a Verdict when one decides the watch (`final`: the
+        process is gone, so a step a reader holds back is complete)."""
+        if not self._open():
+            return None
+        if not self._announced and self.waited:
+            self._announced = True
+            self.log(f"runwatch watch: {self.target_arg} appeared; reading {self.target.log_path}")
+        apply = self._apply
+        while True:
+            polled = self.source.poll(final)
+            self._polled(polled)
+            for rec in polled:  # parsed one at a time: the first verdict ends the watch
+                v = apply(rec)
+                if v is not None:
+                    return v
+            if not polled.more:
+                return None
+
+    def poll_once(self) -> Verdict | None:
+        """One poll: records, the done file, the process, poll checks, time."""
+        try:
+            v = self._read()
+        except InvalidRunError as exc:  # run.json broken, log not a regular file, ...
+            return self._anomaly("invalid_log", self.last_step, str(exc))
+        if v is not None:
+            if v.verdict == "done":
+                # What the poll checks see (per-rank heartbeats) was written before the session's
+                # end record: judge it before the run is called done.
+                for check_fn in self.poll_checks:
+                    f = check_fn(self)
+                    if f is not None:
+                        return self._found(f)
+            return v
+        if self.catching_up and self.parser is not None:
+            self.catching_up = False
+            for w in self.pending_warnings:
+                self._warn(w)
+            self.pending_warnings = []
+            if self.pending is not None:
+                p = self.pending
+                return self._found(p)
+        opts = self.opts
+        if opts.done and os.path.exists(os.path.join(self.run_dir, opts.done)):
+            return self._done(self.last_step, f"completion sentinel {opts.done} appeared")
+        v = self._check_process()
+        if v is not None:
+            return v
+        for check_fn in self.poll_checks:
+            f = check_fn(self)
+            if f is not None:
+                return self._found(f)
+        now = self.clock()
+        if opts.timeout is not None and now - self.started >= opts.timeout:
+            return self._anomaly(
+                "timeout", self.last_step, f"the watch ran {now - self.started:.0f} s (--timeout {opts.timeout:g})"
+            )
+        beat = liveness.watched_heartbeat(self.run_dir, self.current if self._v1() else None)
+        if beat is not None and beat.session_id in self.stale_sessions:
+            beat = None  # an earlier attempt's
+        in_phase = beat is not None and beat.phase is not None
+        if not self.have_record and not in_phase:
+            if now - self.grace_anchor >= opts.startup_grace:
+                what = (
+                    self.grace_what
+                    if self.grace_what is not None
+                    else "after the watch began"
+                    if self.current is None or self.grace_anchor == self.started
+                    else f"after session {self.current} began"
+                )
+                return self._anomaly(
+                    "stall",
+                    self.last_step,
+                    f"no record {now - self.grace_anchor:.0f} s {what} (--startup-grace {opts.startup_grace:g})",
+                )
+            return None
+        last = max(self.last_growth, self._mtime()) if self.have_record else None
+        message = liveness.stall_finding(now, last, beat, opts.phase_limits, opts.stall)
+        if message is not None:
+            return self._anomaly("stall", self.last_step, message)
+        return None
+
+    def _v1(self) -> bool:
+        return self.parser is not None and self.parser.mode == "v1"
+
+    def _current_pid(self) -> int | None:
+        if self.opts.pid is not None:
+            return self.opts.pid
+        path = RunDir(self.run_dir).pid
+        try:
+            st = os.stat(path)
+        except OSError:
+            return self._pid
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if sig != self._pid_sig:
+            self._pid_sig = sig
+            self._pid = _proc.read_pid_file(path, self.log)
+            host = liveness.process_host(self.run_dir)
+            self.remote_host = None if liveness.is_local_host(host) else host
+            if self.remote_host is not None:
+                self.log(
+                    f"runwatch watch: the process runs on host {self.remote_host}: not checked from here; "
+                    f"liveness from records and heartbeats"
+                )
+        return self._pid
+
+    def _check_process(self) -> Verdict | None:
+        pid = self._current_pid()
+        if pid is None or (self.opts.pid is None and self.remote_host is not None) or _proc.alive(pid):
+            return None
+        # The process is gone: read the log to its end first; a normal session_end means done.
+        v = self._read(final=True)
+        if v is not None:
+            return v
+        if self.pending is not None:
+            return self._found(self.pending)
+        status = _proc.exit_status(pid)
+        ended = _proc.wait_exit(self.run_dir, pid)
+        if ended is not None and ended.status == 0:
+            # Nothing in the log's latest session stopped the watch (an error or a non-finite loss
+            # would have): the process says it finished.
+            return self._done(self.last_step, "process exited with status 0")
+        if ended is not None:
+            status = ended.describe()
+        oom = _proc.oom_line(RunDir(self.run_dir).stdout)
+        if oom is not None:
+            return self._dead("oom", self.last_step, f"process {pid} ran out of memory: {oom}")
+        rank = liveness.dead_rank(self.run_dir)
+        if rank is not None:
+            return self._dead("process_exit", self.last_step, rank)
+        how = f" ({status})" if status else ""
+        return self._dead(
+            "process_exit", self.last_step, f"process {pid} is gone{how} and the log has no normal session_end"
+        )
+
+    def run(self) -> Verdict:
+        """Poll until a verdict; write watchdog.json; stop the process on an anomaly if asked."""
+        opts = self.opts
+        timing = f"poll {opts.poll:g} s, stall {opts.stall:g} s, startup grace {opts.startup_grace:g} s"
+        if self.waited:  # not there yet: its log's name would be a guess (TensorBoard files may appear)
+            self.log(f"runwatch watch: waiting for {self.target_arg} to appear ({timing})")
+        else:
+            self._announced = True
+            self.log(f"runwatch watch: {self.target.log_path} ({timing})")
+        while True:
+            v = self.poll_once()
+            if v is not None:
+                break
+            self.heartbeat()
+            time.sleep(opts.poll)
+        try:
+            write_verdict(self.run_dir, v)
+        except OSError as exc:
+            self.log(f"runwatch watch: could not write watchdog.json: {exc.strerror or exc}")
+        if v.verdict == "anomaly" and opts.stop_on_anomaly:
+            pid = self._current_pid()
+            if pid is None:
+                self.log("runwatch watch: --stop-on-anomaly: no process to stop (no --pid, no RUN_DIR/pid)")
+            else:
+                self.log("runwatch watch: " + _proc.stop(pid, self.run_dir, self.stop_grace, why=f"a {v.kind}"))
+        return v
+
+    def heartbeat(self) -> None:
+        """Rewrite the `watching` record when a poll applied records, or 30 s after the last one."""
+        now = self.clock()
+        if self.applied != self._watching_count or now - self._watching_at >= liveness.WATCHING_EVERY_SECONDS:
+            self._watching_at, self._watching_count = now, self.applied
+            self._write_watching(now)
+
+    def drain(self) -> None:
+        """Read what is left of the log without judging it: its writer is gone and its verdict was
+        reached (a relaunch's watch then starts after it, from `state_dict()`)."""
+        if not self._open():
+            return
+        while True:
+            polled = self.source.poll(final=True)
+            if polled.restarted:
+                return
+            self.checkpoints += sum(1 for rec in polled if rec.kind == "checkpoint")
+            if not polled.more:
+                return
+
+    def expect_new_session(self) -> None:
+        """A new process was launched on this log: judge its start under the startup grace."""
+        self.have_record = False
+        self.pending = None
+        self.grace_anchor = self.clock()
+        self.grace_what = "after the process was launched"
+
+    def _write_watching(self, now: float) -> None:
+        """The watchdog's own heartbeat in watchdog.json, with the state a restarted watch resumes from."""
+        if not os.path.isdir(self.run_dir):
+            return  # the run directory does not exist yet: nothing to say there, and no folder to make
+        record = liveness.watching_record(
+            os.getpid(), self.started, now, self.last_step, self.opts.poll, self.state_dict(), self.warning_dicts()
+        )
+        try:
+            write_verdict(self.run_dir, record)
+        except (OSError, ValueError) as exc:
+            self.log(f"runwatch watch: could not write watchdog.json: {exc}")
+
+    # --- state --------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the watch is, as plain JSON: the source's reading position (the log offset and the
+        parser's state), the rules' state and the watch's own."""
+        return {
+            **self.source.state_dict(),
+            "current": self.current,
+            "have_record": self.have_record,
+            "last_step": self.last_step,
+            "rules": self.rules.state_dict(),
+            "checkpoints": self.checkpoints,
+            "warnings": [f.to_json() for f in self.warnings],
+            "named_loss_key": self.named_loss_key,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Continue from `state_dict()` instead of reading the log from its start; False (and
+        nothing changed) when the state does not fit this log as it is now."""
+        if not self._open() or not self.source.load_state_dict(state):
+            return False
+        self.checkpoints = int(state.get("checkpoints") or 0)
+        self.current = state["current"]
+        self.rules.load_state_dict(state["rules"])
+        self.have_record = bool(state["have_record"])
+        self.last_step = state["last_step"]
+        self.warnings = [_finding(w) for w in state.get("warnings") or ()]
+        self.named_loss_key = bool(state.get("named_loss_key"))
+        self.catching_up = False
+        return True
+
+
+def _finding(d: dict[str, Any]) -> Finding:
+    """A Finding from its `to_json()` (a saved watch's warnings)."""
+    return Finding(d["kind"], d["step"], d["message"], d.get("session"), d.get("onset"), d.get("severity", "warn"))
+
+
+def watch(target: str, options: Options | None = None, **kwargs: Any) -> Verdict:
+    """Watch `target` (run dir, JSONL log or trainer_state.json) until done or an anomaly."""
+    return Watcher(target, options, **kwargs).run()
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
+    """The options of `runwatch watch` (all), `check` (the record rules' and --map), or `launch`."""
+    if command != "launch":
+        p.add_argument("target", metavar="RUN_DIR|FILE", help="a run directory, a JSONL log or a trainer_state.json")
+    add_flags(p, Options, "check" if command == "check" else "watch", skip=("pid",) if command == "launch" else ())
+    if command != "launch":
+        add_read_arguments(p)  # --format, --pattern, --run (readers.ReadOptions)
+
+
+def options_from_args(args: argparse.Namespace, run_dir: str | None, command: str) -> Options:
+    """The command line's options over `runwatch.toml`'s, for `command`."""
+    return load_options(run_dir, given_options(args, Options), command=command)
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    read = read_options(args)
+    run_dir = resolve_target(args.target, read).run_dir
+    opts = options_from_args(args, run_dir, "watch")
+    v = Watcher(args.target, opts, read=read).run()
+    if getattr(args, "json", False):
+        print(json.dumps(v.to_json(), indent=2, allow_nan=False))
+    print(v.line(), flush=True)
+    return exit_status(v.outcome, opts.exit_codes)
+
+
+def check_from_args(args: argparse.Namespace) -> tuple[CheckResult, Options]:
+    """`runwatch check`'s replay from its parsed command line: the result and the options used."""
+    if not os.path.exists(args.target):
+        raise UsageError(f"check: {args.target}: no such run directory or log")
+    read = read_options(args)
+    opts = options_from_args(args, resolve_target(args.target, read).run_dir, "check")
+    return check(args.target, opts, read), opts
+
+
+def run_check(args: argparse.Namespace) -> int:
+    result, opts = check_from_args(args)
+    for note in result.notes:
+        print(f"runwatch check: {note}", file=sys.stderr)
+    if isinstance(result.torn_line, str):
+        print(f"runwatch check: left out {result.torn_line} (not complete yet)", file=sys.stderr)
+    elif result.torn_line is not None:
+        print(f"runwatch check: left out the torn last line {result.torn_line} (no newline yet)", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps(result.to_json(), indent=2, allow_nan=False))
+    else:
+        for line in result.lines():
+            print(line)
+    return exit_status(result.outcome, opts.exit_codes)

@@ -1,0 +1,510 @@
+"""One record parser for every format: schema v1, minimal telemetry, trainer_state.json, --map.
+
+Whatever a run wrote, every reader sees the same `Record`; `RecordParser` turns each dialect into
+it, keeping the per-session state:
+
+- Schema v1 (a run directory with `run.json`): each record goes through `schema.SessionValidator`;
+  one that fails it, or holds NaN, becomes a record of kind `invalid` carrying the message.
+- Minimal telemetry (docs/WATCHDOG.md, "What is read"): `step`, `t`, `loss`, `lr`/`learning_rate`, `grad_norm`, `sps`,
+  `eval_loss`, `eval_<metric>`, `FATAL`. A train record whose step does not exceed the previous
+  train record's starts a new session (a relaunch). Sessions are keyed `session-1`, `session-2`, ...
+- `trainer_state.json`: its `log_history` entries are minimal telemetry.
+- `--map CANONICAL=SOURCE`: a mapped key is read only from SOURCE; every map reads the original record.
+- TensorBoard event files, MLflow stores, CSV and text logs: their `readers` give minimal telemetry.
+
+Opening, following and keeping the position of a log is `source.RecordSource`'s. Standard library
+only (orjson is used for schema v1 when importable; same results).
+
+Longer than 500 lines on purpose: `RecordParser` turns every dialect (schema v1, minimal
+telemetry, trainer_state.json, the key maps, the readers' items) into the one `Record`; its
+branches share the session and step bookkeeping.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from ..errors import InvalidRunError, UsageError
+from ..files.schema import SessionValidator, loads, orjson_misread
+from .readers.keys import EVAL_PREFIXES
+
+__all__ = ["Record", "Session", "RecordParser", "parse_maps", "MINIMAL_KEYS"]
+
+_orjson: ModuleType | None
+try:  # optional fast path for schema v1 (orjson rejects NaN like the strict parser does)
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+# The canonical keys of minimal telemetry (docs/WATCHDOG.md, "What is read"); `eval_<metric>` is any key starting eval_.
+MINIMAL_KEYS = ("step", "t", "loss", "lr", "learning_rate", "grad_norm", "sps", "eval_loss", "FATAL")
+
+
+@dataclass(slots=True)
+class Record:
+    """One normalized record.
+
+    kind: `train`, `eval`, `checkpoint`, `end`, `fatal`, `invalid` or `other`. A minimal train
+    record may also carry eval values (`eval_loss`, `metrics`): rules look at both parts.
+    Losses of minimal telemetry may be NaN/inf (null is read as NaN); schema v1 ones never are.
+    """
+
+    kind: str
+    session: str
+    step: int | float
+    where: str = ""
+    time: float | None = None
+    loss: float | None = None
+    lr: float | None = None
+    grad_mean: float | None = None  # None: no finite norm in the record
+    grad_max: float | None = None
+    nonfinite_grads: int = 0
+    throughput: float | None = None  # tokens (or samples) per second of training time
+    tokens: int | None = None
+    eval_loss: float | None = None
+    metrics: dict[str, float] | None = None
+    reason: str | None = None  # session_end reason
+    error: str | None = None  # session_end error, FATAL text, or the invalid_log message
+    raw: dict[str, Any] | None = field(default=None, repr=False)
+    seconds: float | None = None  # training seconds the record covers (schema v1's train_seconds)
+
+    @property
+    def has_eval(self) -> bool:
+        """The record carries eval values (a val record, or minimal eval keys)."""
+        return self.eval_loss is not None or bool(self.metrics) or self.kind == "eval"
+
+
+@dataclass(slots=True)
+class Session:
+    """The records of one session, in log order."""
+
+    key: str
+    start_step: int | float  # run.json's `start.step`; else the first record's step (minimal telemetry)
+    records: list[Record] = field(default_factory=list)
+    manifest_entry: dict[str, Any] | None = None
+
+
+def parse_maps(items: list[str] | tuple[str, ...] | None) -> dict[str, str]:
+    """`["step=iter", "loss=train/loss"]` → {"step": "iter", "loss": "train/loss"}; UsageError if bad."""
+    maps: dict[str, str] = {}
+    for item in items or ():
+        if not isinstance(item, str) or "=" not in item:
+            raise UsageError(f"watch.map must be CANONICAL=SOURCE, got {item!r}")
+        canon, source = item.split("=", 1)
+        if not (canon in MINIMAL_KEYS or (canon.startswith("eval_") and len(canon) > 5)):
+            raise UsageError(
+                f"watch.map: {canon!r} is not a minimal telemetry key "
+                f"(expected one of {', '.join(MINIMAL_KEYS)} or eval_<metric>)"
+            )
+        if not source:
+            raise UsageError(f"watch.map: empty SOURCE in {item!r}")
+        if canon in maps:
+            raise UsageError(f"watch.map: {canon!r} mapped twice")
+        maps[canon] = source
+    return maps
+
+
+def _is_number(v: object) -> bool:
+    t = type(v)
+    return t is float or t is int
+
+
+def _fmt(v: object) -> str:
+    text = json.dumps(v, default=repr) if not isinstance(v, str) else repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class RecordParser:
+    """Turns raw lines (or trainer_state entries) into Records, keeping the per-session state.
+
+    mode "v1" needs the manifest (`manifest=` or `refresh=`, a callable returning the current one
+    when a record names a session it does not know); mode "minimal" reads minimal telemetry.
+    `apply_maps=False`: the records come from a `readers` reader, which applied `maps` already.
+    """
+
+    def __init__(
+        self,
+        mode: str,
+        *,
+        manifest: dict[str, Any] | None = None,
+        maps: dict[str, str] | None = None,
+        refresh: Callable[[], dict[str, Any] | None] | None = None,
+        name: str = "metrics.jsonl",
+        apply_maps: bool = True,
+        same_step_continues: bool = False,
+    ) -> None:
+        if mode not in ("v1", "minimal"):
+            raise ValueError(f"RecordParser.mode must be 'v1' or 'minimal', got {mode!r}")
+        if mode == "v1" and maps:
+            raise UsageError("watch.map applies to minimal telemetry and trainer_state.json, not to a schema-v1 run")
+        self.mode = mode
+        self.name = name
+        # A train record at the previous one's step continues the session (TensorBoard, MLflow: their
+        # sessions are files and runs, and a live watch may apply a step before its last value came).
+        self.same_step_continues = same_step_continues
+        self.maps = maps or {}
+        self.apply_maps = apply_maps
+        self.refresh = refresh
+        self.manifest = manifest
+        self._validators: dict[str, SessionValidator] = {}
+        self._entries: dict[str, dict[str, Any]] = {}
+        self.session: str | None = None  # the session of the last record (invalid lines join it)
+        self._last_train_step: float | None = None
+        self._relaunches = 0
+        self._new_session = False  # `new_session()` was called: the next record with values starts one
+        self._finite_grad_session: str | None = None  # the minimal session that logged a finite grad_norm
+        self.last_step: int | float = 0  # step of the last parsed record (invalid lines take it)
+        # A log without steps (docs/FORMATS.md): None until decided, then "step", "epoch" or "record".
+        self.step_by: str | None = None
+        self._counted = 0  # records numbered so far, and the last epoch seen (stepping by them)
+        self._epoch: int | float = 0
+        # The key read as the loss when the log has no `loss` (None: not decided, "": none).
+        self.loss_key: str | None = None
+        self.max_steps_hint: int | None = None  # trainer_state.json's max_steps
+        self.notes: list[str] = []  # things said once on stderr by the command (drained by it)
+        if manifest is not None:
+            self.set_manifest(manifest)
+
+    # --- sessions -----------------------------------------------------------------------------
+
+    def set_manifest(self, manifest: dict[str, Any]) -> None:
+        """Take a (re-read) manifest: sessions it adds become known."""
+        self.manifest = manifest
+        for entry in manifest["sessions"]:
+            sid = entry["session_id"]
+            if sid not in self._entries:
+                self._entries[sid] = entry
+                self._validators[sid] = SessionValidator(manifest["run_id"], entry)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the parser is, as plain JSON: the current session, the relaunch count (minimal
+        telemetry) and each schema-v1 session's validated step (the manifest is read anew)."""
+        return {
+            "mode": self.mode,
+            "session": self.session,
+            "last_train_step": self._last_train_step,
+            "relaunches": self._relaunches,
+            "new_session": self._new_session,
+            "last_step": self.last_step,
+            "finite_grad_session": self._finite_grad_session,
+            "step_by": self.step_by,
+            "counted": self._counted,
+            "epoch": self._epoch,
+            "loss_key": self.loss_key,
+            "validators": {
+                sid: {"step": v.step, "ended": v.ended}
+                for sid, v in self._validators.items()
+                if v.step != v.start_step or v.ended
+            },
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict()` (a v1 parser needs its manifest set first)."""
+        if state.get("mode") != self.mode:
+            raise ValueError(f"RecordParser state is for mode {state.get('mode')!r}, not {self.mode!r}")
+        self.session = state["session"]
+        self._last_train_step = state["last_train_step"]
+        self._relaunches = int(state["relaunches"])
+        self._new_session = bool(state.get("new_session"))
+        self._finite_grad_session = state.get("finite_grad_session")
+        self.last_step = state["last_step"]
+        self.step_by = state.get("step_by")
+        self._counted = int(state.get("counted") or 0)
+        self._epoch = state.get("epoch") or 0
+        self.loss_key = state.get("loss_key")
+        for sid, v in state["validators"].items():
+            validator = self._validators.get(sid)
+            if validator is not None:
+                validator.step, validator.ended = v["step"], bool(v["ended"])
+
+    def latest_session(self) -> str | None:
+        """The latest session: run.json's last entry (v1), or the last relaunch seen (minimal)."""
+        if self.mode == "v1":
+            return self.manifest["sessions"][-1]["session_id"] if self.manifest else None
+        return self.session or "session-1"
+
+    def start_step(self, key: str | None) -> int | None:
+        """The step a session resumed from: run.json's `start.step` (v1); None when unknown
+        (minimal telemetry: rules then take the step of the session's first train record)."""
+        entry = self._entries.get(key) if key else None
+        return entry["start"]["step"] if entry else None
+
+    def entry(self, key: str) -> dict[str, Any] | None:
+        return self._entries.get(key)
+
+    # --- parsing ------------------------------------------------------------------------------
+
+    def new_session(self) -> None:
+        """The next record with values (a loss, eval values, FATAL) starts a new session (minimal
+        telemetry: a new event file, a new run). Records of no kind before it (a test metric or a
+        hyperparameter at step 0 in a file of their own) stay in the session before: they neither
+        end it nor move the step it reached back."""
+        if self.mode == "minimal" and self.session is not None:
+            self._new_session = True
+
+    def invalid(self, where: str, message: str, step: int | float | None = None) -> Record:
+        """A record of kind `invalid` in the current session."""
+        session = self.session or self.latest_session() or "session-1"
+        if step is None:
+            step = self.last_step
+        return Record("invalid", session, step, where, error=message)
+
+    def parse_line(self, lineno: int, raw: bytes) -> Record | None:
+        """One complete line (without its newline) → a Record, or None for a blank line."""
+        where = f"{self.name}:{lineno}"
+        if self.mode == "v1":
+            return self._v1(raw, where)
+        if not raw.strip():
+            return None
+        try:
+            # Minimal telemetry may hold NaN/Infinity tokens (Python's json writes them): they are
+            # findings (`nonfinite_loss`), not parse errors.
+            obj = loads(raw, where, strict=False)
+        except InvalidRunError as exc:
+            return self.invalid(where, str(exc))
+        return self.parse_object(obj, where)
+
+    def _v1(self, raw: bytes, where: str) -> Record:
+        try:
+            if _orjson is not None:
+                try:
+                    rec = _orjson.loads(raw)
+                except ValueError:
+                    rec = loads(raw, where)  # the standard library names the error
+                else:
+                    if orjson_misread(raw, rec):
+                        rec = loads(raw, where)
+            else:
+                rec = loads(raw, where)
+        except InvalidRunError as exc:
+            return self.invalid(where, str(exc))
+        if type(rec) is not dict:
+            return self.invalid(where, f"{where}: a record must be a JSON object, got {_json_type(rec)}")
+        sid = rec.get("session_id")
+        if type(sid) is not str:
+            return self.invalid(where, f"{where}: session_id must be a string, got {_fmt(sid)}")
+        validator = self._validators.get(sid)
+        if validator is None and self.refresh is not None:
+            manifest = self.refresh()
+            if manifest is not None:
+                self.set_manifest(manifest)
+            validator = self._validators.get(sid)
+        if validator is None:
+            return self.invalid(where, f"{where}: session_id {sid!r} is not in run.json")
+        self.session = sid
+        try:
+            validator.check(rec, where)
+        except InvalidRunError as exc:
+            step = rec.get("step")
+            return self.invalid(where, str(exc), step if type(step) is int else None)
+        return self._from_v1(rec, sid, where)
+
+    def parse_unchecked(self, raw: bytes, where: str = "") -> Record | None:
+        """A schema-v1 line without the session's continuity checks (reading a log's tail, where
+        the records before are unknown); None when it is not a readable record."""
+        try:
+            rec = loads(raw, where)
+            if type(rec) is not dict or type(rec.get("session_id")) is not str:
+                return None
+            return self._from_v1(rec, rec["session_id"], where)
+        except (InvalidRunError, KeyError, TypeError, ZeroDivisionError):
+            return None
+
+    def _from_v1(self, rec: dict[str, Any], sid: str, where: str) -> Record:
+        event = rec["event"]
+        step = rec["step"]
+        self.last_step = step
+        if event == "train":
+            grad = rec["grad_norm"]
+            nonfinite = rec["nonfinite_grad_norms"]
+            no_norm = nonfinite >= rec["attempted"]  # every norm non-finite: mean/max are placeholders
+            return Record(
+                "train",
+                sid,
+                step,
+                where,
+                rec["time"],
+                rec["loss"],
+                rec["lr"],
+                None if no_norm else grad["mean"],
+                None if no_norm else grad["max"],
+                nonfinite,
+                rec["tokens"] / rec["train_seconds"],
+                rec["tokens"],
+                raw=rec,
+                seconds=rec["train_seconds"],
+            )
+        if event == "val":
+            return Record(
+                "eval", sid, step, where, rec["time"], eval_loss=rec["loss"], metrics=rec.get("metrics") or {}, raw=rec
+            )
+        if event == "checkpoint":
+            return Record("checkpoint", sid, step, where, rec["time"], raw=rec)
+        return Record("end", sid, step, where, rec["time"], reason=rec["reason"], error=rec["error"], raw=rec)
+
+    def parse_object(self, obj: Any, where: str) -> Record | None:
+        """One minimal-telemetry object (a JSONL line's or a log_history entry) → a Record."""
+        if type(obj) is not dict:
+            return self.invalid(where, f"{where}: a record must be a JSON object, got {_json_type(obj)}")
+        if self.maps and self.apply_maps:
+            view = dict(obj)
+            for canon in self.maps:
+                view.pop(canon, None)
+            for canon, source in self.maps.items():
+                if source in obj:
+                    view[canon] = obj[source]
+            obj = view
+        step = obj.get("step")
+        if step is None and "step" not in obj and self.step_by != "step":
+            step = self._counted_step(obj)  # a log without steps: by epoch, else by record number
+        elif self.step_by != "step":
+            self.step_by = "step"
+        if step is None or not _is_number(step) or not math.isfinite(step) or step < 0:
+            what = "missing step" if "step" not in obj else f"step must be a number >= 0, got {_fmt(step)}"
+            return self.invalid(where, f"{where}: {what}")
+        if type(step) is float and step.is_integer():
+            step = int(step)
+        if "loss" not in obj and self.loss_key != "":
+            if self.loss_key is None:
+                self._pick_loss_key(obj)
+            key = self.loss_key
+            if key and key in obj:
+                obj = dict(obj)
+                obj["loss"] = obj[key]
+        elif self.loss_key is None:
+            self.loss_key = ""  # the log names its loss: never guess one
+        loss = obj.get("loss", _MISSING)
+        if loss is not _MISSING:
+            if loss is None:
+                loss = math.nan
+            elif not _is_number(loss):
+                return self.invalid(where, f"{where}: loss must be a number, got {_fmt(loss)}", step)
+        eval_loss = obj.get("eval_loss", _MISSING)
+        if eval_loss is not _MISSING:
+            if eval_loss is None:
+                eval_loss = math.nan
+            elif not _is_number(eval_loss):
+                return self.invalid(where, f"{where}: eval_loss must be a number, got {_fmt(eval_loss)}", step)
+        else:
+            eval_loss = None
+        metrics = None
+        for key, value in obj.items():
+            if key.startswith("eval_") and key != "eval_loss" and _is_number(value):
+                if metrics is None:
+                    metrics = {}
+                metrics[key[5:]] = value
+        t = obj.get("t")
+        t = t if _is_number(t) else None
+        if "FATAL" in obj:
+            self.last_step = step
+            return Record("fatal", self._minimal_session(None), step, where, t, error=str(obj["FATAL"]), raw=obj)
+        if loss is _MISSING:
+            self.last_step = step
+            kind = "eval" if eval_loss is not None or metrics else "other"
+            session = self._minimal_session(None, kind == "eval")
+            return Record(kind, session, step, where, t, eval_loss=eval_loss, metrics=metrics, raw=obj)
+        lr = obj.get("lr", obj.get("learning_rate"))
+        grad = obj.get("grad_norm")
+        grad_mean = nonfinite = None
+        session = self._minimal_session(step)
+        if _is_number(grad):
+            if math.isfinite(grad):
+                grad_mean = grad
+                self._finite_grad_session = session
+            elif self._finite_grad_session == session or loss == 0:
+                nonfinite = 1
+            # else: NaN in every train record of the session so far is a norm that was not logged
+            # (a callback writing NaN when the trainer reports none), not a non-finite one. A loss of
+            # exactly 0 beside it stays a finding: how the HF Trainer logs a NaN loss.
+        sps = obj.get("sps")
+        self.last_step = step
+        return Record(
+            "train",
+            session,
+            step,
+            where,
+            t,
+            loss,
+            lr if _is_number(lr) else None,
+            grad_mean,
+            grad_mean,
+            nonfinite or 0,
+            sps if _is_number(sps) else None,
+            eval_loss=eval_loss,
+            metrics=metrics,
+            raw=obj,
+        )
+
+    def _counted_step(self, obj: dict[str, Any]) -> int | float:
+        """The step of a record of a log that has none: its epoch when the log has epochs (the step
+        of the last record that had one), else its record number (1, 2, ...)."""
+        self._counted += 1
+        epoch = obj.get("epoch")
+        good = (type(epoch) is int or type(epoch) is float) and math.isfinite(epoch) and epoch >= 0
+        if self.step_by is None:
+            self.step_by = "epoch" if good else "record"
+            by = "its epoch column" if good else "record number"
+            self.notes.append(f"{self.name} has no step column or field: stepping by {by}")
+        if self.step_by == "epoch":
+            if good and epoch is not None:
+                self._epoch = int(epoch) if type(epoch) is float and epoch.is_integer() else epoch
+            return self._epoch
+        return self._counted
+
+    def _pick_loss_key(self, obj: dict[str, Any]) -> None:
+        """No `loss` key: when exactly one train key contains `loss` (any case: CatBoost's
+        `Logloss`, `train/box_loss`), it is the loss for the rest of the log; several: none is."""
+        if "loss" in self.maps:
+            self.loss_key = ""
+            return
+        found = [k for k in obj if "loss" in k.lower() and not k.startswith(_EVAL_KEY_PREFIXES)]
+        if len(found) == 1:
+            self.loss_key = found[0]
+            self.notes.append(f"{self.name} has no loss key: reading the train loss from {found[0]!r}")
+        elif found:
+            self.loss_key = ""
+
+    def max_steps(self, key: str | None) -> int | None:
+        """The session's `max_steps`: run.json's recipe (schema v1), trainer_state.json's; None unknown."""
+        entry = self._entries.get(key) if key else None
+        if entry is not None:
+            n = (entry.get("recipe") or {}).get("max_steps")
+            return n if type(n) is int and n > 0 else None
+        return self.max_steps_hint
+
+    def _minimal_session(self, train_step: int | float | None, starts: bool = True) -> str:
+        if self.session is None:
+            self._relaunches = 1
+            self.session = "session-1"
+        if self._new_session and starts:
+            self._new_session = False
+            self._relaunches += 1
+            self.session = f"session-{self._relaunches}"
+            self._last_train_step = None
+        if train_step is not None:
+            last = self._last_train_step
+            # stepping by epoch, several train records of one epoch are one session
+            same = self.step_by == "epoch" or self.same_step_continues
+            if last is not None and (train_step < last or (train_step == last and not same)):
+                self._relaunches += 1
+                self.session = f"session-{self._relaunches}"
+            self._last_train_step = train_step
+        return self.session
+
+
+_MISSING = object()
+# Keys that hold eval values (readers.keys: `eval/`, `val/`, `val_`, `validation/`), never the train loss.
+_EVAL_KEY_PREFIXES = ("eval_", *EVAL_PREFIXES)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "bool", int: "number", float: "number", str: "string", list: "array"}.get(
+        type(value), type(value).__name__
+    )

@@ -1,0 +1,209 @@
+"""What every reader shares: the table of formats, the reader interface (`Reader`, `BaseReader`,
+`Chunk`, `Item`) and the reading options (`ReadOptions`: `--format`, `--pattern`, `--run`).
+The package (`readers`) re-exports all of it. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ...errors import ConfigError
+from ...options import TEXT, TEXTS, Check, add_flags, given_options, option, validate
+
+__all__ = [
+    "FORMATS",
+    "READERS",
+    "READER_FORMATS",
+    "Format",
+    "BaseReader",
+    "PRESETS",
+    "Chunk",
+    "Item",
+    "Reader",
+    "ReadOptions",
+    "add_arguments",
+    "read_options",
+]
+
+# What `--format` accepts; `nanogpt` and `megatron` are text logs with preset patterns.
+FORMATS = ("jsonl", "tensorboard", "mlflow", "csv", "text", "nanogpt", "megatron")
+# Other tools' formats (their reader applies the key aliases and --map; the step may be grouped).
+READER_FORMATS = ("tensorboard", "mlflow", "csv", "text")
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """How a target format is read: its reader's module and what the record parser does with it."""
+
+    module: str  # the module of this package whose `open_reader(path, keys, read, chunk_bytes)` opens it
+    maps: bool = True  # its reader applies the key aliases and --map (keys.KeyMap); else the parser applies --map
+    same_step_continues: bool = False  # a train record at the previous one's step continues the session
+
+
+# Every target format: one entry here, one module beside this file.
+READERS: dict[str, Format] = {
+    "jsonl": Format("jsonl", maps=False),  # runwatch's schema v1, minimal telemetry, any JSONL
+    "trainer_state": Format("trainerstate", maps=False),  # the Hugging Face Trainer's trainer_state.json
+    # a file or a run is a session; a live watch may apply a step before its last value came
+    "tensorboard": Format("tfevents", same_step_continues=True),
+    "mlflow": Format("mlflowstore", same_step_continues=True),
+    "csv": Format("csvlog"),
+    "text": Format("textlog"),
+}
+
+# One line a record; a named group a key. Values that parse as numbers become numbers.
+FORMAT_CHECK = Check(f"one of {', '.join(FORMATS)}", lambda v: v in FORMATS, str)
+READ_COMMANDS = ("watch", "check", "plot", "status", "launch", "supervise")
+PRESETS: dict[str, tuple[str, ...]] = {
+    # nanoGPT train.py: `iter 200: loss 2.3456, time 12.34ms, mfu 1.23%` and
+    # `step 200: train loss 2.3456, val loss 2.4567` at each eval
+    "nanogpt": (
+        r"^iter (?P<step>\d+): loss (?P<loss>\S+?), time (?P<ms_per_iter>\S+?)ms",
+        r"^step (?P<step>\d+): train loss \S+?, val loss (?P<eval_loss>[^\s,]+)",
+    ),
+    # Megatron-LM training_log: ` iteration 200/ 1000 | ... | elapsed time per iteration (ms): 1234.5 |
+    # learning rate: 1.000E-04 | global batch size: 256 | lm loss: 2.345678E+00 | ... | grad norm: 1.234 |`
+    "megatron": (
+        r"\biteration\s+(?P<step>\d+)/\s*\d+\s*\|"
+        r"(?:.*?elapsed time per iteration \(ms\):\s*(?P<ms_per_iter>[^\s|]+))?"
+        r"(?:.*?learning rate:\s*(?P<lr>[^\s|]+))?"
+        r"(?:.*?global batch size:\s*(?P<batch_size>[^\s|]+))?"
+        r"(?:.*?lm loss:\s*(?P<loss>[^\s|]+))?"
+        r"(?:.*?grad norm:\s*(?P<grad_norm>[^\s|]+))?",
+        r"validation loss at iteration (?P<step>\d+)[^|]*\|\s*lm loss value:\s*(?P<eval_loss>[^\s|]+)",
+    ),
+}
+
+# (where, x): x a record dict, an invalid_log message, or None (a new session starts)
+Item = tuple[str, dict[str, Any] | str | None]
+
+
+@dataclass(slots=True)
+class Chunk:
+    """What one poll found."""
+
+    items: list[Item] = field(default_factory=list)
+    lines: list[tuple[int, bytes]] = field(default_factory=list)  # JSONL: (line number, line), after items
+    exists: bool = True  # the log (file, directory, store) exists
+    grew: bool = False  # it changed since the last poll
+    more: bool = False  # more waits beyond this chunk: poll again at once
+    reset: str | None = None  # "truncated" / "replaced": a file was read again from its start
+    # "truncated" / "replaced" / "rewritten" with `restart`: the whole log must be read again from
+    # its start, by a new reader and parser (a JSONL log or trainer_state.json that lost records)
+    restart: bool = False
+
+
+class Reader(Protocol):
+    """What every format's reader provides (`BaseReader` gives the defaults)."""
+
+    name: str
+    max_steps: int | None  # the steps the log says are planned (trainer_state.json), else None
+
+    def poll(self) -> Chunk: ...
+    def finish(self) -> list[Item]: ...
+    def torn(self) -> int | str | None: ...
+    def mtime(self) -> float: ...
+    def pending_bytes(self) -> int: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
+class BaseReader:
+    """The defaults of the `Reader` interface: nothing held back, nothing torn, nothing to close."""
+
+    name = ""
+    max_steps: int | None = None
+
+    def finish(self) -> list[Item]:
+        """What a reader holds back until a later value arrives (the last step), at the end."""
+        return []
+
+    def torn(self) -> int | str | None:
+        """Where the log ends in a record still being written (a JSONL line number, else text)."""
+        return None
+
+    def pending_bytes(self) -> int:
+        """Bytes of the log not read yet as of the last poll (a JSONL tail still being caught up)."""
+        return 0
+
+    def close(self) -> None:
+        """Close open files (polling again reopens them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    """`--format`, `--pattern` (repeatable), `--run`: how to read a log runwatch did not write.
+
+    Declared once (`options.option`) like every other option; they say how to read the target named
+    on the command line, so they come from the command line only (not from runwatch.toml)."""
+
+    format: str | None = option(
+        None,
+        FORMAT_CHECK,
+        "how to read the log (default: detected by name and content)",
+        none=True,
+        metavar="NAME",
+        commands=READ_COMMANDS,
+    )
+    pattern: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "a text log's record lines: named groups are keys, one must be (?P<step>...)",
+        metavar="REGEX",
+        commands=READ_COMMANDS,
+    )
+    run: str | None = option(
+        None,
+        TEXT,
+        "the MLflow run to read (default: the latest started)",
+        none=True,
+        metavar="ID",
+        commands=READ_COMMANDS,
+    )
+    log: str | None = option(
+        None,
+        TEXT,
+        "the log to watch, relative to RUN_DIR (default: stdout.log with --format text, nanogpt, "
+        "megatron or --pattern, else RUN_DIR's metrics.jsonl, trainer_state.json or another tool's log)",
+        none=True,
+        metavar="PATH",
+        commands=("launch", "supervise"),
+    )
+
+    def __post_init__(self) -> None:
+        validate(self, "read")
+        if self.pattern and self.format not in (None, "text"):
+            raise ConfigError(f"read.pattern applies to text logs, not to --format {self.format}")
+        for p in self.pattern:
+            try:
+                rx = re.compile(p)
+            except re.error as exc:
+                raise ConfigError(f"read.pattern: {p!r} is not a regular expression: {exc}") from None
+            if "step" not in rx.groupindex:
+                raise ConfigError(f"read.pattern must have a named group (?P<step>...), got {p!r}")
+        if self.format == "text" and not self.pattern:
+            raise ConfigError("read.format text needs --pattern REGEX (with a named group (?P<step>...))")
+        if self.run is not None and self.format not in (None, "mlflow"):
+            raise ConfigError(f"read.run applies to MLflow stores, got {self.run!r} with --format {self.format}")
+
+    def patterns(self) -> tuple[str, ...]:
+        """The text patterns: --pattern's, or the preset's."""
+        return self.pattern or PRESETS.get(self.format or "", ())
+
+
+def add_arguments(p: argparse.ArgumentParser, command: str = "check") -> None:
+    """Declare --format, --pattern and --run on a command that reads logs (watch, check, status,
+    plot), and --log too on one that launches the program (launch, supervise)."""
+    add_flags(p, ReadOptions, command)
+
+
+def read_options(args: argparse.Namespace) -> ReadOptions:
+    """The ReadOptions of parsed arguments (defaults where a command did not declare them)."""
+    return ReadOptions(**given_options(args, ReadOptions))
+
+
+# --- detection ------------------------------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""Text logs: one line a record where a pattern matches (`--pattern REGEX`, or a preset).
+
+Each line (and each `\r`-separated part of it, for progress bars) is tried against the patterns in
+order; the first that matches gives the record: its named groups that matched are the keys, the
+values that read as numbers numbers. Lines that match no pattern are other output and skipped.
+A group `ms_per_iter` (milliseconds an iteration) gives `sps` = 1000 / ms, times `batch_size`
+when that group matched too (iterations or samples a second: `throughput_drop` compares a run's
+rates with its own baseline, so either works). Followed by byte offset (`follow.LogFollower`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from ..follow import READ_CHUNK_BYTES, LogFollower
+from .base import PRESETS, BaseReader, Chunk, ReadOptions
+from .csvlog import number
+from .keys import KeyMap
+
+__all__ = ["TextReader", "open_reader", "sniff"]
+
+# The head of a file searched for a preset's record line, and the lines of it tried.
+_SNIFF_BYTES = 64 * 1024
+_SNIFF_LINES = 200
+
+
+def open_reader(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None = None) -> TextReader:
+    return TextReader(path, keys, read.patterns(), chunk_bytes or READ_CHUNK_BYTES)
+
+
+def sniff(path: str) -> str | None:
+    """The preset (`nanogpt`, `megatron`) whose record pattern matches a line of the file's head;
+    None for a file whose first line is a JSON object, or that matches none."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError:
+        return None
+    if head.lstrip().startswith(b"{") or b"\0" in head:
+        return None  # JSONL, or binary
+    text = head.decode("utf-8", "replace").splitlines()[:_SNIFF_LINES]
+    for name, patterns in PRESETS.items():
+        rx = re.compile(patterns[0])  # the train line's pattern
+        if any(rx.search(line) for line in text):
+            return name
+    return None
+
+
+class TextReader(BaseReader):
+    """Follows a text log, turning the lines that match a pattern into records."""
+
+    def __init__(self, path: str, keys: KeyMap, patterns: tuple[str, ...], chunk_bytes: int = READ_CHUNK_BYTES) -> None:
+        self.path = path
+        self.name = os.path.basename(path)
+        self.keys = keys
+        self.patterns = [re.compile(p.encode("utf-8")) for p in patterns]
+        self.follower = LogFollower(path, chunk_bytes=chunk_bytes)
+
+    def _match(self, raw: bytes) -> dict[str, Any] | None:
+        for part in raw.split(b"\r") if b"\r" in raw else (raw,):
+            for rx in self.patterns:
+                m = rx.search(part)
+                if m is not None:
+                    rec = {k: number(v.decode("utf-8", "replace")) for k, v in m.groupdict().items() if v is not None}
+                    ms = rec.pop("ms_per_iter", None)
+                    batch = rec.pop("batch_size", None) if ms is not None else None
+                    if isinstance(ms, (int, float)) and ms > 0:  # `number` gives exact ints and floats (no bools)
+                        rec["sps"] = 1000.0 / ms * (batch if isinstance(batch, (int, float)) and batch > 0 else 1)
+                    return rec
+        return None
+
+    def poll(self) -> Chunk:
+        chunk = Chunk()
+        batch = self.follower.poll()
+        chunk.exists, chunk.grew, chunk.more, chunk.reset = batch.exists, batch.grew, batch.more, batch.reset
+        out = chunk.items
+        for lineno, raw in batch.lines:  # an over-long line (batch.too_long) is not a record line
+            rec = self._match(raw)
+            if rec is not None:
+                out.append((f"{self.name}:{lineno}", self.keys.canonical(rec)))
+        return chunk
+
+    def mtime(self) -> float:
+        return self.follower.mtime  # (a text log's unfinished last line is not a record yet: never torn)
+
+    def pending_bytes(self) -> int:
+        return self.follower.pending_bytes()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"follower": self.follower.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.follower = LogFollower.from_state(state["follower"])
+
+    def close(self) -> None:
+        self.follower.close()

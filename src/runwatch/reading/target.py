@@ -1,0 +1,129 @@
+"""What a command was pointed at: `resolve_target` turns a path into a `Target` (the run
+directory, the log and its format).
+
+    t = resolve_target("runs/a")           # a run directory, a JSONL log, a trainer_state.json,
+    t.format, t.log_path, t.run_dir        # TensorBoard files, an MLflow store, a CSV, a text log
+
+A run directory (`metrics.jsonl`) or a Hugging Face output directory (`trainer_state.json`) is read
+as such whatever else it holds; other tools' logs are detected by `readers.detect` (by name and
+content) or named by `--format`. A folder holding none of these but exactly one log file (a CSV
+with a step or epoch column, a JSONL file, a text log in a preset's format) is read through that
+file. Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..files.rundir import RunDir
+from .readers import ReadOptions, detect, sniff_log
+
+__all__ = ["Target", "resolve_target", "find_trainer_state", "single_log", "FILE_SUFFIXES", "NOT_LOGS"]
+
+# A target that does not exist yet is a run directory unless its name ends like a log file.
+FILE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".log", ".txt")
+# Files in a run directory that are not its metrics: the supervisor's journal, the process's output.
+NOT_LOGS = frozenset({"supervise.jsonl", "stdout.log"})
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a command was pointed at: the run directory, the log, and how to read it."""
+
+    run_dir: str
+    log_path: str
+    # "jsonl" (schema v1 when run.json exists beside it, else minimal), "trainer_state", or a
+    # `readers` format: "tensorboard", "mlflow", "csv", "text"
+    format: str
+    read: ReadOptions = ReadOptions()
+
+    @property
+    def manifest_path(self) -> str:
+        return RunDir(self.run_dir).manifest
+
+    def schema_v1(self) -> bool:
+        """The log is schema v1: a `metrics.jsonl` beside a `run.json`."""
+        return (
+            self.format == "jsonl"
+            and os.path.basename(self.log_path) == "metrics.jsonl"
+            and os.path.lexists(self.manifest_path)
+        )  # a broken run.json is still one: say so
+
+
+def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
+    """A run directory, a JSONL file or a trainer_state.json → Target (the path may not exist yet).
+
+    A directory without `metrics.jsonl` but with `trainer_state.json` is read through the latter
+    (also one level down, in its latest `checkpoint-N/`). Other tools' logs (TensorBoard, MLflow,
+    CSV, text) are detected by `readers.detect` (by name) and `readers.sniff_log` (a text log in a
+    preset's format), or named by `read.format`; a directory holding none of these but one such log
+    is read through it (`single_log`).
+    """
+    target = os.fspath(target)
+    read = read or ReadOptions()
+    # A run directory (metrics.jsonl) or a Hugging Face output directory (trainer_state.json) is read
+    # as before, whatever else it holds (the HF Trainer's TensorBoard files, say), unless --format says.
+    own = read.format is None and os.path.isdir(target) and find_trainer_state(target) is not None
+    found = None if own else detect(target, read)
+    if found is not None:
+        fmt, log, run_dir = found
+        return Target(run_dir, log, fmt, read)
+    if read.format == "jsonl" and os.path.isdir(target):
+        return Target(target, RunDir(target).metrics, "jsonl", read)
+    if read.format == "jsonl":
+        return Target(os.path.dirname(os.path.abspath(target)), target, "jsonl", read)
+    if not os.path.exists(target) and not target.endswith(FILE_SUFFIXES):
+        target_is_dir = True  # not there yet: a run directory, unless it is named like a log file
+    else:
+        target_is_dir = os.path.isdir(target)
+    if target_is_dir:
+        log = RunDir(target).metrics
+        if not os.path.exists(log):
+            state = find_trainer_state(target)
+            if state is not None:
+                return Target(target, state, "trainer_state")
+            single = single_log(target) if read.format is None else None
+            if single is not None:
+                return resolve_target(single, read)
+        return Target(target, log, "jsonl")
+    run_dir = os.path.dirname(os.path.abspath(target))
+    if target.endswith(".json") and not target.endswith(".jsonl"):
+        return Target(run_dir, target, "trainer_state")
+    sniffed = sniff_log(target) if read.format is None and os.path.isfile(target) else None
+    if sniffed is not None:  # a text log in a preset's format (nanoGPT, Megatron-LM)
+        return Target(run_dir, target, sniffed[0], sniffed[1])
+    return Target(run_dir, target, "jsonl")
+
+
+def single_log(folder: str) -> str | None:
+    """The one log file of a folder that holds no run directory's log: a CSV with a step or epoch
+    column, or a text log in a preset's format; None when there is none or more than one."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return None
+    found = [
+        path
+        for path in (os.path.join(folder, n) for n in names if n not in NOT_LOGS and not n.startswith("."))
+        if os.path.isfile(path) and sniff_log(path) is not None
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def find_trainer_state(run_dir: str) -> str | None:
+    """`run_dir/trainer_state.json`, else the one in its latest `checkpoint-N/`; None when neither."""
+    direct = os.path.join(run_dir, "trainer_state.json")
+    if os.path.isfile(direct):
+        return direct
+    best = None
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return None
+    for name in names:
+        if name.startswith("checkpoint-") and name[11:].isdigit():
+            path = os.path.join(run_dir, name, "trainer_state.json")
+            if os.path.isfile(path) and (best is None or int(name[11:]) > best[0]):
+                best = (int(name[11:]), path)
+    return best[1] if best else None

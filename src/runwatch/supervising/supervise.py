@@ -1,0 +1,680 @@
+"""`runwatch supervise RUN_DIR [watch options] [--restarts N] ... -- CMD ...`: keep a long run alive.
+
+Launches CMD as `runwatch launch` does, watches it with every watch rule, and acts on each
+verdict by its class (docs/SUPERVISE.md):
+
+    done        wait --exit-grace for the process to exit (stop it if it lingers); exit 0
+    transient   stop it; back off; relaunch CMD unchanged (it resumes from its latest checkpoint)
+    divergence  stop it; relaunch with RUNWATCH_RESUME_FROM / _ROLLBACK / _SKIP_STEPS pointing at
+                the latest checkpoint before the trouble began
+    fatal       stop it; exit 7 -- as does a spent budget (--restarts, --rollbacks: `gave_up`'s code)
+
+SIGTERM or SIGUSR1 (a scheduler's preemption) stops the whole tree within --preempt-grace and
+exits with the `preempted` code (75), after `scontrol requeue` under --requeue; Ctrl-C stops it
+and exits 130. Every action goes to `RUN_DIR/supervise.jsonl` (one JSON object a line); the last
+record of an allocation (`done`, `gave_up`, `preempted`) carries the run's goodput. One supervisor
+a run directory (`supervise.lock`); a supervisor started again after it was killed adopts the
+training that still runs, and one started after a preemption (a requeued job) continues the
+budgets, attempt numbers and goodput. --heartbeat-url pings a dead-man monitor while records
+arrive. Standard library only (Apprise for --notify, imported when asked for).
+
+Longer than 500 lines on purpose: one state machine (launch, watch, act on the class, adopt a
+running training, continue an allocation, be preempted, finish) whose steps share the
+supervisor's counters and journal; its options, counters and journal (`supervision.py`), the
+rollback choice and goodput (`goodput.py`), the scheduler (`scheduler.py`) and the dead-man
+heartbeat (`deadman.py`) live in their own places.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, TypeAlias
+
+from ..errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InvalidRunError, UsageError
+from ..files.heartbeats import read_heartbeats
+from ..files.rundir import ENV_RESUME_FROM, ENV_ROLLBACK, ENV_SKIP_STEPS, JOURNAL, LOCK, RunDir
+from ..judging.liveness import last_error
+from ..judging.rules import Finding, fmt_step
+from ..judging.verdict import exit_status, read_verdict, write_verdict
+from ..judging.watchdog import Options, Verdict, Watcher, load_options
+from ..options import add_command_arguments, add_flags, given_options, split_command
+from ..procs import process as _proc
+from ..procs import proctree
+from ..procs.waiter import reap, subreaper
+from ..reading.history import latest_checkpoint, rollback_target
+from ..reading.readers import ReadOptions, read_options
+from ..reading.readers import add_arguments as add_read_arguments
+from ..reading.records import Session, load_sessions, resolve_target
+from ..reading.resume import RESUME_ENV
+from .deadman import DeadMan
+from .goodput import goodput
+from .launch import launch, log_target
+from .notify import Notifier, mask_url
+from .scheduler import SlurmJob, requeue
+from .supervision import (
+    ENDS,
+    Counters,
+    SuperviseOptions,
+    append,
+    last_record,
+    load_supervise_options,
+    lock_run_dir,
+    read_journal,
+    stdout_tail,
+    supervise_status,
+)
+
+__all__ = [
+    "SuperviseOptions",
+    "Supervisor",
+    "supervise_status",  # (from supervision, where status reads it)
+    "add_arguments",
+    "run",
+    "JOURNAL",
+    "LOCK",
+    "MAX_BACKOFF_SECONDS",
+]
+
+# The back-off doubles with each consecutive transient relaunch up to this (ten minutes: long enough
+# for a node to be drained or a file system to come back, short enough not to waste a night).
+MAX_BACKOFF_SECONDS = 600.0
+# Lines of stdout.log that go with an anomaly's notification.
+NOTIFY_TAIL_LINES = 20
+_NOTIFIED = ("verdict", "warning", "rollback", "relaunch", "done", "gave_up", "preempted")
+# A scheduler's way to say "stop now, you will be started again": Kubernetes and Slurm's time limit
+# send SIGTERM, Slurm's `--signal=B:USR1@N` a warning ahead of it. SIGINT is a person at a terminal.
+PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+ENDED_GRACE_SECONDS = 10.0  # how long a process whose session ended (error, interrupted) may take to exit by itself
+
+# A signal's handler as `signal.signal` takes and returns it (SIG_DFL and SIG_IGN are ints).
+_Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | None
+
+
+# --- the supervisor -------------------------------------------------------------------------------
+
+
+class Supervisor:
+    """One supervision of RUN_DIR; `run()` returns the exit status (0 done, else the code of the
+    outcome: `--exit-code`'s, by default 7 for gave up or fatal and 75 for preempted)."""
+
+    def __init__(
+        self,
+        run_dir: str,
+        cmd: list[str],
+        watch: Options | None = None,
+        opts: SuperviseOptions | None = None,
+        *,
+        read: ReadOptions | None = None,
+        stop_grace: float = _proc.STOP_GRACE_SECONDS,
+        out: Callable[[str], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        if not cmd:
+            raise UsageError("supervise: no command given (runwatch supervise RUN_DIR -- CMD ...)")
+        self.run_dir = os.path.abspath(os.fspath(run_dir))
+        self.cmd = list(cmd)
+        self.watch = watch or Options()
+        self.opts = opts or SuperviseOptions()
+        self.read = read or ReadOptions()
+        self.target = log_target(self.run_dir, self.read)  # the log the watch follows
+        self.stop_grace = stop_grace
+        self.out = out or (lambda line: print(line, flush=True))
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.host = socket.gethostname()
+        self.started = time.time()
+        self.counters = Counters()  # attempt, budgets spent, ...: carried by every journal record
+        self.pid: int | None = None
+        self.fresh = 0  # records the attempt wrote, as far as its watch has read
+        self.watcher: Watcher | None = None  # the current attempt's watch
+        self.state: dict[str, Any] | None = None  # where the log was read to (Watcher.state_dict)
+        self.new_process = False  # the next watch is of a newly launched process
+        self.adopted = False  # the current attempt was launched by an earlier supervisor
+        self.interrupted: int | None = None  # the signal that asked the supervisor to stop
+        self.signal_time: float | None = None
+        self.killed_at_once = False  # a second Ctrl-C SIGKILLed the training
+        self.slurm = SlurmJob.from_env()
+        self.continued = False  # this supervisor continues an earlier allocation's budgets
+        self.notifier: Notifier | None = None
+        url = self.opts.heartbeat_url
+        self.deadman = DeadMan(url, self.opts.heartbeat_every) if url else None
+        self.waiters: set[int] = set()  # the waiters of this supervisor's attempts, to reap
+        self._lock_fd: int | None = None
+
+    # --- the run directory ---------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Check the run directory can be written, take the lock; UsageError before launching anything."""
+        if self.opts.requeue and self.slurm is None:
+            raise UsageError("supervise: --requeue needs a Slurm job (SLURM_JOB_ID is not set)")
+        self._lock_fd = lock_run_dir(self.run_dir)
+
+    def _record(self, event: str, verdict: Verdict | None = None, **fields: Any) -> dict[str, Any]:
+        """Append one action to supervise.jsonl (one write of one whole line)."""
+        rec = self._entry(event, verdict, **fields)
+        append(self.run_dir, rec)
+        if event in _NOTIFIED and self.notifier is not None:
+            self._notify(self.notifier, event, rec, verdict)
+        return rec
+
+    def _entry(self, event: str, verdict: Verdict | None = None, **fields: Any) -> dict[str, Any]:
+        """One journal record: the action, the verdict, `fields`, and the supervisor's counters."""
+        rec: dict[str, Any] = {
+            "time": round(time.time(), 3),
+            "event": event,
+            "attempt": self.counters.attempt,
+            "pid": self.pid,
+            "kind": None,
+            "class": None,
+            "step": None,
+            "checkpoint": None,
+        }
+        if verdict is not None:
+            rec.update(kind=verdict.kind, step=verdict.step, message=verdict.message)
+            rec["class"] = verdict.cls
+            if verdict.verdict == "anomaly":
+                rec["onset"] = verdict.step if verdict.onset is None else verdict.onset
+        rec.update(fields)
+        rec.update(
+            self.counters.to_json(),
+            budgets={"restarts": self.opts.restarts, "rollbacks": self.opts.rollbacks},
+            supervisor=os.getpid(),
+        )
+        return rec
+
+    def _notify(self, notifier: Notifier, event: str, rec: dict[str, Any], verdict: Verdict | None) -> None:
+        c = self.counters
+        body = [
+            rec.get("line") or (verdict.line() if verdict is not None else f"{event} attempt {c.attempt}"),
+            f"event: {event} (attempt {c.attempt}, restarts {c.restarts}/{self.opts.restarts}, "
+            f"rollbacks {c.rollbacks}/{self.opts.rollbacks})",
+            f"run: {self.run_dir}",
+            f"host: {self.host}",
+        ]
+        if rec.get("checkpoint"):
+            body.append(f"checkpoint: {rec['checkpoint']}")
+        if verdict is not None and verdict.verdict == "anomaly":
+            body += ["last lines of stdout.log:", *stdout_tail(self.run_dir, NOTIFY_TAIL_LINES)]
+        for failure in notifier.send(f"runwatch {event}: {os.path.basename(self.run_dir)}", "\n".join(body)):
+            self.log(f"runwatch supervise: notification to {failure['url']} failed: {failure['error']}")
+            self.notifier = None  # the failure's own record is not notified
+            try:
+                self._record("notify_failed", url=failure["url"], error=failure["error"], about=event)
+            finally:
+                self.notifier = notifier
+
+    def _drained(self, w: Watcher | None = None) -> Watcher:
+        """A watcher positioned at the end of the log as it stands (its writer is gone), with the
+        checkpoint events counted: the next attempt's watch continues from its state."""
+        if w is None:
+            w = Watcher(self.target, self.watch, poll_checks=[], log=lambda msg: None, read=self.read)
+            if self.state is not None:
+                w.load_state_dict(self.state)
+        w.drain()
+        self.state = w.state_dict()
+        return w
+
+    def _sessions(self) -> list[Session]:
+        try:
+            t = resolve_target(self.target, self.read)
+            return load_sessions(t, maps=self.watch.maps) if os.path.exists(t.log_path) else []
+        except (InvalidRunError, UsageError):
+            return []
+
+    def _latest_checkpoint(self) -> str | None:
+        cp = latest_checkpoint(self._sessions(), cwd=os.getcwd())
+        return cp.path if cp is not None else None
+
+    # --- actions -------------------------------------------------------------------------------
+
+    def _launch(self, event: str, env: dict[str, str], **fields: Any) -> None:
+        drained = self._drained(self.watcher)
+        self.counters.checkpoints_at_launch = drained.checkpoints
+        self.counters.high_step = max(self.counters.high_step, drained.last_step)
+        self.new_process = True
+        full = {k: v for k, v in os.environ.items() if k not in RESUME_ENV}
+        full.update(env)
+        self.counters.env = dict(env)
+        self.counters.attempt += 1
+        self.fresh = 0
+        self.adopted = False
+        # the heartbeat files lying there now belong to earlier attempts: never judged in this one
+        beats, _problems = read_heartbeats(self.run_dir)
+        self.counters.stale_sessions = frozenset(b.session_id for b in beats.values())
+        cmd = self._command(resumed=event != "launch" or self._continues())
+        reap(self.waiters)
+        info = launch(self.run_dir, cmd, env=full)
+        self.pid = info["pid"]
+        if type(info.get("waiter")) is int:
+            self.waiters.add(info["waiter"])
+        if self.counters.first_launch is None:
+            self.counters.first_launch = float(info["time"])
+        fields.setdefault("checkpoint", env.get(ENV_RESUME_FROM) or self._latest_checkpoint())
+        fields.update(self._facts(), launched_at=round(float(info["time"]), 3))
+        if self.continued:
+            fields["continued"] = True  # the first launch of a new allocation
+            self.continued = False
+        self.log(
+            f"runwatch supervise: {event}: attempt {self.counters.attempt}, pid {self.pid}"
+            + (
+                f", resuming from {env['RUNWATCH_RESUME_FROM']}, skipping steps {env['RUNWATCH_SKIP_STEPS']}"
+                if env
+                else ""
+            )
+        )
+        self._record(event, command=cmd if event == "launch" or cmd != self.cmd else None, **fields)
+
+    def _facts(self) -> dict[str, Any]:
+        """What a launch record holds besides the action: the Slurm job, and the log watched (for
+        `runwatch goodput`)."""
+        facts = self.slurm.facts() if self.slurm is not None else {}
+        facts["log"] = {
+            "target": os.path.relpath(self.target, self.run_dir),
+            "format": self.read.format,
+            "pattern": list(self.read.pattern),
+            "run": self.read.run,
+            "map": list(self.watch.map),
+        }
+        return facts
+
+    def _command(self, resumed: bool) -> list[str]:
+        """CMD, with `--resume-args` appended on a relaunch or rollback."""
+        return self.cmd + self.opts.resume_argv if resumed else list(self.cmd)
+
+    def _continues(self) -> bool:
+        """This supervision continues an earlier one on RUN_DIR (a requeued job): its first launch
+        resumes too."""
+        try:
+            return os.path.getsize(os.path.join(self.run_dir, JOURNAL)) > 0
+        except OSError:
+            return False
+
+    def _stop(self, why: str, grace: float | None = None) -> None:
+        """Stop every process of the current attempt (none left when this returns), and say so."""
+        if self.pid is None:
+            return
+        tree = proctree.ProcessTree.of_launch(self.run_dir, self.pid)
+        done = proctree.stop(tree, self.stop_grace if grace is None else grace) if tree is not None else None
+        if done is None or done.count == 0:
+            return
+        how = done.describe() + ("; SIGKILL at a second Ctrl-C" if self.killed_at_once else "")
+        note = f"runwatch supervise: stopped {why}: {how}"
+        self.log(note)
+        self._record("stop", message=note, stopped=done.count, seconds=round(done.seconds, 3), left=list(done.left))
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep, waking for a signal; False when the supervisor was asked to stop."""
+        end = time.monotonic() + seconds
+        while self.interrupted is None:
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(left, 0.2))
+        return False
+
+    def _watch(self) -> Verdict | None:
+        """Watch the current attempt from where the last watch left the log (no re-reading)."""
+        w = Watcher(
+            self.target,
+            dataclasses.replace(self.watch, pid=self.pid),
+            log=self.log,
+            read=self.read,
+            out=self.out,
+            started=self.started,  # --timeout is the whole supervision's
+            stale_sessions=self.counters.stale_sessions,
+        )
+        if self.state is not None and w.load_state_dict(self.state) and self.new_process:
+            w.expect_new_session()
+        self.new_process = False
+        self.watcher = w
+        while True:
+            v = w.poll_once()
+            new, self.fresh = w.applied > self.fresh, w.applied
+            for f in w.warnings[self.counters.warned :]:  # a warning is journaled and notified once
+                self.counters.warned += 1
+                self._record("warning", kind=f.kind, step=f.step, message=f.message, line=f.line())
+            if v is not None:
+                return v
+            w.heartbeat()  # watchdog.json: the supervisor's liveness and the state to resume from
+            reap(self.waiters)
+            if self.deadman is not None:
+                self.deadman.poll(new)  # a fetch runs on its own thread: never waited for here
+                for failure in self.deadman.failures():
+                    url = mask_url(self.deadman.url)
+                    self.log(f"runwatch supervise: heartbeat to {url} failed: {failure['error']}")
+                    self._record("heartbeat_failed", url=url, error=failure["error"], began=failure["time"])
+            if not self._sleep(self.watch.poll):
+                return None
+
+    def _finish(self, event: str, verdict: Verdict, line: str, code: int, **fields: Any) -> int:
+        """The allocation's last record (`done`, `gave_up`, `preempted`) with the goodput up to it
+        and `code`, the exit status the supervisor ends with; returns `code`."""
+        rec = self._entry(event, verdict, line=line, checkpoint=self._latest_checkpoint(), exit_code=code, **fields)
+        journal = read_journal(self.run_dir) + [rec]
+        figures = goodput(
+            self._sessions(),
+            journal,
+            restarts=self.counters.restarts,
+            rollbacks=self.counters.rollbacks,
+            end=rec["time"],
+        )
+        rec["goodput"] = figures
+        append(self.run_dir, rec)
+        if self.notifier is not None:
+            self._notify(self.notifier, event, rec, verdict)
+        ratio = "n/a" if figures["ratio"] is None else f"{figures['ratio']:.3f}"
+        lost = "n/a" if figures["seconds_lost"] is None else f"{figures['seconds_lost']:.1f} s"
+        self.log(
+            f"runwatch supervise: goodput {ratio}: {fmt_step(figures['steps_kept'])} steps kept of "
+            f"{fmt_step(figures['steps_run'])} run; {self.counters.restarts} restarts, {self.counters.rollbacks} rollbacks, "
+            f"{lost} lost"
+        )
+        self.out(line)
+        return code
+
+    def _give_up(self, verdict: Verdict, why: str | None, *, budget: bool = False) -> int:
+        self._stop("on giving up")
+        fields: dict[str, Any] = {}
+        if budget and self.counters.stuck >= 2:  # the budget went on attempts that logged no new step
+            why = f"{why}: {self.counters.stuck} attempts in a row made no progress"
+            fields["no_progress"] = self.counters.stuck
+        line = verdict.line() + (f" ({why})" if why else "")
+        # a spent budget has gave_up's code whatever the verdict; a divergence with nothing to roll back to is fatal
+        code = exit_status(
+            "gave_up" if budget else "fatal" if verdict.cls == "divergence" else verdict.outcome, self.codes
+        )
+        return self._finish("gave_up", verdict, line, code, **fields)
+
+    def _let_exit(self, grace: float, why: str) -> None:
+        """Give a process whose session has ended `grace` seconds to exit on its own, then stop
+        it and whatever it left running."""
+        end = time.monotonic() + grace
+        while self.pid is not None and _proc.alive(self.pid) and time.monotonic() < end and self.interrupted is None:
+            time.sleep(0.1)
+        lingered = self.pid is not None and _proc.alive(self.pid)
+        self._stop(f"when still running {grace:g} s after {why}" if lingered else f"when left running after {why}")
+
+    def _done(self, verdict: Verdict) -> int:
+        self._let_exit(self.opts.exit_grace, "the run completed")
+        return self._finish("done", verdict, verdict.line(), EXIT_OK)
+
+    def _act(self, v: Verdict) -> int | None:
+        """Do what the verdict's class asks; an exit status, or None once relaunched."""
+        if v.verdict == "done":
+            return self._done(v)
+        cls = v.cls
+        w = self.watcher
+        if w is not None:  # (None: a verdict recorded by a supervisor that was stopped before acting)
+            if w.have_record and w.last_step > self.counters.high_step:
+                self.counters.stuck, self.counters.high_step = 0, w.last_step
+            else:
+                self.counters.stuck += 1
+        if v.kind in ("session_error", "interrupted"):  # its session has ended: the process is on its way out
+            self._let_exit(min(self.opts.exit_grace, ENDED_GRACE_SECONDS), f"its session ended ({v.kind})")
+        self._stop(f"after a {v.kind}")
+        if (
+            cls == "transient"
+            and self.counters.attempt == 1
+            and not self.adopted
+            and self.fresh == 0
+            and v.kind == "process_exit"
+            and self.counters.restarts == 0
+            and self.counters.rollbacks == 0
+        ):
+            # A command that dies before its first record on its first launch (a typo, an import
+            # error) does the same on every relaunch: say so instead of looping.
+            last = last_error(RunDir(self.run_dir).stdout, or_last_line=True)
+            self._finish("gave_up", v, v.line() + " (not relaunched: it ended before its first record)", EXIT_USAGE)
+            raise UsageError(
+                f"supervise: {' '.join(self.cmd)}: ended before writing its first record "
+                f"({v.message}); not relaunched" + (f". Last output: {last}" if last else "")
+            )
+        if cls == "transient":
+            if self.counters.restarts >= self.opts.restarts:
+                return self._give_up(v, f"gave up after {self.counters.restarts} restarts", budget=True)
+            progressed = self._drained(self.watcher).checkpoints > self.counters.checkpoints_at_launch
+            if progressed:
+                self.counters.streak = 0
+            wait = min(MAX_BACKOFF_SECONDS, self.opts.backoff * 2**self.counters.streak) if self.opts.backoff else 0.0
+            self.counters.streak += 1
+            env = (
+                self.counters.env if self.counters.env and not progressed else {}
+            )  # a rollback not yet checkpointed past
+            self.log(f"runwatch supervise: {v.kind} ({cls}); relaunching in {wait:g} s")
+            if not self._sleep(wait):
+                return None
+            self.counters.restarts += 1
+            self._launch("relaunch", env, backoff_seconds=wait)
+            return None
+        if cls == "divergence":
+            if self.counters.rollbacks >= self.opts.rollbacks:
+                return self._give_up(v, f"gave up after {self.counters.rollbacks} rollbacks", budget=True)
+            sessions = self._sessions()
+            info = _proc.launch_info(self.run_dir)
+            cwd = info.get("cwd") if info is not None and isinstance(info.get("cwd"), str) else None
+            rb = rollback_target(sessions, v.kind, v.step, v.onset, cwd=cwd)
+            if rb is None:
+                onset = v.step if v.onset is None else v.onset
+                return self._give_up(v, f"no checkpoint before step {fmt_step(onset)} to roll back to")
+            self.counters.rollbacks += 1
+            env = {
+                ENV_RESUME_FROM: rb.checkpoint.path,
+                ENV_ROLLBACK: str(self.counters.rollbacks),
+                ENV_SKIP_STEPS: rb.skip_text,
+            }
+            self.log(
+                f"runwatch supervise: {v.kind} ({cls}) from step {fmt_step(rb.first_bad_step)}; rolling back to "
+                f"{rb.checkpoint.path} (step {fmt_step(rb.checkpoint.step)})"
+            )
+            self._launch(
+                "rollback",
+                env,
+                checkpoint=rb.checkpoint.path,
+                checkpoint_step=rb.checkpoint.step,
+                skip_steps=rb.skip_text,
+            )
+            return None
+        return self._give_up(v, None)
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def _begin(self) -> Verdict | None:
+        """Continue an earlier allocation, adopt the training that still runs, take up an action
+        cut short, or launch afresh."""
+        last = last_record(self.run_dir)
+        event = last.get("event") if last is not None else None
+        requeued = self.slurm is not None and self.slurm.continues(read_journal(self.run_dir))
+        if last is not None and (event == "preempted" or (event != "done" and requeued)):
+            # A new allocation (a requeued job, a rescheduled pod): budgets, attempts and goodput go on.
+            self.counters = Counters.from_json(last)
+            self.continued = True
+            logged = [r.step for x in self._sessions() for r in x.records if r.kind != "invalid"]
+            self.counters.high_step = max([self.counters.high_step, *logged])
+            progressed = self._drained().checkpoints > self.counters.checkpoints_at_launch
+            self.log(
+                f"runwatch supervise: continuing the supervision of {self.run_dir} (after {event}): "
+                f"attempt {self.counters.attempt + 1}, restarts {self.counters.restarts}/{self.opts.restarts}, "
+                f"rollbacks {self.counters.rollbacks}/{self.opts.rollbacks}"
+            )
+            self._launch("launch", self.counters.env if self.counters.env and not progressed else {})
+            return None
+        # the last record of a supervision that has not ended; None when there is none
+        ongoing = last if last is not None and event not in ENDS else None
+        if ongoing is not None:
+            self.counters = Counters.from_json(ongoing)
+        pid = _proc.read_pid_file(RunDir(self.run_dir).pid)
+        if _proc.launched_here(self.run_dir) is not None and pid is not None:
+            info = _proc.launch_info(self.run_dir)
+            command = info.get("command") if info is not None else None
+            if command not in (self.cmd, self._command(resumed=True)):
+                shown = " ".join(command) if isinstance(command, list) else "unknown"
+                raise UsageError(
+                    f"supervise: {self.run_dir}: process {pid} launched there runs another command "
+                    f"({shown}); stop it or use another run directory"
+                )
+            if _proc.launched_group(pid, self.run_dir) is None:
+                raise UsageError(
+                    f"supervise: {self.run_dir}: process {pid} in RUN_DIR/pid is not the one "
+                    f"launch.json describes; remove RUN_DIR/pid if the training is gone"
+                )
+            self.pid = pid
+            self.counters.attempt = self.counters.attempt or 1
+            watching, _problem = read_verdict(self.run_dir, watching=True)
+            if (
+                watching is not None
+                and watching.get("verdict") == "watching"
+                and isinstance(watching.get("state"), dict)
+            ):
+                self.state = watching["state"]  # where the killed supervisor's watch had read to
+            self.adopted = True
+            self.log(f"runwatch supervise: adopting the running process {pid} (attempt {self.counters.attempt})")
+            self._record("launch", adopted=True, checkpoint=self._latest_checkpoint(), **self._facts())
+            return None
+        if ongoing is not None and ongoing.get("event") in ("verdict", "stop") and ongoing.get("kind"):
+            # The supervisor was stopped between a verdict and its action: take the action up.
+            self.pid = ongoing.get("pid")
+            self.log(f"runwatch supervise: taking up the action on the recorded verdict {ongoing['kind']}")
+            finding = Finding(
+                ongoing["kind"], ongoing.get("step") or 0, ongoing.get("message") or "", onset=ongoing.get("onset")
+            )
+            return Verdict.of(finding, time.time())
+        if ongoing is not None and pid is not None:
+            self.pid = pid  # gone meanwhile: the watch judges how it ended (done, or process_exit)
+            self.adopted = True
+            self.log(f"runwatch supervise: process {pid} of attempt {self.counters.attempt} has ended; judging its log")
+            self._record("launch", adopted=True, checkpoint=self._latest_checkpoint(), **self._facts())
+            return None
+        self.counters = Counters()
+        self._launch("launch", {})
+        return None
+
+    @property
+    def codes(self) -> dict[str, int]:
+        """The exit status of each outcome (`--exit-code`, `--exit-transient`)."""
+        return self.watch.exit_codes
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.interrupted is None:
+            self.interrupted, self.signal_time = signum, time.time()
+        elif signum == signal.SIGINT == self.interrupted and self.pid is not None:
+            # Ctrl-C again while the training stops: kill it now (the stop sees it gone)
+            tree = proctree.ProcessTree.of_launch(self.run_dir, self.pid)
+            if tree is not None and proctree.signal_all(tree, signal.SIGKILL):
+                self.killed_at_once = True
+
+    def run(self) -> int:
+        """Supervise until done (0), fatal, out of budget or preempted (the class's exit code)."""
+        self._prepare()
+        handlers: dict[signal.Signals, _Handler] = {}
+        try:
+            self.notifier = Notifier(self.opts.notify) if self.opts.notify else None
+            if self.notifier is not None:
+                self.log("runwatch supervise: notifying " + ", ".join(mask_url(u) for u in self.opts.notify))
+            if self.deadman is not None:
+                self.log(f"runwatch supervise: heartbeat to {mask_url(self.deadman.url)} while records arrive")
+            try:
+                for sig in (*PREEMPT_SIGNALS, signal.SIGINT):
+                    handlers[sig] = signal.signal(sig, self._on_signal)
+            except ValueError:  # not the main thread: no handlers (the caller stops us)
+                pass
+            verdict = self._begin()
+            while True:
+                if verdict is None:
+                    verdict = self._watch()
+                    if verdict is None:
+                        return self._interrupted()
+                    self.log(f"runwatch supervise: {verdict.line()}")
+                    try:
+                        write_verdict(self.run_dir, verdict)
+                    except OSError as exc:
+                        self.log(f"runwatch supervise: could not write watchdog.json: {exc.strerror or exc}")
+                    ended = _proc.read_exit(self.run_dir, self.pid) if self.pid is not None else None
+                    how = (
+                        None if ended is None else {"status": ended.status, "signal": ended.signal, "time": ended.time}
+                    )
+                    self._record("verdict", verdict, line=verdict.line(), exit=how)
+                code = self._act(verdict)
+                if code is not None:
+                    return code
+                if self.interrupted is not None:
+                    return self._interrupted()
+                verdict = None
+        finally:
+            for sig, old in handlers.items():
+                signal.signal(sig, old)
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None
+
+    def _interrupted(self) -> int:
+        """A signal asked the supervisor to stop: stop the whole tree (SIGTERM: the logger ends the
+        session interrupted; SIGKILL after --preempt-grace) and end the allocation. SIGTERM and
+        SIGUSR1 are a preemption (`preempted`, requeued under --requeue, the preempted code); SIGINT
+        is a person (`gave_up`, 130)."""
+        sig = signal.Signals(self.interrupted or signal.SIGTERM)
+        grace = self.opts.preempt_grace
+        user = sig == signal.SIGINT
+        self.log(
+            f"runwatch supervise: {sig.name}: stopping the training (SIGTERM to each of its processes, "
+            f"SIGKILL after {grace:g} s)" + ("; Ctrl-C again kills it now" if user else "")
+        )
+        self._stop(f"after the supervisor received {sig.name}", grace)
+        sessions = [s for s in self._sessions() if s.records]
+        step = sessions[-1].records[-1].step if sessions else 0
+        fields: dict[str, Any] = {"signal": sig.name, "signal_time": round(self.signal_time or time.time(), 3)}
+        if user:
+            v = Verdict.of(
+                Finding("interrupted", step, "the supervisor received SIGINT; the training was stopped"), time.time()
+            )
+            return self._finish("gave_up", v, v.line(), EXIT_INTERRUPTED, **fields)
+        v = Verdict.of(Finding("interrupted", step, f"preempted by {sig.name}"), time.time())
+        if self.opts.requeue and self.slurm is not None:
+            fields["requeue"] = done = requeue(self.slurm)
+            self.log(
+                f"runwatch supervise: {' '.join(done['command'])}: "
+                + ("requeued" if done["requeued"] else f"not requeued ({done['output'] or done['status']})")
+            )
+        return self._finish("preempted", v, v.line(), exit_status("preempted", self.codes), **fields)
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def _declare(p: argparse.ArgumentParser) -> None:
+    add_flags(p, Options, "watch", skip=("pid",))
+    add_read_arguments(p, "supervise")  # --format, --pattern, --run, --log
+    add_flags(p, SuperviseOptions, "supervise")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_command_arguments(p, _declare, "watch and supervise options")
+
+
+def _split(args: argparse.Namespace) -> list[str]:
+    return split_command(args, "supervise", _declare, dash_values=("--resume-args",))
+
+
+def supervisor_from_args(args: argparse.Namespace) -> Supervisor:
+    """The Supervisor `runwatch supervise ARGS` runs, every option validated (nothing started yet)."""
+    cmd = _split(args)
+    run_dir = os.path.abspath(args.run_dir)
+    toml_dir = run_dir if os.path.isdir(run_dir) else None
+    watch = load_options(toml_dir, given_options(args, Options), command="watch")
+    opts = load_supervise_options(toml_dir, given_options(args, SuperviseOptions))
+    return Supervisor(run_dir, cmd, watch, opts, read=read_options(args))
+
+
+def run(args: argparse.Namespace) -> int:
+    sup = supervisor_from_args(args)
+    # The waiter of each attempt forks away from its launcher; as a subreaper this process adopts it,
+    # so the training stays a descendant of the supervisor, inside a scheduler's job (Slurm's
+    # proctrack/linuxproc follows the parent chain: a waiter re-parented to init would escape it).
+    subreaper()
+    return sup.run()

@@ -1,0 +1,223 @@
+"""`runwatch mcp`: the agent's tools served over stdio with the official MCP Python SDK (v2).
+
+    server = build_server(Tools("/work/runs"), act_tools=False)
+    server.run("stdio")                 # or: serve_stdio("/work/runs")
+
+Each tool is a thin binding: it validates nothing itself beyond what the SDK does from the type
+hints, calls `Tools` (or `act`), and answers a `CallToolResult` whose text block is the result's
+JSON and whose structured content is the same object (both within the 8 KB bound). A refusal or a
+run error (any `RunwatchError`) is an error result (`isError`) of one line; anything unexpected is
+one line too, never a traceback, and the server keeps serving. `wait_for_verdict` is the one
+asynchronous tool: it polls two small files four times a second (their stat; a re-read only when
+they change, and a liveness re-check every few seconds) and never holds a worker thread.
+Needs `runwatch[mcp]`; imported only when `runwatch mcp` runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from ...errors import RunwatchError
+from ...version import __version__
+from . import act
+from .bound import fit
+from .tools import MAX_WAIT_SECONDS, Result, Tools
+from .verdicts import files_signature, watch_state
+
+__all__ = ["build_server", "serve_stdio", "INSTRUCTIONS"]
+
+# How often `wait_for_verdict` looks at watchdog.json and supervise.jsonl (a stat each): a final
+# verdict is answered within this plus the read, well inside the contract's second.
+WAIT_POLL_SECONDS = 0.25
+# How often it judges the watcher's liveness again when neither file changed (a killed watch).
+WAIT_RECHECK_SECONDS = 2.0
+# How often it reports progress to a client that asked for it (some clients time out a silent call).
+WAIT_PROGRESS_SECONDS = 15.0
+# An error result is one line; a message that would flood the context (a huge path) is cut.
+MAX_ERROR_CHARS = 1000
+
+INSTRUCTIONS = (
+    "runwatch supervises long training runs. Check in with run_status (short), never read a whole log: "
+    "tail_records gives the last records. After launching a run under `runwatch supervise`, call "
+    "wait_for_verdict: it returns as soon as the run has a final verdict (or at its timeout), so you "
+    "are woken instead of polling. explain says what a verdict kind means and what to do."
+)
+
+_log = logging.getLogger("runwatch.mcp")
+
+Run = Annotated[str, Field(description="a run directory or log, relative to the server's ROOT (or absolute inside it)")]
+Options = Annotated[
+    list[str] | None,
+    Field(description='command-line options as separate strings, e.g. ["--chance-loss", "0.693"]'),
+]
+
+
+def _answer(tool: str, call: Callable[[], Result]) -> CallToolResult:
+    """Run a tool; its result, or an error result of one line."""
+    try:
+        text, doc = call()
+    except RunwatchError as exc:
+        return _error(str(exc))
+    except SystemExit:  # argparse asked to exit (a help flag slipped through): not the server's end
+        return _error(f"{tool}: the options asked for help or a version; give options only")
+    except Exception as exc:  # noqa: BLE001 - the server must keep serving; the client gets one line
+        _log.error("runwatch mcp: %s failed: %s: %s", tool, type(exc).__name__, exc)
+        return _error(f"{tool}: internal error: {type(exc).__name__}: {exc}")
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=doc)
+
+
+def _error(message: str) -> CallToolResult:
+    line = " ".join(message.split())  # one line, whatever the message held
+    if len(line) > MAX_ERROR_CHARS:
+        line = line[: MAX_ERROR_CHARS - 3] + "..."
+    return CallToolResult(content=[TextContent(type="text", text=line)], is_error=True)
+
+
+def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
+    """The MCP server over `tools`; `act_tools` adds `launch_supervised` and `stop_run`."""
+    server: MCPServer[Any] = MCPServer("runwatch", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    @server.tool(annotations=read_only)
+    def list_runs(
+        under: Annotated[str | None, Field(description="a folder inside ROOT (default: ROOT)")] = None,
+    ) -> CallToolResult:
+        """Every run under a folder as the runwatch page lists it: verdict, step of max, loss, tokens/s,
+        age of the last record, warnings; anomalies first; at most 50, `total` says how many exist."""
+        return _answer("list_runs", lambda: tools.list_runs(under))
+
+    @server.tool(annotations=read_only)
+    def run_status(run: Run) -> CallToolResult:
+        """A short check-in on one run (`runwatch status --json`): step, loss, rate, ETA, process, the
+        watchdog's verdict with its class and onset (or whether a watch runs), warnings, supervision."""
+        return _answer("run_status", lambda: tools.run_status(run))
+
+    @server.tool(annotations=read_only)
+    def tail_records(
+        run: Run,
+        n: Annotated[int, Field(description="how many records (at most 200; larger is clamped)")] = 20,
+    ) -> CallToolResult:
+        """The last n records of a run's log in minimal-telemetry keys (step, t, loss, lr, grad_norm,
+        sps, eval_loss, eval_<metric>), whatever its format; read from the end, not the whole log."""
+        return _answer("tail_records", lambda: tools.tail_records(run, n))
+
+    @server.tool(annotations=read_only)
+    def check_run(run: Run, options: Options = None) -> CallToolResult:
+        """Replay the watchdog's rules over a run's log as it stands (`runwatch check --json`): every
+        finding with kind, class, step, onset and message, the verdict line, and `exit`, check's exit
+        status (0 clean, 7 findings, or what --exit-code CLASS=N sets). `options` are the watch's rule
+        options (e.g. --chance-loss 0.693, --map loss=train/loss)."""
+        return _answer("check_run", lambda: tools.check_run(run, options))
+
+    @server.tool(annotations=read_only)
+    async def wait_for_verdict(
+        run: Run,
+        ctx: Context,
+        timeout_s: Annotated[
+            float, Field(description="seconds to wait at most (at most 3600; larger is clamped)")
+        ] = 600.0,
+    ) -> CallToolResult:
+        """Wait until the run's watch or supervisor reaches a final verdict and return it (a verdict
+        that `supervise` acts on by relaunching is not final: its done, gave_up or preempted is, with
+        `exit`, the supervisor's exit status: 0 done, 75 preempted, 130 Ctrl-C, 7 otherwise). Returns
+        at once when nothing watches the run, and at the timeout with the watching record and the step reached."""
+        return await _wait(tools, run, timeout_s, ctx)
+
+    @server.tool(annotations=read_only)
+    def explain(
+        kind: Annotated[str, Field(description="a verdict kind, e.g. loss_spike, stall, done")],
+    ) -> CallToolResult:
+        """What a verdict kind means, its class (transient, divergence, fatal) and what to do about it."""
+        return _answer("explain", lambda: tools.explain(kind))
+
+    @server.tool(annotations=read_only)
+    def plan_run(
+        samples: Annotated[int, Field(description="samples per epoch of the long run")],
+        window: Annotated[str | float, Field(description="the time window: 8h, 90m, 1h30m or seconds")],
+        run: Annotated[str | None, Field(description="a run with timing (or give bench)")] = None,
+        bench: Annotated[str | None, Field(description="a `runwatch bench` directory (or give run)")] = None,
+        epochs: Annotated[float, Field(description="epochs (default 1)")] = 1.0,
+    ) -> CallToolResult:
+        """Project a long run's time from a bench or a short run (`runwatch plan`): fits (exit 0), does
+        not fit (1, with the `runwatch subsample` command that fits) or cannot project (2, and why)."""
+        return _answer("plan_run", lambda: tools.plan_run(samples, window, run, bench, epochs))
+
+    if act_tools:
+        acting = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+
+        @server.tool(annotations=acting)
+        def launch_supervised(
+            run_dir: Annotated[str, Field(description="the run directory, inside ROOT (created if missing)")],
+            command: Annotated[
+                list[str], Field(description='the training command as an argv list, e.g. ["python", "train.py"]')
+            ],
+            options: Annotated[
+                list[str] | None, Field(description='`runwatch supervise` options, e.g. ["--restarts", "3"]')
+            ] = None,
+        ) -> CallToolResult:
+            """Start `runwatch supervise RUN_DIR [options] -- command` in its own session (it outlives
+            this server): it relaunches on transient faults, rolls back on divergence, stops on fatal
+            ones. Returns its pid and the run directory; then call wait_for_verdict."""
+            return _answer("launch_supervised", lambda: act.launch_supervised(tools, run_dir, command, options))
+
+        @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))
+        def stop_run(run: Run) -> CallToolResult:
+            """Stop a run: its supervisor and the training's whole process tree (SIGTERM, SIGKILL after
+            30 s), and once they have exited, the run's final status."""
+            return _answer("stop_run", lambda: act.stop_run(tools, run))
+
+    return server
+
+
+async def _wait(tools: Tools, run: str, timeout_s: float, ctx: Context) -> CallToolResult:
+    """wait_for_verdict: poll `verdicts.watch_state` until it is not `watching`, or the timeout."""
+    try:
+        doc = await _waited(tools, run, timeout_s, ctx)
+    except RunwatchError as exc:
+        return _error(str(exc))
+    except Exception as exc:  # noqa: BLE001 - as in `_answer`: one line, and the server keeps serving
+        _log.error("runwatch mcp: wait_for_verdict failed: %s: %s", type(exc).__name__, exc)
+        return _error(f"wait_for_verdict: internal error: {type(exc).__name__}: {exc}")
+    return _answer("wait_for_verdict", lambda: fit(doc))
+
+
+async def _waited(tools: Tools, run: str, timeout_s: float, ctx: Context) -> dict[str, Any]:
+    run_dir, state = tools.wait_state(run)
+    timeout = min(max(0.0, timeout_s), MAX_WAIT_SECONDS) if timeout_s == timeout_s else 0.0  # NaN: 0
+    start = time.monotonic()
+    seen = files_signature(run_dir)
+    judged = reported = start
+    while state["state"] == "watching" and time.monotonic() - start < timeout:
+        await anyio.sleep(min(WAIT_POLL_SECONDS, max(0.0, timeout - (time.monotonic() - start))))
+        now = time.monotonic()
+        sig = files_signature(run_dir)
+        if sig != seen or now - judged >= WAIT_RECHECK_SECONDS:
+            seen, judged = sig, now
+            state = watch_state(run_dir)
+        if now - reported >= WAIT_PROGRESS_SECONDS:
+            reported = now
+            await ctx.report_progress(now - start, timeout, "waiting for a verdict")
+    doc: dict[str, Any] = {"run": tools.rel(run_dir), **state, "waited_seconds": round(time.monotonic() - start, 2)}
+    if state["state"] == "watching":
+        doc["timed_out"] = True
+        watchdog = state.get("watchdog") or {}
+        doc["step"] = watchdog.get("step")
+    if timeout != timeout_s:
+        doc["clamped"] = f"timeout_s {timeout_s!r} clamped to {timeout:g}"
+    return doc
+
+
+def serve_stdio(root: str, *, act_tools: bool = False) -> None:
+    """Serve the tools over stdio until the client closes the connection."""
+    tools = Tools(root)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
+    build_server(tools, act_tools=act_tools).run("stdio")

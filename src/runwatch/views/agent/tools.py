@@ -1,0 +1,247 @@
+"""The agent's tools as plain functions: each mirrors a command and calls what that command calls.
+
+    tools = Tools("/work/runs")
+    text, doc = tools.run_status("a")      # `runwatch status a --json`, bounded to 8 KB
+    text, doc = tools.check_run("a", ["--chance-loss", "0.693"])
+
+| tool | the command it mirrors | through |
+| --- | --- | --- |
+| list_runs | `serve`'s `/api/runs` | `serve.server.Catalog` (its finding, reading and summary of runs) |
+| run_status | `status --json` | `status.status`, plus the journal as `serve` reads it |
+| tail_records | (the log itself) | `agent.tail.last_records` |
+| check_run | `check --json` | the `check` parser, `watchdog.check_from_args`, `CheckResult.to_json`, `verdict.exit_status` |
+| explain | docs/WATCHDOG.md's runbook | `runbook.explain` |
+| plan_run | `plan` | `preflight.plan.plan` |
+| (wait_for_verdict) | | `agent.verdicts.watch_state`, polled by the server |
+
+Every path argument is relative to ROOT or absolute inside it, and is refused as `serve` refuses
+a path (`..`, outside ROOT, a symlink leading out: `serve.runs.inside`). Every result is
+`bound.fit`ted: strict JSON of at most 8192 bytes. Errors are `RunwatchError`s with a one-line
+message; the server turns them into MCP error results. Nothing here starts, stops or writes
+anything (the acting tools are `agent.act`'s). Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+from ...errors import InsufficientRunError, UsageError
+from ...files.rundir import JOURNAL
+from ...judging.verdict import exit_status
+from ...options import Parser
+from ...reading.records import resolve_target
+from ..serve.runs import inside, run_target
+from ..serve.server import Catalog
+from ..serve.supervision import SupervisionView
+from .bound import fit
+from .tail import last_records, minimal_rows, seq_len_of
+from .verdicts import watch_state
+
+__all__ = ["Tools", "MAX_LIST_RUNS", "MAX_TAIL_RECORDS", "MAX_WAIT_SECONDS", "parse_command_line"]
+
+Result = tuple[str, dict[str, Any]]
+
+# The contract's bounds: runs one `list_runs` lists, records one `tail_records` returns, seconds
+# one `wait_for_verdict` waits (larger values are clamped to these).
+MAX_LIST_RUNS = 50
+MAX_TAIL_RECORDS = 200
+MAX_WAIT_SECONDS = 3600.0
+# How long one `list_runs` reads logs it has not caught up on yet (a 1 GB log takes several
+# calls; its row says `catching_up` meanwhile, and the next call continues where this one stopped).
+LIST_READ_SECONDS = 5.0
+# Attempts of the supervision shown by `run_status` (the latest ones).
+STATUS_ATTEMPTS = 5
+# What an option list may not hold: these print to stdout (the protocol's channel) and exit.
+_NOT_OPTIONS = ("-h", "--help", "--version")
+
+
+def _parser() -> Parser:
+    """The parser of the commands the tools run (`check`, `supervise`), made of the arguments
+    those commands add to `runwatch`'s own parser: one definition of every option."""
+    from ...judging import watchdog
+    from ...supervising import supervise
+
+    parser = Parser(prog="runwatch")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser)
+    watchdog.add_arguments(sub.add_parser("check"), "check")
+    supervise.add_arguments(sub.add_parser("supervise"))
+    return parser
+
+
+def parse_command_line(tool: str, argv: list[str]) -> Any:
+    """`runwatch ARGV` (check or supervise) parsed as `runwatch` parses it (a bad option is a
+    UsageError)."""
+    for a in argv:
+        if not isinstance(a, str):
+            raise UsageError(f"{tool}: options must be strings, got {a!r}")
+        if a in _NOT_OPTIONS:
+            raise UsageError(f"{tool}: {a} is not available here")
+    try:
+        return _parser().parse_args(argv)
+    except UsageError as exc:
+        raise UsageError(f"{tool}: {exc}") from None
+
+
+class Tools:
+    """The read-only tools over ROOT (the folder every path is confined to)."""
+
+    def __init__(self, root: str) -> None:
+        if not os.path.isdir(root):
+            raise UsageError(f"mcp: {root}: no such folder")
+        self.root = os.path.realpath(root)
+        self._catalogs: dict[str, Catalog] = {}
+        self._list_lock = threading.Lock()  # one list_runs at a time reads the catalogs
+
+    # --- paths ----------------------------------------------------------------------------------
+
+    def path(self, tool: str, arg: str, value: object, *, must_exist: bool = True) -> str:
+        """`value` as an absolute path inside ROOT; a UsageError of one line when it is not one."""
+        if not isinstance(value, str) or not value or "\x00" in value:
+            raise UsageError(f"{tool}: {arg} must be a path inside {self.root}, got {value!r}")
+        if ".." in value.replace(os.sep, "/").split("/"):
+            raise UsageError(f"{tool}: {value}: '..' is not allowed; give a path inside {self.root}")
+        full = os.path.normpath(value if os.path.isabs(value) else os.path.join(self.root, value))
+        if not inside(self.root, full):
+            raise UsageError(f"{tool}: {value}: outside {self.root}")
+        if must_exist and not os.path.lexists(full):
+            raise UsageError(f"{tool}: {value}: no such run under {self.root}")
+        return full
+
+    def rel(self, path: str) -> str:
+        """`path` as the tools name it: relative to ROOT, "/" separated ("." for ROOT itself)."""
+        return os.path.relpath(os.path.realpath(path), self.root).replace(os.sep, "/")
+
+    # --- the tools ------------------------------------------------------------------------------
+
+    def list_runs(self, under: str | None = None) -> Result:
+        """Every run under `under` (default ROOT) as `serve`'s /api/runs lists it, trouble first."""
+        base = self.path("list_runs", "under", "." if under is None else under)
+        if not os.path.isdir(base):
+            raise UsageError(f"list_runs: {under}: not a folder")
+        real = os.path.realpath(base)
+        with self._list_lock:
+            catalog = self._catalogs.get(real)
+            if catalog is None:
+                catalog = self._catalogs[real] = Catalog(real)
+            else:
+                catalog.scan()
+            deadline = time.monotonic() + LIST_READ_SECONDS
+            while catalog.refresh() and time.monotonic() < deadline:
+                pass
+            summaries = catalog.summaries()
+        alone = run_target(real) is not None  # the folder is itself a run: listed alone, under its own name
+        rows = [self._row(real if alone else os.path.join(real, s["path"]), s) for s in summaries]
+        doc: dict[str, Any] = {"under": self.rel(real), "total": len(rows), "runs": rows[:MAX_LIST_RUNS]}
+        return fit(doc, cut="runs", total=len(rows))
+
+    def _row(self, path: str, s: Any) -> dict[str, Any]:
+        """One run of the list (at `path`): what /api/runs says of it, the few facts a list needs."""
+        watchdog = s.get("watchdog") or {}
+        warnings = s.get("warnings", watchdog.get("warnings"))
+        row = {
+            "path": self.rel(path),
+            "verdict": s["verdict"]["label"],
+            "class": s["verdict"].get("class"),
+            "step": s["step"],
+            "max_steps": s["max_steps"],
+            "loss": s["loss"],
+            "tokens_per_second": s["tokens_per_second"],  # the rate status names: tokens/s, else samples/s
+            "samples_per_second": s.get("samples_per_second"),
+            "age_seconds": s["age_seconds"],
+            "warnings": warnings if type(warnings) is int else len(warnings) if isinstance(warnings, list) else 0,
+            "findings": s["findings"],
+            "error": s["error"],
+            "catching_up": s["catching_up"] or None,
+        }
+        return {k: v for k, v in row.items() if v is not None}
+
+    def run_status(self, run: str) -> Result:
+        """`runwatch status RUN --json`, with the supervision so far."""
+        from ..status import status
+
+        path = self.path("run_status", "run", run)
+        doc: dict[str, Any] = {"run": self.rel(path), **status(path)}
+        view = SupervisionView(os.path.join(doc["run_dir"], JOURNAL))
+        view.refresh()
+        facts = view.facts()
+        if facts is not None:
+            shown = dict(facts)
+            shown["attempts"] = facts["attempts"][-STATUS_ATTEMPTS:]
+            shown.pop("last_event", None)  # `supervise` above has its event; the record itself is long
+            doc["supervision"] = shown
+        return fit(doc)
+
+    def tail_records(self, run: str, n: int = 20) -> Result:
+        """The last `n` records (at most 200) in minimal-telemetry keys."""
+        if type(n) is not int or n < 1:
+            raise UsageError(f"tail_records: n must be an int >= 1, got {n!r}")
+        path = self.path("tail_records", "run", run)
+        used = min(n, MAX_TAIL_RECORDS)
+        t = resolve_target(path)
+        recs, parser = last_records(t, used)
+        rows = [row for rec in recs for row in minimal_rows(rec, seq_len_of(parser, rec))][-used:]
+        doc: dict[str, Any] = {"run": self.rel(path), "log": self.rel(t.log_path), "format": t.format, "n": used}
+        if used != n:
+            doc["clamped"] = f"n {n} clamped to {MAX_TAIL_RECORDS}"
+        doc["records"] = rows
+        return fit(doc, cut="records", keep="tail")
+
+    def check_run(self, run: str, options: list[str] | None = None) -> Result:
+        """`runwatch check RUN [OPTIONS] --json`: every finding and the verdict line."""
+        from ...judging.watchdog import check_from_args
+
+        path = self.path("check_run", "run", run)
+        args = parse_command_line("check_run", ["check", path, *(options or [])])
+        result, opts = check_from_args(args)
+        doc: dict[str, Any] = {
+            "run": self.rel(path),
+            "exit": exit_status(result.outcome, opts.exit_codes),
+            "findings_total": len(result.findings),
+            **result.to_json(),
+        }
+        return fit(doc, cut="findings")
+
+    def wait_state(self, run: str) -> tuple[str, dict[str, Any]]:
+        """(run directory, `verdicts.watch_state`) for `wait_for_verdict`."""
+        path = self.path("wait_for_verdict", "run", run)
+        run_dir = resolve_target(path).run_dir
+        return run_dir, watch_state(run_dir)
+
+    def explain(self, kind: str) -> Result:
+        """The runbook entry of a verdict kind."""
+        from ...judging.runbook import explain
+
+        return fit(explain(kind))
+
+    def plan_run(
+        self,
+        samples: int,
+        window: str | float,
+        run: str | None = None,
+        bench: str | None = None,
+        epochs: float = 1.0,
+    ) -> Result:
+        """`runwatch plan RUN --samples N --epochs E --window W`: the projection and its exit meaning."""
+        from ...preflight.plan import PlanOptions, exit_code, parse_duration, plan, verdict_line
+
+        if (run is None) == (bench is None):
+            raise UsageError("plan_run: give either run (a run or a log) or bench (a runwatch bench directory)")
+        path = self.path("plan_run", "run" if run is not None else "bench", run if run is not None else bench)
+        opts = PlanOptions(samples=samples, window_seconds=parse_duration(str(window), "window"), epochs=epochs)
+        try:
+            report = plan(path, opts)
+        except InsufficientRunError as exc:
+            return fit({"run": self.rel(path), "exit": 2, "meaning": "cannot project", "reason": str(exc)})
+        code = exit_code(report)
+        doc: dict[str, Any] = {
+            "run": self.rel(path),
+            "exit": code,
+            "meaning": "fits" if code == 0 else "does not fit",
+            "verdict": verdict_line(report),
+            "subsample": report["next_command"],
+            "report": {**report, "run": self.rel(path)},
+        }
+        return fit(doc)

@@ -1,0 +1,666 @@
+"""`runwatch plot`: one small PNG of a run that a person can read on a phone.
+
+    runwatch plot runs/a                 # writes runs/a/snapshot.png, prints its path
+    info = snapshot("runs/a", "a.png")   # {"path", "panels", "sessions", "findings", "verdict", "size"}
+
+The latest session is drawn in full colour, earlier sessions in a light shade of the same colour.
+Panels (each only when the log has its data): loss (train and eval), learning rate, gradient norm
+(log scale, with the watchdog's `--grad-max`/`--grad-min`), throughput (with the session's
+baseline and the `throughput_drop` threshold), eval metrics (the `--metric` with its chance line
+and `--metric-min`). A red marker names every anomaly the watchdog's rules find when replayed over
+the log, and the header repeats the verdict of `watchdog.json` when there is one.
+
+The run is read through `records` (the one parser) and judged by `rules` (the watchdog's own
+rules); `load_run` is the only function that touches either. matplotlib is imported only when a
+picture is drawn (`pip install 'runwatch[plot]'`), and only its object API with the Agg canvas is
+used: no pyplot, no global backend switch.
+
+Longer than 500 lines on purpose: one short drawing function a panel, beside the layout they
+share (x range, labels, the marks of findings); the reading is `load_run` alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import textwrap
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from ..errors import InvalidRunError, RunwatchError, UsageError
+from ..files.journal import atomic_write
+from ..judging.rules import Finding, Replay, RuleOptions, Rules, ThroughputDrop, fmt_step
+from ..judging.verdict import read_verdict
+from ..options import add_flags, build, given_options
+from ..reading.readers import ReadOptions, read_options
+from ..reading.readers import add_arguments as add_read_arguments
+from ..reading.records import Record, Target, iter_records, parser_for, resolve_target
+
+if TYPE_CHECKING:  # matplotlib loads only when a picture is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "SessionSeries",
+    "RunView",
+    "Snapshot",
+    "load_run",
+    "snapshot",
+    "figure_size",
+    "PANELS",
+    "add_arguments",
+    "run",
+]
+
+# Pixel geometry. 800 px wide is a phone screen's width at 2x; at 100 dpi, 10 pt text is ~14 px,
+# which stays legible when the picture is shown at its own size.
+WIDTH_PX = 800
+DPI = 100
+HEADER_PX = 108  # the title line and up to HEADER_FINDING_LINES verdict/finding lines
+PANEL_PX = 176  # one panel including the gap above it for its title
+FOOTER_PX = 44  # the step axis' labels
+HEADER_FINDING_LINES = 4
+MARGIN_LEFT_PX = 74
+MARGIN_RIGHT_PX = 16
+
+MAX_MARKER_LINES = 12  # findings drawn as full-height lines; later ones are ticks
+MAX_LABELS = 3  # finding labels a panel
+_LABEL_CHAR_PX = 7.0  # 8 pt bold DejaVu Sans with digits and underscores, measured on the PNG
+MAX_MARKED_POINTS = 60  # eval series with more points than this are drawn as lines without dots
+
+PANELS = ("loss", "lr", "grad_norm", "throughput", "eval_metrics")
+
+# Which panel a finding's marker belongs to; kinds not listed go to the first panel.
+_PANEL_OF_KIND = {
+    "nonfinite_grad": "grad_norm",
+    "grad_explosion": "grad_norm",
+    "grad_collapse": "grad_norm",
+    "throughput_drop": "throughput",
+    "inverted_metric": "eval_metrics",
+    "stuck_metric": "eval_metrics",
+}
+
+# Colours: matplotlib's default cycle, so the picture looks like every other matplotlib plot.
+_C = {
+    "loss": "#1f77b4",
+    "eval_loss": "#ff7f0e",
+    "lr": "#2ca02c",
+    "grad": "#9467bd",
+    "throughput": "#17becf",
+    "metric": "#d62728",
+    "alert": "#d62728",
+    "ok": "#2ca02c",
+    "guide": "#555555",
+}
+_OTHER_METRIC_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#1f77b4")
+_EARLIER_ALPHA = 0.3
+# The Hugging Face Trainer logs these among its eval_* values; they are timings, not model quality,
+# and would stretch the metrics panel's scale (samples/s in the hundreds next to an AUROC).
+_NOT_METRICS = frozenset(
+    {"runtime", "samples_per_second", "steps_per_second"}
+)  # earlier sessions: the same colour, lighter
+
+
+@dataclass
+class SessionSeries:
+    """What the plot draws of one session: plain lists, no Record objects kept."""
+
+    key: str
+    start_step: int | float | None
+    # the values are floats, NaN where a record has none (a gap in the line)
+    train_step: list[int | float] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    grad_mean: list[float] = field(default_factory=list)
+    grad_max: list[float] = field(default_factory=list)
+    throughput: list[float] = field(default_factory=list)
+    eval_step: list[int | float] = field(default_factory=list)
+    eval_loss: list[float] = field(default_factory=list)
+    metrics: dict[str, tuple[list[int | float], list[float]]] = field(default_factory=dict)  # name -> (steps, values)
+    end_reason: str | None = None
+    last_step: int | float = 0
+    baseline: float | None = None  # the throughput_drop rule's baseline (None: not enough records)
+    baseline_set: bool = False  # the rule has fixed it (False: the median of its samples so far)
+
+    def points(self) -> int:
+        return len(self.train_step) + len(self.eval_step)
+
+
+@dataclass
+class RunView:
+    """A run as the plot sees it."""
+
+    target: Target
+    title: str
+    schema_v1: bool
+    sessions: list[SessionSeries]
+    findings: list[Finding]
+    verdict: dict[str, Any] | None  # watchdog.json
+    verdict_problem: str | None  # why watchdog.json could not be read
+
+
+def load_run(target: str, opts: RuleOptions, read: ReadOptions | None = None) -> RunView:
+    """Read `target` through the one record parser and replay the watchdog's rules over it."""
+    t = resolve_target(target, read)
+    if not os.path.exists(t.log_path):
+        raise UsageError(f"plot: {target}: no metrics.jsonl or trainer_state.json")
+    parser = parser_for(t, opts.maps)
+    sessions: dict[str, SessionSeries] = {}
+    rules = Replay(opts, parser.start_step)
+    findings: list[Finding] = []
+    for rec in iter_records(t, parser=parser):
+        s = sessions.get(rec.session)
+        if s is None:
+            s = sessions[rec.session] = SessionSeries(rec.session, parser.start_step(rec.session))
+        findings.extend(rules.observe(rec))
+        _add(s, rec)
+    for key, s in sessions.items():
+        s.baseline, s.baseline_set = _baseline(rules.engine(key))
+    v1 = parser.mode == "v1"
+    title = parser.manifest["run_id"] if v1 and parser.manifest else os.path.basename(t.log_path)
+    verdict, problem = read_verdict(t.run_dir)
+    return RunView(t, title, v1, list(sessions.values()), findings, verdict, problem)
+
+
+def _add(s: SessionSeries, rec: Record) -> None:
+    if rec.kind != "invalid":
+        s.last_step = rec.step
+    if rec.kind == "train":
+        s.train_step.append(rec.step)
+        s.loss.append(_num(rec.loss))
+        s.lr.append(_num(rec.lr))
+        s.grad_mean.append(_num(rec.grad_mean))
+        s.grad_max.append(_num(rec.grad_max))
+        s.throughput.append(_num(rec.throughput))
+    elif rec.kind == "end":
+        s.end_reason = rec.reason
+    if rec.has_eval and (rec.eval_loss is not None or rec.metrics):
+        s.eval_step.append(rec.step)
+        s.eval_loss.append(_num(rec.eval_loss))
+        for name, value in (rec.metrics or {}).items():
+            if name in _NOT_METRICS:
+                continue
+            steps, values = s.metrics.setdefault(name, ([], []))
+            steps.append(rec.step)
+            values.append(_num(value))
+
+
+def _num(v: float | None) -> float:
+    """A drawable float: None and non-numbers become NaN (a gap in the line)."""
+    return float(v) if type(v) is int or type(v) is float else math.nan
+
+
+def _baseline(engine: Rules) -> tuple[float | None, bool]:
+    """The throughput baseline the watchdog's rule took, or the median of its samples so far."""
+    rule = next(r for r in engine.rules if isinstance(r, ThroughputDrop))
+    if rule.baseline is not None:
+        return rule.baseline, True
+    if rule.samples:
+        return statistics.median(rule.samples), False
+    if not rule.closed and rule.span_seconds > 0:  # the baseline steps so far, shorter than one span
+        return rule.span_work / rule.span_seconds, False
+    return None, False
+
+
+# --- drawing --------------------------------------------------------------------------------------
+
+
+def figure_size(panels: int) -> tuple[int, int]:
+    """The PNG's (width, height) in pixels for this many panels."""
+    return WIDTH_PX, HEADER_PX + PANEL_PX * panels + FOOTER_PX
+
+
+def _panels(view: RunView) -> list[str]:
+    def any_finite(attr: str) -> bool:
+        return any(math.isfinite(v) for s in view.sessions for v in getattr(s, attr))
+
+    out = []
+    if any_finite("loss") or any_finite("eval_loss"):
+        out.append("loss")
+    if any_finite("lr"):
+        out.append("lr")
+    if any_finite("grad_mean"):
+        out.append("grad_norm")
+    if any_finite("throughput"):
+        out.append("throughput")
+    if any(s.metrics for s in view.sessions):
+        out.append("eval_metrics")
+    return out
+
+
+def _header(view: RunView) -> tuple[str, list[tuple[str, str]]]:
+    latest = view.sessions[-1]
+    n = len(view.sessions)
+    parts = [f"session {n}/{n}" if n > 1 else "1 session"]
+    if latest.start_step:
+        parts[0] += f" from step {fmt_step(latest.start_step)}"
+    parts.append(f"step {fmt_step(latest.last_step)}")
+    if latest.end_reason:
+        parts.append(f"ended {latest.end_reason}")
+    tail = " · ".join(parts)
+    name = view.title if len(view.title) + len(tail) <= 80 else "…" + view.title[-(79 - len(tail)) :]
+    title = f"{name} · {tail}"
+    lines: list[tuple[str, str]] = []  # (text, colour)
+    if view.verdict is not None:
+        v = view.verdict
+        if v["verdict"] == "done":
+            text = f"watchdog: OK done step={_fmt(v.get('step'))}"
+        else:
+            text = f"watchdog: ANOMALY {v.get('kind')} step={_fmt(v.get('step'))}: {v.get('message')}"
+        lines.append((text, _C["ok"] if v["verdict"] == "done" else _C["alert"]))
+    elif view.verdict_problem:
+        lines.append((view.verdict_problem, _C["guide"]))
+    if view.findings:
+        for f in view.findings:
+            where = "" if f.session == latest.key else " (earlier session)"
+            lines.append((f"check: {f.line('FINDING')}{where}", _C["alert"]))
+    else:
+        lines.append((f"check: OK clean step={fmt_step(latest.last_step)}", _C["ok"]))
+    if n > 1:
+        lines.append(("earlier sessions in a lighter shade", _C["guide"]))
+    wrapped: list[tuple[str, str]] = []
+    for i, (text, colour) in enumerate(lines):
+        more = textwrap.wrap(text, 104, subsequent_indent="    ", max_lines=2, placeholder=" ...")
+        if len(wrapped) + len(more) > HEADER_FINDING_LINES - (i < len(lines) - 1):
+            left = sum(1 for _, c in lines[i:] if c == _C["alert"])
+            wrapped.append((f"... and {left} more (runwatch check lists every finding)", _C["guide"]))
+            break
+        wrapped.extend((w, colour) for w in more)
+    return title, wrapped
+
+
+def _fmt(v: Any) -> str:
+    return fmt_step(v) if type(v) in (int, float) else str(v)
+
+
+def _draw(view: RunView, panels: list[str], opts: RuleOptions) -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter, FuncFormatter, MaxNLocator
+
+    width, height = figure_size(len(panels))
+    fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
+    FigureCanvasAgg(fig)
+    axes: list[Axes] = list(fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0])
+    axes_px = PANEL_PX * len(panels)
+    gap_px = 30
+    fig.subplots_adjust(
+        left=MARGIN_LEFT_PX / width,
+        right=1 - MARGIN_RIGHT_PX / width,
+        top=1 - HEADER_PX / height,
+        bottom=FOOTER_PX / height,
+        hspace=gap_px / ((axes_px - gap_px * len(panels)) / len(panels)),
+    )
+    title, lines = _header(view)
+    fig.text(8 / width, 1 - 8 / height, title, fontsize=11, fontweight="bold", va="top")
+    for i, (text, colour) in enumerate(lines):
+        fig.text(8 / width, 1 - (30 + 14 * i) / height, text, fontsize=8.5, color=colour, va="top")
+
+    latest = view.sessions[-1]
+    earlier = view.sessions[:-1]
+    by_name = dict(zip(panels, axes))
+    for name, ax in by_name.items():
+        ax.grid(True, color="#dddddd", linewidth=0.6)
+        ax.tick_params(labelsize=8.5)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        draw = {"loss": _loss, "lr": _lr, "grad_norm": _grad, "throughput": _throughput, "eval_metrics": _metrics}[name]
+        for s in earlier:
+            draw(ax, s, view, opts, alpha=_EARLIER_ALPHA, latest=False)
+        draw(ax, latest, view, opts, alpha=1.0, latest=True)
+        handles, labels = ax.get_legend_handles_labels()
+        if handles:
+            # in the title row, right of the title: never on top of the data
+            ax.legend(
+                handles,
+                labels,
+                fontsize=7.5,
+                loc="lower right",
+                bbox_to_anchor=(1.0, 0.99),
+                frameon=False,
+                ncol=len(handles),
+                handlelength=1.6,
+                borderaxespad=0.0,
+                columnspacing=1.0,
+                handletextpad=0.4,
+            )
+    if latest.start_step and earlier:
+        for ax in axes:
+            ax.axvline(latest.start_step, color=_C["guide"], linestyle=":", linewidth=1)
+        axes[0].annotate(
+            f"resume {fmt_step(latest.start_step)}",
+            (latest.start_step, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, 3),
+            textcoords="offset points",
+            fontsize=7.5,
+            color=_C["guide"],
+        )
+    lo, hi = _x_range(view)
+    axes[0].set_xlim(lo - (hi - lo) * 0.02, hi + (hi - lo) * 0.02)
+    _mark_findings(view, by_name, axes)
+    if "throughput" in by_name:
+        by_name["throughput"].yaxis.set_major_formatter(EngFormatter(sep=""))
+    axes[-1].xaxis.set_major_locator(MaxNLocator(nbins="auto", steps=[1, 2, 5, 10], integer=True))  # steps are whole
+    axes[-1].xaxis.set_major_formatter(FuncFormatter(_step_label))
+    axes[-1].set_xlabel("step", fontsize=9)
+    return fig
+
+
+def _step_label(v: float, _pos: Any = None) -> str:
+    """200, 5k, 1.5M: steps without an offset label in the corner."""
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(v) >= div and abs(v) >= 10_000:
+            return f"{v / div:.4g}{suffix}"
+    return f"{v:.4g}"
+
+
+def _x_range(view: RunView) -> tuple[float, float]:
+    steps = [st for s in view.sessions for st in s.train_step + s.eval_step]
+    lo, hi = min(steps), max(steps)
+    if view.sessions[-1].start_step is not None:
+        lo = min(lo, view.sessions[-1].start_step)
+    return (lo, hi) if hi > lo else (lo - 1, hi + 1)
+
+
+def _dot(steps: list[int | float]) -> str | None:
+    return "o" if len(steps) <= MAX_MARKED_POINTS else None
+
+
+def _label(latest: bool, text: str) -> str | None:
+    return text if latest else None  # earlier sessions share the latest one's legend entries
+
+
+def _loss(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+    ax.set_title("loss", loc="left", fontsize=10, pad=3)
+    ax.plot(s.train_step, s.loss, color=_C["loss"], alpha=alpha, linewidth=1.4, label=_label(latest, "train"))
+    if any(math.isfinite(v) for v in s.eval_loss):
+        steps = [st for st, v in zip(s.eval_step, s.eval_loss) if math.isfinite(v)]
+        values = [v for v in s.eval_loss if math.isfinite(v)]
+        ax.plot(
+            steps,
+            values,
+            color=_C["eval_loss"],
+            alpha=alpha,
+            linewidth=1.2,
+            marker=_dot(steps),
+            markersize=3.5,
+            label=_label(latest, "eval"),
+        )
+    if opts.chance_loss is not None and latest:
+        ax.axhline(
+            opts.chance_loss, color=_C["guide"], linestyle=":", linewidth=1, label=f"chance {opts.chance_loss:.3g}"
+        )
+    finite = [v for ss in view.sessions for v in ss.loss + ss.eval_loss if math.isfinite(v)]
+    if latest and finite and min(finite) > 0 and max(finite) / min(finite) > 50:
+        ax.set_yscale("log")
+
+
+def _lr(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+    ax.set_title("learning rate", loc="left", fontsize=10, pad=3)
+    ax.plot(s.train_step, s.lr, color=_C["lr"], alpha=alpha, linewidth=1.4)
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    if latest:
+        top = max((v for ss in view.sessions for v in ss.lr if math.isfinite(v)), default=1.0)
+        ax.set_ylim(0, top * 1.15 if top > 0 else 1)
+
+
+def _grad(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+    ax.set_title("gradient norm (pre-clip, log scale)", loc="left", fontsize=10, pad=3)
+    ax.plot(
+        s.train_step,
+        _positive(s.grad_max),
+        color=_C["grad"],
+        alpha=alpha * 0.45,
+        linewidth=1,
+        label=_label(latest and s.grad_max != s.grad_mean, "max"),
+    )
+    ax.plot(
+        s.train_step, _positive(s.grad_mean), color=_C["grad"], alpha=alpha, linewidth=1.4, label=_label(latest, "mean")
+    )
+    if latest:
+        ax.set_yscale("log")
+        if opts.grad_max is not None:
+            label = f"--grad-max {opts.grad_max:g}"
+            ax.axhline(opts.grad_max, color=_C["alert"], linestyle="--", linewidth=1, label=label)
+        ax.axhline(opts.grad_min, color=_C["alert"], linestyle=":", linewidth=1, label=f"--grad-min {opts.grad_min:g}")
+        values = [v for ss in view.sessions for v in ss.grad_mean + ss.grad_max if math.isfinite(v) and v > 0]
+        lo = min(values + [opts.grad_min])
+        hi = max(values + [opts.grad_max if opts.grad_max is not None else opts.grad_min])
+        ax.set_ylim(lo / 3, hi * 3)
+
+
+def _positive(values: list[float]) -> list[float]:
+    """`values` for a log scale: zero and negative ones become NaN (a gap in the line)."""
+    return [v if math.isfinite(v) and v > 0 else math.nan for v in values]
+
+
+def _throughput(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+    unit = "tokens/s of training time" if view.schema_v1 else "the log's sps"
+    ax.set_title(f"throughput ({unit})", loc="left", fontsize=10, pad=3)
+    ax.plot(s.train_step, s.throughput, color=_C["throughput"], alpha=alpha, linewidth=1.4)
+    if latest:
+        top = max((v for ss in view.sessions for v in ss.throughput if math.isfinite(v)), default=1.0)
+        ax.set_ylim(0, top * 1.25)
+        if s.baseline is not None and s.train_step:
+            x0 = s.start_step if s.start_step is not None else s.train_step[0]
+            x1 = max(s.train_step[-1], s.last_step)
+            limit = (1 - opts.throughput_drop) * s.baseline
+            what = "baseline" if s.baseline_set else "baseline so far"
+            ax.hlines(s.baseline, x0, x1, color=_C["guide"], linewidth=1, label=f"{what} {_eng(s.baseline)}")
+            ax.hlines(
+                limit,
+                x0,
+                x1,
+                color=_C["alert"],
+                linestyle="--",
+                linewidth=1,
+                label=f"drop below (1-{opts.throughput_drop:g})×baseline",
+            )
+            ax.axvspan(x0, min(x0 + opts.throughput_baseline_steps, x1), color="#000000", alpha=0.05, linewidth=0)
+
+
+def _eng(v: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{suffix}"
+    return f"{v:.3g}"
+
+
+def _metrics(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+    ax.set_title("eval metrics", loc="left", fontsize=10, pad=3)
+    names = sorted({n for ss in view.sessions for n in ss.metrics}, key=lambda n: (n != opts.metric, n))
+    others = iter(_OTHER_METRIC_COLOURS)
+    for name in names:
+        colour = _C["metric"] if name == opts.metric else next(others, "#7f7f7f")
+        if name not in s.metrics:
+            continue
+        steps, values = s.metrics[name]
+        ax.plot(
+            steps,
+            values,
+            color=colour,
+            alpha=alpha,
+            linewidth=1.6 if name == opts.metric else 1.1,
+            marker=_dot(steps),
+            markersize=3.5 if name == opts.metric else 2.5,
+            label=_label(latest, name),
+        )
+    if not latest:
+        return
+    values = [v for ss in view.sessions for _, vs in ss.metrics.values() for v in vs if math.isfinite(v)]
+    if values and min(values) >= 0 and max(values) <= 1:
+        ax.set_ylim(-0.02, 1.05)
+    if any(opts.metric in ss.metrics for ss in view.sessions):
+        chance = opts.metric_chance
+        ax.axhline(chance, color=_C["guide"], linestyle=":", linewidth=1, label=f"chance {chance:g}")
+        ax.axhline(
+            opts.metric_min, color=_C["alert"], linestyle="--", linewidth=1, label=f"--metric-min {opts.metric_min:g}"
+        )
+        if chance == 0.5:  # inverted_metric: a two-class metric only
+            ax.axhline(1 - opts.metric_min, color=_C["alert"], linestyle=":", linewidth=1)
+        first = min(st for ss in view.sessions for st in ss.metrics.get(opts.metric, ([], []))[0])
+        if first < opts.metric_after_step:
+            ax.axvspan(min(first, 0), opts.metric_after_step, color="#000000", alpha=0.05, linewidth=0)
+            ax.annotate(
+                f"not judged before step {opts.metric_after_step}",
+                (0, 0),
+                xycoords="axes fraction",
+                xytext=(4, 4),
+                textcoords="offset points",
+                fontsize=7.5,
+                color=_C["guide"],
+            )
+
+
+def _mark_findings(view: RunView, by_name: dict[str, Axes], axes: list[Axes]) -> None:
+    latest = view.sessions[-1].key
+    marks = [(f.step, f.kind, f.session == latest) for f in view.findings]
+    v = view.verdict
+    if (
+        v is not None
+        and v.get("verdict") == "anomaly"
+        and type(v.get("step")) in (int, float)
+        and not any(step == v["step"] and kind == v.get("kind") for step, kind, _ in marks)
+    ):
+        marks.append((v["step"], str(v.get("kind")), True))
+    lines, ticks = marks[:MAX_MARKER_LINES], marks[MAX_MARKER_LINES:]
+    for current in (False, True):
+        steps = [step for step, _, c in lines if c is current]
+        if steps:  # one collection a panel
+            for ax in axes:
+                ax.vlines(
+                    steps,
+                    0,
+                    1,
+                    transform=ax.get_xaxis_transform(),
+                    colors=_C["alert"],
+                    linewidth=1.2 if current else 0.8,
+                    alpha=0.63 if current else 0.25,
+                )
+    # beyond the first few, a finding is a short tick along the top of its panel: a replay can find
+    # thousands, and full-height lines would hide the data
+    for ax in by_name.values():
+        steps = [step for step, kind, _ in ticks if by_name.get(_PANEL_OF_KIND.get(kind, ""), axes[0]) is ax]
+        if steps:
+            ax.vlines(steps, 0.94, 1, transform=ax.get_xaxis_transform(), colors=_C["alert"], linewidth=0.8)
+    lo, hi = axes[0].get_xlim()
+    axis_px = WIDTH_PX - MARGIN_LEFT_PX - MARGIN_RIGHT_PX
+    labelled: dict[Axes, list[tuple[float, float]]] = {}
+    for step, kind, current in marks:
+        ax = by_name.get(_PANEL_OF_KIND.get(kind, ""), axes[0])
+        text = f"{kind} @ {fmt_step(step)}"
+        width = (len(text) * _LABEL_CHAR_PX + 8) / axis_px * (hi - lo)  # the label's width in steps
+        right_half = step > lo + (hi - lo) * 0.6
+        span = (step - width, step) if right_half else (step, step + width)
+        taken = labelled.setdefault(ax, [])
+        if len(taken) >= MAX_LABELS or any(a < span[1] and span[0] < b for a, b in taken):
+            continue  # labels never print over each other
+        taken.append(span)
+        alpha = 0.9 if current else 0.35
+        ax.annotate(
+            text,
+            (step, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(-4 if right_half else 4, -4),
+            textcoords="offset points",
+            ha="right" if right_half else "left",
+            va="top",
+            fontsize=8,
+            color=_C["alert"],
+            alpha=alpha,
+            fontweight="bold" if current else "normal",
+            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+        )
+
+
+# --- the snapshot ---------------------------------------------------------------------------------
+
+
+class Snapshot(TypedDict):
+    """What `snapshot` drew (`runwatch plot --json`)."""
+
+    path: str
+    panels: list[str]  # of PANELS, top to bottom
+    sessions: int
+    findings: list[dict[str, Any]]  # Finding.to_json() of each
+    verdict: dict[str, Any] | None  # watchdog.json
+    size: list[int]  # [width, height] in pixels
+
+
+def snapshot(
+    target: str, output: str | None = None, opts: RuleOptions | None = None, read: ReadOptions | None = None
+) -> Snapshot:
+    """Draw `target` (a run dir, a JSONL log or a trainer_state.json) into a PNG, atomically.
+
+    Returns {"path", "panels", "sessions", "findings", "verdict", "size"}. Default: RUN_DIR/snapshot.png.
+    """
+    opts = opts or RuleOptions()
+    target = os.fspath(target)
+    if not os.path.exists(target):
+        raise UsageError(f"plot: {target}: no such run directory or log")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise RunwatchError("plot needs matplotlib: pip install 'runwatch[plot]'") from None
+    view = load_run(target, opts, read)
+    if not any(s.points() for s in view.sessions):
+        raise InvalidRunError(f"{view.target.log_path}: no train or eval records to plot")
+    if not view.sessions[-1].points():  # the latest session has only a checkpoint/end so far
+        view.sessions = [s for s in view.sessions if s.points()]
+    panels = _panels(view)
+    if not panels:
+        raise InvalidRunError(f"{view.target.log_path}: no finite loss, gradient norm, throughput or metric to plot")
+    path = output or os.path.join(view.target.run_dir, "snapshot.png")
+    fig = _draw(view, panels, opts)
+    _save(fig, path)
+    return {
+        "path": path,
+        "panels": panels,
+        "sessions": len(view.sessions),
+        "findings": [f.to_json() for f in view.findings],
+        "verdict": view.verdict,
+        "size": list(figure_size(len(panels))),
+    }
+
+
+def _save(fig: Figure, path: str) -> None:
+    """Write the PNG atomically (journal.atomic_write): never a half-written picture."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"plot: -o {path}: directory {directory} does not exist")
+    try:
+        with atomic_write(path, "wb") as f:
+            fig.savefig(f, format="png", dpi=DPI)
+    except OSError as exc:
+        raise RunwatchError(f"plot: cannot write {path}: {exc.strerror or exc}") from None
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """`runwatch plot TARGET [-o PNG] [--json]` plus the thresholds of `runwatch check`."""
+    p.add_argument("target", metavar="RUN_DIR|FILE", help="a run directory, a JSONL log or a trainer_state.json")
+    add_flags(p, RuleOptions, "plot")
+    add_read_arguments(p)  # --format, --pattern, --run
+    p.add_argument("-o", "--output", default=None, metavar="PNG", help="where to write (default RUN_DIR/snapshot.png)")
+    p.add_argument("--json", action="store_true", help="print path, panels, sessions and findings as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not os.path.exists(args.target):
+        raise UsageError(f"plot: {args.target}: no such run directory or log")
+    read = read_options(args)
+    opts = build(RuleOptions, resolve_target(args.target, read).run_dir, given_options(args, RuleOptions), "plot")
+    info = snapshot(args.target, args.output, opts, read)
+    if args.json:
+        print(json.dumps(info, indent=2, allow_nan=False, ensure_ascii=False))
+    else:
+        print(info["path"])
+    return 0

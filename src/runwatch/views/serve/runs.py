@@ -1,0 +1,455 @@
+"""The runs under a folder, each read incrementally: what `runwatch serve` shows.
+
+    target = run_target("/runs/a")               # a Target when the path is a run, else None
+    for rel, target in find_runs("/runs"):       # every run up to MAX_DEPTH levels down
+        view = RunView(rel, target)
+        view.refresh()                           # reads only the bytes added since the last call
+        view.summary(time.time())                # the `status --json` facts, and the verdict
+
+A `RunView` keeps one `source.RecordSource` per run (the watchdog's way of reading any log),
+applies the watchdog's record rules to every record (the findings of
+`runwatch check`), keeps the last records of the latest session for the status facts
+(`status.describe`), one downsampled `Series` per value (`export.record_values`) along the path
+to the final step (a session that redoes steps cuts the earlier ones: `export.session_cut`), and
+the checkpoints saved on that path (`markers.Checkpoints`). A refresh reads at most a bounded
+number of bytes, so a huge log is caught up over several refreshes and never holds the server.
+Standard library only.
+
+Longer than 500 lines on purpose: `RunView` is the whole of what the server knows of one run
+(its rules, status facts and chart series over its source) and is refreshed as one.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, NotRequired, TypedDict
+
+from ...errors import InvalidRunError, UsageError
+from ...files.rundir import RunDir
+from ...judging.liveness import watchdog_liveness
+from ...judging.rules import RuleOptions, Rules
+from ...options import build
+from ...reading.readers import ReadOptions, detect, sniff_log
+from ...reading.records import Record, RecordParser, Target, resolve_target
+from ...reading.source import RecordSource
+from ...reading.target import NOT_LOGS
+from ..status import TAIL_RECORDS, Status, StatusHead, describe, format_status
+from .export import record_values, session_cut
+from .facts import FactsCache
+from .markers import Checkpoints, Marker, markers
+from .series import Point, Series
+from .supervision import SupervisionView
+
+__all__ = [
+    "MAX_DEPTH",
+    "RunView",
+    "find_runs",
+    "run_target",
+    "verdict_of",
+    "ListVerdict",
+    "RunSummary",
+    "RunDetail",
+    "Chart",
+    "ChartSeries",
+]
+
+# The watchdog's verdict as the list shows it; `class` (watchdog.json's, as read) on an anomaly only.
+ListVerdict = TypedDict("ListVerdict", {"state": str, "label": str, "class": NotRequired[Any]})
+
+
+class RunSummary(Status):
+    """A run in the list: the `status --json` facts, then these."""
+
+    path: str  # relative to the served folder, "/" separated
+    verdict: ListVerdict
+    findings: int  # the rules' findings so far
+    warnings: int  # those of them of severity warn
+    first_finding: dict[str, Any] | None
+    records: int
+    error: str | None  # the first of `errors`
+    errors: list[str]  # why the log, a line of it or runwatch.toml cannot be read
+    catching_up: bool  # more than 1 MiB of the log is still unread
+    version: int
+
+
+class ChartSeries(TypedDict):
+    """One line of a chart: its points (downsampled) and its latest point."""
+
+    name: str
+    key: str  # the value's column in the CSV
+    points: list[Point]
+    last: Point | None
+
+
+class Chart(TypedDict):
+    """One chart of the run's page."""
+
+    name: str
+    title: str
+    series: list[ChartSeries]
+
+
+class RunDetail(RunSummary):
+    """A run's page: its summary, then these (`supervise` is the supervisor journal's facts)."""
+
+    status_lines: list[str]
+    findings_list: list[dict[str, Any]]
+    charts: list[Chart]
+    markers: list[Marker]
+    first_time: float | None  # the time of the run's first record: "time since start" counts from it
+
+
+# How deep below the served folder runs are looked for ("runs/<project>/<sweep>/<run>").
+MAX_DEPTH = 4
+# A folder tree this large is not a folder of runs: stop listing rather than stall the reader.
+MAX_SCANNED_ENTRIES = 20000
+# Bytes of log one refresh of one run reads: a 1 GB log is caught up over ~30 refreshes while
+# the other runs keep being refreshed in between.
+REFRESH_BYTES = 32 * 1024 * 1024
+# Bytes one poll reads: the reader thread holds the run for one poll's records at a time.
+POLL_BYTES = 1024 * 1024
+# A log quiet this long: the step a reader holds back (TensorBoard, MLflow) is shown as complete.
+SETTLE_SECONDS = 2.0
+# Records applied per hold of a run's lock: a request waits for at most this many (~20 ms).
+APPLY_LINES = 1000
+# Findings kept per run (a log that fails every line would otherwise grow this without bound).
+MAX_FINDINGS = 500
+
+
+def inside(root: str, path: str) -> bool:
+    """`path` resolves (symlinks followed) to `root` or below; `root` is already a realpath."""
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def run_target(path: str) -> Target | None:
+    """The Target when `path` is a run (a run directory, a JSONL log, a trainer_state.json, another
+    tool's log), else None.
+
+    This is the one place that says what a run looks like in a folder of runs: a reader of another
+    format adds its detection to `readers.detect` / `readers.sniff_log` (and `resolve_target` says
+    how to read it).
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    name = os.path.basename(path)
+    if stat.S_ISDIR(st.st_mode):
+        if not any(os.path.lexists(os.path.join(path, n)) for n in ("metrics.jsonl", "run.json", "trainer_state.json")):
+            # a HF output folder (checkpoint-N/trainer_state.json), TensorBoard or MLflow logs
+            t = resolve_target(path)
+            if t.format == "tensorboard" and not _own_event_files(path):
+                return None  # event files one level down: each folder of them is a run of its own
+            return t if t.format in ("trainer_state", "tensorboard", "mlflow") else None  # a CSV: its file
+        return resolve_target(path)
+    if name.endswith(".jsonl") and name not in NOT_LOGS and name != "metrics.jsonl":
+        return resolve_target(path)
+    if name in NOT_LOGS:
+        return None
+    found = detect(path, ReadOptions())  # an event file, an MLflow store, a CSV
+    if found is not None and found[0] == "mlflow" and name != "mlflow.db":
+        return None  # any other SQLite file is not taken for a store
+    if found is not None and found[0] != "csv":
+        return resolve_target(path)
+    if sniff_log(path) is None:
+        return None  # a data table, not a log of steps; text that no preset reads
+    return resolve_target(path)
+
+
+def _own_event_files(path: str) -> bool:
+    """The folder holds TensorBoard event files itself (not only in its sub-folders: those are
+    the runs, as TensorBoard and Lightning's `lightning_logs/version_N/` lay them out)."""
+    from ...reading.readers.tfevents import is_event_file
+
+    try:
+        return any(is_event_file(n) for n in os.listdir(path))
+    except OSError:
+        return False
+
+
+def find_runs(root: str, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, Target]]:
+    """(path relative to `root` with "/" separators, Target) of every run under `root`.
+
+    A run's own folder is not searched further (its checkpoints are not runs). Hidden folders are
+    skipped, and so is anything that resolves outside `root` (a symlink leading out of it).
+    """
+    root = os.path.realpath(root)
+    top = run_target(root)
+    if top is not None:  # the folder is itself a run: serve it alone, under its own name
+        if inside(root, top.log_path) or not os.path.lexists(top.log_path):
+            yield os.path.basename(root) or "run", top
+        return
+    seen = 0
+    stack: list[tuple[str, int]] = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            seen += 1
+            if seen > MAX_SCANNED_ENTRIES:
+                return
+            if name.startswith("."):
+                continue
+            path = os.path.join(folder, name)
+            if not inside(root, path):
+                continue
+            target = run_target(path)
+            if target is not None:
+                if inside(root, target.log_path) or not os.path.lexists(target.log_path):
+                    yield os.path.relpath(path, root).replace(os.sep, "/"), target
+                continue
+            if depth + 1 < max_depth and os.path.isdir(path):
+                stack.append((path, depth + 1))
+
+
+def verdict_of(watchdog: dict[str, Any] | None, now: float) -> ListVerdict:
+    """The watchdog's verdict as the list shows it: state (anomaly, watching, stale, ok, none) and label."""
+    if not isinstance(watchdog, dict):
+        return {"state": "none", "label": "no watchdog"}
+    v = watchdog.get("verdict")
+    if v == "done":
+        return {"state": "ok", "label": "OK"}
+    if v == "anomaly":
+        label = f"ANOMALY {watchdog.get('kind')}"
+        return {"state": "anomaly", "label": label, "class": watchdog.get("class")}
+    if v == "watching":  # the same judgement as `runwatch status`
+        running, _line = watchdog_liveness(watchdog, now)
+        if running:
+            return {"state": "watching", "label": "watching"}
+        return {"state": "stale", "label": "watchdog not running"}
+    return {"state": "none", "label": "no watchdog"}
+
+
+class RunView:
+    """One run, read incrementally; its facts for the list and its page.
+
+    One thread (the server's reader) calls `refresh`; others call `summary` and `detail` while
+    holding `lock`. `refresh` reads outside the lock and takes it only to apply a slice of
+    records at a time, so a request waits at most one slice, never a read.
+    """
+
+    def __init__(self, rel: str, target: Target) -> None:
+        self.lock = threading.Lock()
+        self.rel = rel
+        self.target = target
+        self.opts = RuleOptions()
+        self.options_error: str | None = None
+        try:
+            self.opts = build(RuleOptions, target.run_dir, {}, "check")  # runwatch.toml, as `check` reads it
+        except UsageError as exc:
+            self.options_error = f"{exc} (the rules use their defaults)"
+        self.supervision = SupervisionView(RunDir(target.run_dir).journal)
+        self.facts: FactsCache[RunSummary] = FactsCache(target.run_dir, rel)
+        self.error: str | None = None  # why the log cannot be read now
+        self.version = 0  # bumps whenever something new was read
+        self._reset()
+
+    def _reset(self) -> None:
+        source: RecordSource | None = getattr(self, "source", None)  # (none yet when called by __init__)
+        if source is not None:
+            source.close()
+        # the log of any format, read a poll (about POLL_BYTES) at a time
+        self.source = RecordSource(self.target, maps=self.opts.maps, chunk_bytes=POLL_BYTES, settle=SETTLE_SECONDS)
+        self.rules: Rules | None = None
+        self.rules_session: str | None = None
+        self.findings: list[dict[str, Any]] = []
+        self.findings_total = 0
+        self.warnings_total = 0  # those of the findings that warn
+        self.path_session: str | None = None  # the session of the last record on the path
+        self.first_time: float | None = None
+        self.checkpoints = Checkpoints()
+        self.records = 0
+        self.invalid: str | None = None  # the latest invalid line's message
+        self.tail: deque[Record] = deque(maxlen=TAIL_RECORDS)
+        self.series: dict[str, Series] = {}
+        self.version += 1
+
+    @property
+    def parser(self) -> RecordParser | None:
+        return self.source.parser
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def refresh(self, max_bytes: int = REFRESH_BYTES) -> bool:
+        """Read what is new (about `max_bytes` at most); True when more is waiting already."""
+        more = False
+        error = None
+        try:
+            more = self._refresh(max_bytes)
+        except InvalidRunError as exc:  # not a regular file, run.json broken, trainer_state.json broken
+            error = str(exc)
+        except OSError as exc:
+            error = f"{os.path.basename(self.target.log_path)}: cannot read: {exc.strerror or exc}"
+        try:
+            changed = self.supervision.refresh()
+            sup_error = None
+        except (InvalidRunError, OSError) as exc:
+            changed, sup_error = True, str(exc)
+        with self.lock:
+            self.error = error
+            if sup_error is not None:
+                self.supervision.error = sup_error
+            if changed:
+                self.version += 1
+        return more
+
+    def _refresh(self, max_bytes: int) -> bool:
+        """Poll the source (the reads outside the lock), apply the records under it, a slice at a time."""
+        source = self.source
+        for _ in range(max(1, max_bytes // POLL_BYTES)):
+            polled = source.poll()
+            if polled.reset is not None:  # read again from its start: what was shown goes
+                with self.lock:
+                    self._reset()
+                return True
+            if polled.manifest_changed:
+                with self.lock:
+                    self.version += 1
+            recs = polled.records
+            for i in range(0, len(recs), APPLY_LINES):
+                with self.lock:
+                    for rec in recs[i : i + APPLY_LINES]:
+                        self._apply(rec)
+                    self.version += 1
+            if not polled.more:
+                return False
+        return True
+
+    def _apply(self, rec: Record) -> None:
+        self.records += 1
+        if rec.session != self.rules_session or self.rules is None:
+            start = self.parser.start_step(rec.session) if self.parser is not None else None
+            max_steps = self.parser.max_steps(rec.session) if self.parser is not None else None
+            self.rules = Rules(self.opts, start, max_steps=max_steps, live=True)
+            self.rules_session = rec.session
+        for f in self.rules.observe(rec):
+            finding = {**f.to_json(), "session": rec.session, "time": rec.time}
+            self.findings_total += 1
+            self.warnings_total += not f.stops
+            if len(self.findings) < MAX_FINDINGS:
+                self.findings.append(finding)
+        if rec.kind == "invalid":
+            self.invalid = rec.error
+            return
+        if self.tail and self.tail[-1].session != rec.session:
+            self.tail.clear()
+        self.tail.append(rec)
+        if self.first_time is None and rec.time is not None:
+            self.first_time = rec.time
+        if rec.session != self.path_session:
+            if self.path_session is not None:  # a relaunch or a rollback: the steps it redoes go
+                cut = session_cut(self.parser, rec)
+                for series in self.series.values():
+                    series.cut(cut)
+                self.checkpoints.cut(cut)
+            self.path_session = rec.session
+        if rec.kind == "checkpoint":
+            self.checkpoints.add(rec)
+        v1 = self.source.v1
+        for key, value in record_values(rec, v1):
+            s = self.series.get(key)
+            if s is None:
+                if key.startswith("eval_") and key != "eval_loss" and self._metrics() >= MAX_METRICS:
+                    continue
+                s = self.series[key] = Series()
+            s.add(rec.step, value, rec.time)  # (a non-finite value is skipped: nothing to draw)
+
+    def _metrics(self) -> int:
+        return sum(k.startswith("eval_") and k != "eval_loss" for k in self.series)
+
+    # --- facts ------------------------------------------------------------------------------
+
+    def _status(self, now: float) -> Status:
+        t = self.target
+        source = self.source
+        recs = list(self.tail)
+        out: StatusHead = {
+            "run_dir": t.run_dir,
+            "log": t.log_path,
+            "run_id": None,
+            "session_id": None,
+            "sessions": None,
+            "max_steps": source.max_steps(),
+            "torn_tail": source.torn() is not None,
+        }
+        m = source.parser.manifest if source.v1 and source.parser is not None else None
+        if m is not None:
+            latest = m["sessions"][-1]["session_id"]
+            out.update({"run_id": m["run_id"], "session_id": latest, "sessions": len(m["sessions"])})
+            recs = [r for r in recs if r.session == latest]
+        mtime = source.mtime() if source.reader is not None else None
+        return describe(t, out, recs, mtime, now, gpus=False)
+
+    def summary(self, now: float | None = None) -> RunSummary:
+        """The list's facts: the `status --json` keys plus path, verdict, findings and errors
+        (kept while nothing they come from changed: `facts.FactsCache`)."""
+        now = time.time() if now is None else now
+        pending = self.source.pending_bytes()
+        catching_up = pending > 1 << 20
+        key = (self.version, self.error, self.invalid, self.options_error, pending)
+        return self.facts.get(key, now, lambda: self._summary(now, catching_up))
+
+    def _summary(self, now: float, catching_up: bool) -> RunSummary:
+        st = self._status(now)
+        errors = [e for e in (self.error, self.invalid, self.options_error) if e]
+        return {
+            **st,
+            "path": self.rel,
+            "verdict": verdict_of(st["watchdog"], now),
+            "findings": self.findings_total,
+            "warnings": self.warnings_total,
+            # the first finding that stops, else the first warning
+            "first_finding": next((f for f in self.findings if f["severity"] == "stop"), None)
+            or (self.findings[0] if self.findings else None),
+            "records": self.records,
+            "error": errors[0] if errors else None,
+            "errors": errors,
+            "catching_up": catching_up,
+            "version": self.version,
+        }
+
+    def detail(self, now: float | None = None) -> RunDetail:
+        """The run page's facts: the summary, the status lines, the charts, the findings, supervision."""
+        summary = self.summary(now)
+        st: RunDetail = {
+            **summary,
+            "status_lines": format_status(summary),
+            "findings_list": list(self.findings),
+            "charts": [c for c in (self._chart(*spec) for spec in CHARTS) if c["series"]],
+            "markers": markers(self.findings, self.checkpoints, self.supervision.moves, summary["watchdog"]),
+            "first_time": self.first_time,
+        }
+        for key in sorted(k for k in self.series if k.startswith("eval_") and k != "eval_loss"):
+            st["charts"].append(self._chart(key, f"eval {key[5:]}", ((key, key[5:]),)))
+        st["supervise"] = self.supervision.facts()
+        return st
+
+    def _chart(self, name: str, title: str, keys: tuple[tuple[str, str], ...]) -> Chart:
+        series: list[ChartSeries] = [
+            {"name": label, "key": k, "points": self.series[k].points(), "last": self.series[k].last}
+            for k, label in keys
+            if k in self.series
+        ]
+        return {"name": name, "title": title, "series": series}
+
+
+# Eval metric names charted per run (a log may carry any number of eval_* keys).
+MAX_METRICS = 8
+# (chart, title, ((series key, legend), ...)); one chart per eval metric follows these.
+CHARTS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
+    ("loss", "loss", (("loss", "train"), ("eval_loss", "eval"))),
+    ("lr", "learning rate", (("lr", "lr"),)),
+    ("grad_norm", "gradient norm", (("grad_norm", "mean"), ("grad_norm_max", "max"))),
+    ("throughput", "throughput (tokens/s)", (("tokens_per_second", "tokens/s"),)),
+    # minimal telemetry's `sps`: a chart of its own, so that a comparison never mixes the two units
+    ("throughput_samples", "throughput (samples/s)", (("samples_per_second", "samples/s"),)),
+)
