@@ -12,6 +12,7 @@ CORE = [
     "runwatch",
     "runwatch.errors",
     "runwatch.files.schema",
+    "runwatch.files.jsonio",
     "runwatch.logger.metrics",
     "runwatch.files.journal",
     "runwatch.judging.summary",

@@ -46,7 +46,7 @@ from typing import TypeAlias, TypedDict, cast
 
 from ..errors import DataError, UsageError
 from ..files.journal import atomic_write_text
-from ..files.schema import strict_json
+from ..files.jsonio import strict_json
 from .corpus import Corpus, JsonlWriter, Row, Writer, open_writer
 
 __all__ = ["AuditOptions", "AuditReport", "CheckResult", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
