@@ -28,6 +28,7 @@ CORE = [
     "runwatch.judging.progress",
     "runwatch.judging.watchdog",
     "runwatch.views.status",
+    "runwatch.views.plotdata",
     "runwatch.files.heartbeats",
     "runwatch.logger.distributed",
     "runwatch.supervising.launch",
