@@ -37,6 +37,7 @@ CORE = [
     "runwatch.procs.waiter",
     "runwatch.supervising.supervision",
     "runwatch.supervising.supervise",
+    "runwatch.supervising.preemption",
     "runwatch.supervising.goodput",
     "runwatch.supervising.scheduler",
     "runwatch.supervising.deadman",
