@@ -352,7 +352,7 @@ def test_preflight_modules_import_only_the_standard_library():
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
     code = (
         "import sys; sys.path.insert(0, %r)\n"
-        "import runwatch.preflight.plan, runwatch.preflight.smoke, runwatch.preflight.audit, runwatch.preflight.corpus, runwatch.files.checkpoint, runwatch.cli\n"
+        "import runwatch.preflight.plan, runwatch.preflight.smoke, runwatch.preflight.audit, runwatch.preflight.auditpool, runwatch.preflight.rowcheck, runwatch.preflight.corpus, runwatch.files.checkpoint, runwatch.cli\n"
         "heavy = sorted(m for m in ('torch', 'pyarrow', 'black', 'safetensors', 'numpy') if m in sys.modules)\n"
         "print(heavy)" % src
     )

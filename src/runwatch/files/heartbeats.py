@@ -18,8 +18,9 @@ import re
 from typing import Any, Literal, overload
 
 from ..errors import ConfigError, InvalidRunError
+from .jsonio import loads
 from .rundir import HEARTBEATS
-from .schema import loads, open_regular
+from .schema import open_regular
 
 __all__ = [
     "HISTORY_WINDOWS",

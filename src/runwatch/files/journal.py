@@ -21,8 +21,9 @@ from typing import IO, Any
 
 from ..errors import ConfigError, InvalidRunError, LogWriteError, RunLockedError, RunwatchError
 from .hardware import device_name
+from .jsonio import dumps
 from .rundir import RunDir
-from .schema import SCHEMA_VERSION, dumps, read_manifest
+from .schema import SCHEMA_VERSION, read_manifest
 
 __all__ = [
     "Journal",

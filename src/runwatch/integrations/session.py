@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InvalidRunError
 from ..files.journal import atomic_write_text
+from ..files.jsonio import dumps, loads
 from ..files.rundir import ENV_RUN_DIR
-from ..files.schema import dumps, loads
 from ..logger.metrics import RunLogger, default_window
 
 if TYPE_CHECKING:

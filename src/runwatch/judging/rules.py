@@ -1,7 +1,8 @@
 """The watchdog's record rules as an engine (docs/WATCHDOG.md, "Rules on records"): records in,
 findings out.
 
-The rules themselves are small classes in `ruleset` (and `progress`, for the session as a whole).
+The rules themselves are small classes in `ruleset` (train records), `evalrules` (eval values)
+and `progress` (the session as a whole).
 `Rules` runs them in the order docs/WATCHDOG.md lists, reports a rule once when its condition
 starts to hold and again only after it has cleared, and gives each finding its severity: `stop`
 (it ends a watch and drives `supervise`) or `warn` (reported, never acted on). On one record it
@@ -38,26 +39,23 @@ from ..options import (
     validate,
 )
 from ..reading.records import Record, parse_maps
+from .evalrules import EvalNonfiniteLoss, InvertedMetric, Overfitting, StuckMetric
 from .progress import NoProgress, NoSignal
 from .ruleset import (
     REFERENCE_RECORDS,
     SKIP,
-    EvalNonfiniteLoss,
     GradCollapse,
     GradExplosion,
     Interrupted,
     InvalidLog,
-    InvertedMetric,
     LossAtChance,
     LossCollapse,
     LossSpike,
     NonfiniteGrad,
     NonfiniteLoss,
-    Overfitting,
     Rule,
     SessionError,
     SessionFacts,
-    StuckMetric,
     ThroughputDrop,
     _Skip,
     fmt_step,

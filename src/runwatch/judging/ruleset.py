@@ -8,11 +8,12 @@ messages into findings; a rule never prints or exits. Everything a rule remember
 
 The rules of one session share a `SessionFacts`: where the session started, its `max_steps`
 when known, and its reference loss (the median of its first train losses), against which
-`loss_spike`, `grad_collapse` and `no_progress` scale their limits. The rules about learning as
-a whole (`no_progress`, `no_signal`) are in `progress`. Standard library only.
+`loss_spike`, `grad_collapse` and `no_progress` scale their limits. The rules on eval values
+(`overfitting`, the metric rules) are in `evalrules`, the rules about learning as a whole
+(`no_progress`, `no_signal`) in `progress`; all build on `Rule` here. Standard library only.
 
-Longer than 500 lines on purpose: one short class a rule, with the helpers they share; a rule's
-condition and its message are read together.
+Longer than 500 lines on purpose: one short class a train-record rule, beside the base and the
+helpers every rule module shares; a rule's condition and its message are read together.
 """
 
 from __future__ import annotations
@@ -491,143 +492,6 @@ class Interrupted(SessionError):
 
     kind = name = "interrupted"
     reason = "interrupted"
-
-
-# --- eval-value rules -----------------------------------------------------------------------------
-
-
-def eval_losses(rec: Record) -> list[tuple[str, float]]:
-    """The eval loss series a record carries: `eval_loss`, and every eval value whose name ends in
-    `loss` (`eval_g0_loss`, `val/box_loss`), each with the name its messages give."""
-    out: list[tuple[str, float]] = []
-    if rec.eval_loss is not None:
-        out.append(("eval loss", rec.eval_loss))
-    m = rec.metrics
-    if m:
-        for name, v in m.items():
-            if name[-4:].lower() == "loss" and (type(v) is float or type(v) is int):
-                out.append((f"eval_{name}", float(v)))
-    return out
-
-
-class EvalNonfiniteLoss(Rule):
-    kind = "nonfinite_loss"
-    name = "eval_nonfinite_loss"
-    looks_at = frozenset({"eval values"})
-
-    def look(self, rec: Record) -> Look:
-        series = eval_losses(rec)
-        if not series:
-            return SKIP
-        for name, v in series:
-            if not math.isfinite(v):
-                return f"{name} is {_show_nonfinite(v)}"
-        return None
-
-
-class Overfitting(Rule):
-    """K consecutive evals of one eval loss series above (1 + F) x its best so far, and above it by
-    at least G x what the series had gained (its first value - its best). The rule holds while any
-    series does; its message names the series that started it."""
-
-    kind = name = "overfitting"
-    looks_at = frozenset({"eval values"})
-    _fields: tuple[str, ...] = ("series", "message", "since")
-
-    def __init__(self, opts: Any, facts: SessionFacts | None = None) -> None:
-        super().__init__(opts, facts)
-        self.series: dict[str, list[Any]] = {}  # name -> [first value, best, streak, streak's first step]
-        self.message: str | None = None  # while the rule holds: what started it
-        self.since: int | float | None = None  # and that streak's first step
-
-    def onset(self, rec: Record) -> int | float:
-        return rec.step if self.since is None else self.since
-
-    def look(self, rec: Record) -> Look:
-        series = eval_losses(rec)
-        if not series:
-            return SKIP
-        opts = self.opts
-        patience = opts.overfit_patience
-        looked = False
-        for name, v in series:
-            if not math.isfinite(v):
-                continue
-            looked = True
-            s = self.series.get(name)
-            if s is None:
-                if len(self.series) < MAX_EVAL_SERIES:
-                    self.series[name] = [v, v, 0, None]
-                continue
-            first, best, streak, start = s
-            limit = (1 + opts.overfit_tolerance) * best
-            hit = v > limit and v - best >= opts.overfit_min_rise * (first - best)
-            s[2], s[3] = _extend(streak, start, hit, rec.step)
-            if v < best:
-                s[1] = v
-            if s[2] >= patience and self.message is None:
-                self.message = (
-                    f"{name} {_g(v)} > {_g(limit)} ((1 + {_g(opts.overfit_tolerance)}) x best {_g(best)}) "
-                    f"for {s[2]} consecutive eval records"
-                )
-                self.since = s[3]
-        if not looked:
-            return SKIP
-        if any(s[2] >= patience for s in self.series.values()):
-            return self.message
-        self.message = self.since = None
-        return None
-
-
-# At most this many eval loss series are followed (a log of unbounded names must not grow the state).
-MAX_EVAL_SERIES = 64
-
-
-class _Metric(Rule):
-    looks_at = frozenset({"eval values"})
-
-    def value(self, rec: Record) -> float | _Skip:
-        m = rec.metrics
-        if not m or rec.step < self.opts.metric_after_step:
-            return SKIP
-        v = m.get(self.opts.metric)
-        if (type(v) is not float and type(v) is not int) or not math.isfinite(v):
-            return SKIP
-        return float(v)
-
-
-class InvertedMetric(_Metric):
-    """Only for a two-class metric (chance 0.5): below 1 - metric-min, the labels look inverted."""
-
-    kind = name = "inverted_metric"
-
-    def look(self, rec: Record) -> Look:
-        if self.opts.metric_chance != 0.5:
-            return SKIP
-        v = self.value(rec)
-        if isinstance(v, _Skip):
-            return SKIP
-        low = 1 - self.opts.metric_min
-        if v < low:
-            return (
-                f"{self.opts.metric} {_g(v)} < {_g(low)} (1 - metric-min {_g(self.opts.metric_min)}): "
-                f"labels look inverted (chance 0.5)"
-            )
-        return None
-
-
-class StuckMetric(_Metric):
-    kind = name = "stuck_metric"
-
-    def look(self, rec: Record) -> Look:
-        v = self.value(rec)
-        if isinstance(v, _Skip):
-            return SKIP
-        x = self.opts.metric_min
-        chance = self.opts.metric_chance
-        if v < x and (chance != 0.5 or v >= 1 - x):  # below 1 - x at chance 0.5: inverted_metric
-            return f"{self.opts.metric} {_g(v)} < metric-min {_g(x)}: the model looks stuck near chance ({_g(chance)})"
-        return None
 
 
 def slide(window: deque[float], x: float, extreme: float | None, largest: bool) -> float | None:

@@ -19,8 +19,9 @@ from types import ModuleType
 from typing import Any, TypedDict
 
 from ..errors import EXIT_OK, InvalidRunError, RunwatchError
+from ..files.jsonio import loads, strict_json
 from ..files.rundir import RunDir
-from ..files.schema import SessionValidator, iter_line_blocks, loads, read_manifest, strict_json
+from ..files.schema import SessionValidator, iter_line_blocks, read_manifest
 
 __all__ = ["summarize", "main", "Summary", "LossSummary", "QKClipSummary", "ValSummary"]
 

@@ -29,8 +29,8 @@ from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..files.heartbeats import HISTORY_WINDOWS, HeartbeatConfig, heartbeat_path
+from ..files.jsonio import dumps
 from ..files.rundir import HEARTBEATS
-from ..files.schema import dumps
 
 if TYPE_CHECKING:
     import torch

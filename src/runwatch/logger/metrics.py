@@ -38,9 +38,10 @@ from ..errors import ConfigError, NonFiniteLossError, RanksOutOfStepError, Runwa
 from ..files.hardware import detect_hardware, memory_peaks, rank_hardware
 from ..files.heartbeats import HeartbeatConfig
 from ..files.journal import open_session, utc_now
+from ..files.jsonio import dumps
 from ..files.recipe import check_arguments, check_recipe, check_start
 from ..files.rundir import ENV_RUN_DIR, ENV_WINDOW
-from ..files.schema import END_REASONS, SCHEMA_VERSION, dumps, validate_manifest, window_tokens
+from ..files.schema import END_REASONS, SCHEMA_VERSION, validate_manifest, window_tokens
 from .convert import Flag, Scalar, as_float_list
 from .distributed import HeartbeatWriter, rank_group
 from .signals import SignalGuard, Terminated

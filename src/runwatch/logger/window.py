@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from ..errors import ConfigError
-from ..files.schema import dumps
+from ..files.jsonio import dumps
 from .convert import Scalar, as_numbers
 
 __all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "columns", "window_fields", "TrainLine"]

@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import DataError
-from ..files.schema import orjson_misread
+from ..files.jsonio import orjson_misread
 
 __all__ = ["Row", "Corpus", "FORMATS", "open_writer", "JsonlWriter", "Writer"]
 

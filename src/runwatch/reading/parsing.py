@@ -30,7 +30,8 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import InvalidRunError, UsageError
-from ..files.schema import SessionValidator, loads, orjson_misread
+from ..files.jsonio import loads, orjson_misread
+from ..files.schema import SessionValidator
 from .readers.keys import EVAL_PREFIXES
 
 __all__ = ["Record", "Session", "RecordParser", "parse_maps", "MINIMAL_KEYS"]

@@ -20,9 +20,9 @@ arrive. Standard library only (Apprise for --notify, imported when asked for).
 
 Longer than 500 lines on purpose: one state machine (launch, watch, act on the class, adopt a
 running training, continue an allocation, be preempted, finish) whose steps share the
-supervisor's counters and journal; its options, counters and journal (`supervision.py`), the
-rollback choice and goodput (`goodput.py`), the scheduler (`scheduler.py`) and the dead-man
-heartbeat (`deadman.py`) live in their own places.
+supervisor's counters and journal; its options, counters and journal records (`supervision.py`),
+the signals that stop it (`preemption.py`), the rollback choice and goodput (`goodput.py`), the
+scheduler (`scheduler.py`) and the dead-man heartbeat (`deadman.py`) live in their own places.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from types import FrameType
-from typing import Any, TypeAlias
+from typing import Any
 
 from ..errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InvalidRunError, UsageError
 from ..files.heartbeats import read_heartbeats
@@ -58,12 +57,14 @@ from .deadman import DeadMan
 from .goodput import goodput
 from .launch import launch, log_target
 from .notify import Notifier, mask_url
+from .preemption import PREEMPT_SIGNALS, StopSignals
 from .scheduler import SlurmJob, requeue
 from .supervision import (
     ENDS,
     Counters,
     SuperviseOptions,
     append,
+    journal_entry,
     last_record,
     load_supervise_options,
     lock_run_dir,
@@ -81,6 +82,7 @@ __all__ = [
     "JOURNAL",
     "LOCK",
     "MAX_BACKOFF_SECONDS",
+    "PREEMPT_SIGNALS",  # (from preemption)
 ]
 
 # The back-off doubles with each consecutive transient relaunch up to this (ten minutes: long enough
@@ -89,13 +91,7 @@ MAX_BACKOFF_SECONDS = 600.0
 # Lines of stdout.log that go with an anomaly's notification.
 NOTIFY_TAIL_LINES = 20
 _NOTIFIED = ("verdict", "warning", "rollback", "relaunch", "done", "gave_up", "preempted")
-# A scheduler's way to say "stop now, you will be started again": Kubernetes and Slurm's time limit
-# send SIGTERM, Slurm's `--signal=B:USR1@N` a warning ahead of it. SIGINT is a person at a terminal.
-PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 ENDED_GRACE_SECONDS = 10.0  # how long a process whose session ended (error, interrupted) may take to exit by itself
-
-# A signal's handler as `signal.signal` takes and returns it (SIG_DFL and SIG_IGN are ints).
-_Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | None
 
 
 # --- the supervisor -------------------------------------------------------------------------------
@@ -137,8 +133,7 @@ class Supervisor:
         self.state: dict[str, Any] | None = None  # where the log was read to (Watcher.state_dict)
         self.new_process = False  # the next watch is of a newly launched process
         self.adopted = False  # the current attempt was launched by an earlier supervisor
-        self.interrupted: int | None = None  # the signal that asked the supervisor to stop
-        self.signal_time: float | None = None
+        self.signals = StopSignals(self._kill_now)  # a preemption or Ctrl-C asks the supervisor to stop
         self.killed_at_once = False  # a second Ctrl-C SIGKILLed the training
         self.slurm = SlurmJob.from_env()
         self.continued = False  # this supervisor continues an earlier allocation's budgets
@@ -158,35 +153,10 @@ class Supervisor:
 
     def _record(self, event: str, verdict: Verdict | None = None, **fields: Any) -> dict[str, Any]:
         """Append one action to supervise.jsonl (one write of one whole line)."""
-        rec = self._entry(event, verdict, **fields)
+        rec = journal_entry(event, self.counters, self.opts, self.pid, verdict, **fields)
         append(self.run_dir, rec)
         if event in _NOTIFIED and self.notifier is not None:
             self._notify(self.notifier, event, rec, verdict)
-        return rec
-
-    def _entry(self, event: str, verdict: Verdict | None = None, **fields: Any) -> dict[str, Any]:
-        """One journal record: the action, the verdict, `fields`, and the supervisor's counters."""
-        rec: dict[str, Any] = {
-            "time": round(time.time(), 3),
-            "event": event,
-            "attempt": self.counters.attempt,
-            "pid": self.pid,
-            "kind": None,
-            "class": None,
-            "step": None,
-            "checkpoint": None,
-        }
-        if verdict is not None:
-            rec.update(kind=verdict.kind, step=verdict.step, message=verdict.message)
-            rec["class"] = verdict.cls
-            if verdict.verdict == "anomaly":
-                rec["onset"] = verdict.step if verdict.onset is None else verdict.onset
-        rec.update(fields)
-        rec.update(
-            self.counters.to_json(),
-            budgets={"restarts": self.opts.restarts, "rollbacks": self.opts.rollbacks},
-            supervisor=os.getpid(),
-        )
         return rec
 
     def _notify(self, notifier: Notifier, event: str, rec: dict[str, Any], verdict: Verdict | None) -> None:
@@ -309,16 +279,6 @@ class Supervisor:
         self.log(note)
         self._record("stop", message=note, stopped=done.count, seconds=round(done.seconds, 3), left=list(done.left))
 
-    def _sleep(self, seconds: float) -> bool:
-        """Sleep, waking for a signal; False when the supervisor was asked to stop."""
-        end = time.monotonic() + seconds
-        while self.interrupted is None:
-            left = end - time.monotonic()
-            if left <= 0:
-                return True
-            time.sleep(min(left, 0.2))
-        return False
-
     def _watch(self) -> Verdict | None:
         """Watch the current attempt from where the last watch left the log (no re-reading)."""
         w = Watcher(
@@ -350,13 +310,23 @@ class Supervisor:
                     url = mask_url(self.deadman.url)
                     self.log(f"runwatch supervise: heartbeat to {url} failed: {failure['error']}")
                     self._record("heartbeat_failed", url=url, error=failure["error"], began=failure["time"])
-            if not self._sleep(self.watch.poll):
+            if not self.signals.sleep(self.watch.poll):
                 return None
 
     def _finish(self, event: str, verdict: Verdict, line: str, code: int, **fields: Any) -> int:
         """The allocation's last record (`done`, `gave_up`, `preempted`) with the goodput up to it
         and `code`, the exit status the supervisor ends with; returns `code`."""
-        rec = self._entry(event, verdict, line=line, checkpoint=self._latest_checkpoint(), exit_code=code, **fields)
+        rec = journal_entry(
+            event,
+            self.counters,
+            self.opts,
+            self.pid,
+            verdict,
+            line=line,
+            checkpoint=self._latest_checkpoint(),
+            exit_code=code,
+            **fields,
+        )
         journal = read_journal(self.run_dir) + [rec]
         figures = goodput(
             self._sessions(),
@@ -396,7 +366,9 @@ class Supervisor:
         """Give a process whose session has ended `grace` seconds to exit on its own, then stop
         it and whatever it left running."""
         end = time.monotonic() + grace
-        while self.pid is not None and _proc.alive(self.pid) and time.monotonic() < end and self.interrupted is None:
+        while (
+            self.pid is not None and _proc.alive(self.pid) and time.monotonic() < end and self.signals.received is None
+        ):
             time.sleep(0.1)
         lingered = self.pid is not None and _proc.alive(self.pid)
         self._stop(f"when still running {grace:g} s after {why}" if lingered else f"when left running after {why}")
@@ -448,7 +420,7 @@ class Supervisor:
                 self.counters.env if self.counters.env and not progressed else {}
             )  # a rollback not yet checkpointed past
             self.log(f"runwatch supervise: {v.kind} ({cls}); relaunching in {wait:g} s")
-            if not self._sleep(wait):
+            if not self.signals.sleep(wait):
                 return None
             self.counters.restarts += 1
             self._launch("relaunch", env, backoff_seconds=wait)
@@ -560,30 +532,22 @@ class Supervisor:
         """The exit status of each outcome (`--exit-code`, `--exit-transient`)."""
         return self.watch.exit_codes
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.interrupted is None:
-            self.interrupted, self.signal_time = signum, time.time()
-        elif signum == signal.SIGINT == self.interrupted and self.pid is not None:
-            # Ctrl-C again while the training stops: kill it now (the stop sees it gone)
-            tree = proctree.ProcessTree.of_launch(self.run_dir, self.pid)
-            if tree is not None and proctree.signal_all(tree, signal.SIGKILL):
-                self.killed_at_once = True
+    def _kill_now(self) -> None:
+        """Ctrl-C again while the training stops: kill it now (the stop sees it gone)."""
+        tree = proctree.ProcessTree.of_launch(self.run_dir, self.pid) if self.pid is not None else None
+        if tree is not None and proctree.signal_all(tree, signal.SIGKILL):
+            self.killed_at_once = True
 
     def run(self) -> int:
         """Supervise until done (0), fatal, out of budget or preempted (the class's exit code)."""
         self._prepare()
-        handlers: dict[signal.Signals, _Handler] = {}
         try:
             self.notifier = Notifier(self.opts.notify) if self.opts.notify else None
             if self.notifier is not None:
                 self.log("runwatch supervise: notifying " + ", ".join(mask_url(u) for u in self.opts.notify))
             if self.deadman is not None:
                 self.log(f"runwatch supervise: heartbeat to {mask_url(self.deadman.url)} while records arrive")
-            try:
-                for sig in (*PREEMPT_SIGNALS, signal.SIGINT):
-                    handlers[sig] = signal.signal(sig, self._on_signal)
-            except ValueError:  # not the main thread: no handlers (the caller stops us)
-                pass
+            self.signals.install()
             verdict = self._begin()
             while True:
                 if verdict is None:
@@ -603,12 +567,11 @@ class Supervisor:
                 code = self._act(verdict)
                 if code is not None:
                     return code
-                if self.interrupted is not None:
+                if self.signals.received is not None:
                     return self._interrupted()
                 verdict = None
         finally:
-            for sig, old in handlers.items():
-                signal.signal(sig, old)
+            self.signals.restore()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None
@@ -618,7 +581,7 @@ class Supervisor:
         session interrupted; SIGKILL after --preempt-grace) and end the allocation. SIGTERM and
         SIGUSR1 are a preemption (`preempted`, requeued under --requeue, the preempted code); SIGINT
         is a person (`gave_up`, 130)."""
-        sig = signal.Signals(self.interrupted or signal.SIGTERM)
+        sig = signal.Signals(self.signals.received or signal.SIGTERM)
         grace = self.opts.preempt_grace
         user = sig == signal.SIGINT
         self.log(
@@ -628,7 +591,7 @@ class Supervisor:
         self._stop(f"after the supervisor received {sig.name}", grace)
         sessions = [s for s in self._sessions() if s.records]
         step = sessions[-1].records[-1].step if sessions else 0
-        fields: dict[str, Any] = {"signal": sig.name, "signal_time": round(self.signal_time or time.time(), 3)}
+        fields: dict[str, Any] = {"signal": sig.name, "signal_time": round(self.signals.time or time.time(), 3)}
         if user:
             v = Verdict.of(
                 Finding("interrupted", step, "the supervisor received SIGINT; the training was stopped"), time.time()

@@ -3,8 +3,8 @@ table), the counters it carries from attempt to attempt (`Counters`), its journa
 `RUN_DIR/supervise.jsonl` (docs/SUPERVISE.md, "supervise.jsonl"), its lock on the run directory,
 and the run directory's output as it quotes it. `supervise.py` runs the supervision.
 
-`runwatch supervise` appends one JSON object a line for each action (`append`: one write of one
-whole line, fsynced); `status` reads the last one (`supervise_status`), a supervisor started
+`runwatch supervise` appends one JSON object a line for each action (`journal_entry` makes it,
+`append` writes it: one write of one whole line, fsynced); `status` reads the last one (`supervise_status`), a supervisor started
 again reads it to continue (`last_record`), `goodput` reads them all (`read_journal`). Standard
 library only.
 """
@@ -15,8 +15,9 @@ import fcntl
 import json
 import os
 import shlex
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, UsageError
 from ..files.rundir import JOURNAL, LOCK, RunDir
@@ -25,6 +26,9 @@ from ..procs.process import alive
 from ..reading.follow import tail_lines
 from .notify import mask_url
 
+if TYPE_CHECKING:
+    from ..judging.watchdog import Verdict
+
 __all__ = [
     "SuperviseOptions",
     "load_supervise_options",
@@ -32,6 +36,7 @@ __all__ = [
     "EVENTS",
     "ENDS",
     "append",
+    "journal_entry",
     "last_record",
     "read_journal",
     "lock_run_dir",
@@ -213,6 +218,39 @@ class Counters:
             frozenset(x for x in stale if isinstance(x, str)) if isinstance(stale, list) else frozenset(),
             whole("warned"),
         )
+
+
+def journal_entry(
+    event: str,
+    counters: Counters,
+    opts: SuperviseOptions,
+    pid: int | None,
+    verdict: Verdict | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """One journal record: the action, the verdict, `fields`, and the supervisor's counters."""
+    rec: dict[str, Any] = {
+        "time": round(time.time(), 3),
+        "event": event,
+        "attempt": counters.attempt,
+        "pid": pid,
+        "kind": None,
+        "class": None,
+        "step": None,
+        "checkpoint": None,
+    }
+    if verdict is not None:
+        rec.update(kind=verdict.kind, step=verdict.step, message=verdict.message)
+        rec["class"] = verdict.cls
+        if verdict.verdict == "anomaly":
+            rec["onset"] = verdict.step if verdict.onset is None else verdict.onset
+    rec.update(fields)
+    rec.update(
+        counters.to_json(),
+        budgets={"restarts": opts.restarts, "rollbacks": opts.rollbacks},
+        supervisor=os.getpid(),
+    )
+    return rec
 
 
 def append(run_dir: str, rec: dict[str, Any]) -> None:

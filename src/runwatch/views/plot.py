@@ -11,12 +11,13 @@ and `--metric-min`). A red marker names every anomaly the watchdog's rules find 
 the log, and the header repeats the verdict of `watchdog.json` when there is one.
 
 The run is read through `records` (the one parser) and judged by `rules` (the watchdog's own
-rules); `load_run` is the only function that touches either. matplotlib is imported only when a
-picture is drawn (`pip install 'runwatch[plot]'`), and only its object API with the Agg canvas is
-used: no pyplot, no global backend switch.
+rules) in `plotdata.load_run` (re-exported here), the only function that touches either; this
+module draws what it returns. matplotlib is imported only when a picture is drawn
+(`pip install 'runwatch[plot]'`), and only its object API with the Agg canvas is used: no pyplot,
+no global backend switch.
 
 Longer than 500 lines on purpose: one short drawing function a panel, beside the layout they
-share (x range, labels, the marks of findings); the reading is `load_run` alone.
+share (x range, labels, the marks of findings); the reading is in `plotdata`.
 """
 
 from __future__ import annotations
@@ -25,19 +26,17 @@ import argparse
 import json
 import math
 import os
-import statistics
 import textwrap
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..errors import InvalidRunError, RunwatchError, UsageError
 from ..files.journal import atomic_write
-from ..judging.rules import Finding, Replay, RuleOptions, Rules, ThroughputDrop, fmt_step
-from ..judging.verdict import read_verdict
+from ..judging.rules import RuleOptions, fmt_step
 from ..options import add_flags, build, given_options
 from ..reading.readers import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
-from ..reading.records import Record, Target, iter_records, parser_for, resolve_target
+from ..reading.records import resolve_target
+from .plotdata import RunView, SessionSeries, load_run
 
 if TYPE_CHECKING:  # matplotlib loads only when a picture is drawn
     from matplotlib.axes import Axes
@@ -96,115 +95,7 @@ _C = {
     "guide": "#555555",
 }
 _OTHER_METRIC_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#1f77b4")
-_EARLIER_ALPHA = 0.3
-# The Hugging Face Trainer logs these among its eval_* values; they are timings, not model quality,
-# and would stretch the metrics panel's scale (samples/s in the hundreds next to an AUROC).
-_NOT_METRICS = frozenset(
-    {"runtime", "samples_per_second", "steps_per_second"}
-)  # earlier sessions: the same colour, lighter
-
-
-@dataclass
-class SessionSeries:
-    """What the plot draws of one session: plain lists, no Record objects kept."""
-
-    key: str
-    start_step: int | float | None
-    # the values are floats, NaN where a record has none (a gap in the line)
-    train_step: list[int | float] = field(default_factory=list)
-    loss: list[float] = field(default_factory=list)
-    lr: list[float] = field(default_factory=list)
-    grad_mean: list[float] = field(default_factory=list)
-    grad_max: list[float] = field(default_factory=list)
-    throughput: list[float] = field(default_factory=list)
-    eval_step: list[int | float] = field(default_factory=list)
-    eval_loss: list[float] = field(default_factory=list)
-    metrics: dict[str, tuple[list[int | float], list[float]]] = field(default_factory=dict)  # name -> (steps, values)
-    end_reason: str | None = None
-    last_step: int | float = 0
-    baseline: float | None = None  # the throughput_drop rule's baseline (None: not enough records)
-    baseline_set: bool = False  # the rule has fixed it (False: the median of its samples so far)
-
-    def points(self) -> int:
-        return len(self.train_step) + len(self.eval_step)
-
-
-@dataclass
-class RunView:
-    """A run as the plot sees it."""
-
-    target: Target
-    title: str
-    schema_v1: bool
-    sessions: list[SessionSeries]
-    findings: list[Finding]
-    verdict: dict[str, Any] | None  # watchdog.json
-    verdict_problem: str | None  # why watchdog.json could not be read
-
-
-def load_run(target: str, opts: RuleOptions, read: ReadOptions | None = None) -> RunView:
-    """Read `target` through the one record parser and replay the watchdog's rules over it."""
-    t = resolve_target(target, read)
-    if not os.path.exists(t.log_path):
-        raise UsageError(f"plot: {target}: no metrics.jsonl or trainer_state.json")
-    parser = parser_for(t, opts.maps)
-    sessions: dict[str, SessionSeries] = {}
-    rules = Replay(opts, parser.start_step)
-    findings: list[Finding] = []
-    for rec in iter_records(t, parser=parser):
-        s = sessions.get(rec.session)
-        if s is None:
-            s = sessions[rec.session] = SessionSeries(rec.session, parser.start_step(rec.session))
-        findings.extend(rules.observe(rec))
-        _add(s, rec)
-    for key, s in sessions.items():
-        s.baseline, s.baseline_set = _baseline(rules.engine(key))
-    v1 = parser.mode == "v1"
-    title = parser.manifest["run_id"] if v1 and parser.manifest else os.path.basename(t.log_path)
-    verdict, problem = read_verdict(t.run_dir)
-    return RunView(t, title, v1, list(sessions.values()), findings, verdict, problem)
-
-
-def _add(s: SessionSeries, rec: Record) -> None:
-    if rec.kind != "invalid":
-        s.last_step = rec.step
-    if rec.kind == "train":
-        s.train_step.append(rec.step)
-        s.loss.append(_num(rec.loss))
-        s.lr.append(_num(rec.lr))
-        s.grad_mean.append(_num(rec.grad_mean))
-        s.grad_max.append(_num(rec.grad_max))
-        s.throughput.append(_num(rec.throughput))
-    elif rec.kind == "end":
-        s.end_reason = rec.reason
-    if rec.has_eval and (rec.eval_loss is not None or rec.metrics):
-        s.eval_step.append(rec.step)
-        s.eval_loss.append(_num(rec.eval_loss))
-        for name, value in (rec.metrics or {}).items():
-            if name in _NOT_METRICS:
-                continue
-            steps, values = s.metrics.setdefault(name, ([], []))
-            steps.append(rec.step)
-            values.append(_num(value))
-
-
-def _num(v: float | None) -> float:
-    """A drawable float: None and non-numbers become NaN (a gap in the line)."""
-    return float(v) if type(v) is int or type(v) is float else math.nan
-
-
-def _baseline(engine: Rules) -> tuple[float | None, bool]:
-    """The throughput baseline the watchdog's rule took, or the median of its samples so far."""
-    rule = next(r for r in engine.rules if isinstance(r, ThroughputDrop))
-    if rule.baseline is not None:
-        return rule.baseline, True
-    if rule.samples:
-        return statistics.median(rule.samples), False
-    if not rule.closed and rule.span_seconds > 0:  # the baseline steps so far, shorter than one span
-        return rule.span_work / rule.span_seconds, False
-    return None, False
-
-
+_EARLIER_ALPHA = 0.3  # earlier sessions: the same colour, lighter
 # --- drawing --------------------------------------------------------------------------------------
 
 

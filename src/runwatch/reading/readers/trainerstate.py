@@ -13,7 +13,8 @@ import os
 from typing import Any
 
 from ...errors import InvalidRunError
-from ...files.schema import loads, read_regular_file
+from ...files.jsonio import loads
+from ...files.schema import read_regular_file
 from .base import BaseReader, Chunk, ReadOptions
 from .keys import KeyMap
 
