@@ -90,9 +90,8 @@ def surfaces(root, rel) -> dict[str, tuple]:
     st = status(path, gpus=False)
     out["status"] = (st["step"], st["loss"])
     view = RunView(rel, resolve_target(path))
-    while view.refresh():
+    while view.refresh():  # (a refresh that leaves a step held back asks for the idle poll that releases it)
         pass
-    view.refresh()  # the server's next pass: a quiet log's last step is whole
     page = view.summary()
     out["page"] = (page["step"], page["loss"])
     _, doc = Tools(str(root)).run_status(rel)
@@ -121,6 +120,28 @@ def test_check_status_page_and_mcp_agree_on_the_last_step_and_loss(tmp_path, kin
     assert found["check"] == (step,)
     for surface in ("status", "page", "mcp"):
         assert found[surface] == (step, loss), (surface, found)
+
+
+def test_a_held_step_is_released_by_the_idle_poll_or_once_the_log_settled(tmp_path):
+    """TensorBoard groups values by step: the last step waits for a later value. `holding()` says
+    so; the next idle poll releases it, and so does a quiet log (`settle`) without a later value of
+    that step being applied twice."""
+    write_tensorboard(tmp_path / "tb", last=199)
+    source = RecordSource(str(tmp_path / "tb"))
+    first = source.poll()
+    assert first.grew and not first.more and source.holding()
+    assert [r.step for r in first.records if r.kind == "train"][-1] == 149
+    idle = source.poll()
+    assert not idle.grew and [r.step for r in idle.records] == [199] and not source.holding()
+    assert source.poll().records == [] and not source.holding()
+
+    settled = RecordSource(str(tmp_path / "tb"), settle=0.0)  # quiet for long enough: released at once
+    steps = [r.step for r in settled.poll().records if r.kind == "train"]
+    assert steps[-1] == 199 and not settled.holding()
+    reader = settled.reader
+    assert reader is not None and reader.grouper.released == 199
+    assert reader.grouper.add(199, None, "train_loss", 1.0, "again") == []
+    assert reader.finish() == []  # the value applied stands
 
 
 def test_a_folder_holding_one_log_is_read_through_it(tmp_path):

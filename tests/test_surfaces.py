@@ -264,10 +264,6 @@ def _run(measured, target, log_id):
 
 
 # The disagreements of the code as it stands, by case; each reason names the surfaces that differ.
-HELD = (
-    "the page (page.list, page.run) and list_runs leave out the last step of a log whose values are grouped "
-    "by step (TensorBoard, MLflow) until a later step starts: an older step, its loss and findings there"
-)
 TEXT = (
     "a text log is read only with --format/--pattern: serve does not list it (page.list, page.run, list_runs) "
     "and run_status, tail_records (no options) read it as JSONL: step and loss null"
@@ -282,10 +278,6 @@ NO_SIGNAL = (
 )
 TAIL = "tail_records leaves out records that hold no minimal-telemetry value: its last step is null"
 XFAIL: dict[tuple[str, str, str], str] = {
-    **{("step", t, i): HELD for t in TARGETS for i in ("lightning-tb", "lightning-nan-tb")},
-    ("loss", "log", "lightning-tb"): HELD,
-    ("loss", "folder", "lightning-tb"): HELD,
-    **{("findings", t, "lightning-nan-tb"): HELD for t in TARGETS},
     **{(q, "folder", "nanogpt-nan"): TEXT_FOLDER for q in ("step", "loss", "findings")},
     **{(q, "folder", "jsonl"): FOLDER for q in ("step", "loss", "findings")},
     **{(q, "folder", "jsonl-no-loss"): FOLDER for q in ("step", "findings")},

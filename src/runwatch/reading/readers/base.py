@@ -104,6 +104,8 @@ class Reader(Protocol):
 
     def poll(self) -> Chunk: ...
     def finish(self) -> list[Item]: ...
+    def holding(self) -> bool: ...
+    def release(self) -> list[Item]: ...
     def torn(self) -> int | str | None: ...
     def mtime(self) -> float: ...
     def pending_bytes(self) -> int: ...
@@ -120,6 +122,16 @@ class BaseReader:
 
     def finish(self) -> list[Item]:
         """What a reader holds back until a later value arrives (the last step), at the end."""
+        return []
+
+    def holding(self) -> bool:
+        """A step is held back (values grouped by step: TensorBoard, MLflow) until a later value,
+        an idle poll, `release()` or `finish()`."""
+        return False
+
+    def release(self) -> list[Item]:
+        """The held step, released as an idle poll releases it: a live reader's view of a quiet log
+        (values of that step that come later form a record of their own, without the keys applied)."""
         return []
 
     def torn(self) -> int | str | None:

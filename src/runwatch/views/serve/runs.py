@@ -321,7 +321,8 @@ class RunView:
                         self._apply(rec)
                     self.version += 1
             if not polled.more:
-                return False
+                # a step held back (values grouped by step) is released by the next, idle poll: ask for it
+                return polled.grew and source.holding()
         return True
 
     def _apply(self, rec: Record) -> None:
