@@ -264,25 +264,13 @@ def _run(measured, target, log_id):
 
 
 # The disagreements of the code as it stands, by case; each reason names the surfaces that differ.
-TEXT = (
-    "a text log is read only with --format/--pattern: serve does not list it (page.list, page.run, list_runs) "
-    "and run_status, tail_records (no options) read it as JSONL: step and loss null"
-)
-FOLDER = (
-    "given the folder of a CSV or a *.jsonl log that is not metrics.jsonl: check and check_run refuse it, "
-    "status, run_status and tail_records say null, serve lists the log inside and reads it"
-)
-TEXT_FOLDER = "given the folder of a text log: check and status refuse it (a directory), " + TEXT
 NO_SIGNAL = (
     "no train loss at all: the page (page.list, page.run) finds no_signal at step 50 (live), check at 100 (the end)"
 )
 TAIL = "tail_records leaves out records that hold no minimal-telemetry value: its last step is null"
 XFAIL: dict[tuple[str, str, str], str] = {
-    **{(q, "folder", "nanogpt-nan"): TEXT_FOLDER for q in ("step", "loss", "findings")},
-    **{(q, "folder", "jsonl"): FOLDER for q in ("step", "loss", "findings")},
-    **{(q, "folder", "jsonl-no-loss"): FOLDER for q in ("step", "findings")},
-    ("step", "log", "jsonl-no-loss"): TAIL,
-    ("findings", "log", "jsonl-no-loss"): NO_SIGNAL,
+    **{("step", t, "jsonl-no-loss"): TAIL for t in TARGETS},
+    **{("findings", t, "jsonl-no-loss"): NO_SIGNAL for t in TARGETS},
 }
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "FORMATS",
     "READERS",
     "READER_FORMATS",
+    "TEXT_FORMATS",
     "Format",
     "BaseReader",
     "PRESETS",
@@ -32,6 +33,8 @@ __all__ = [
 FORMATS = ("jsonl", "tensorboard", "mlflow", "csv", "text", "nanogpt", "megatron")
 # Other tools' formats (their reader applies the key aliases and --map; the step may be grouped).
 READER_FORMATS = ("tensorboard", "mlflow", "csv", "text")
+# Formats whose records a program prints: text logs, read with patterns.
+TEXT_FORMATS = ("text", "nanogpt", "megatron")
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +204,11 @@ class ReadOptions:
             raise ConfigError("read.format text needs --pattern REGEX (with a named group (?P<step>...))")
         if self.run is not None and self.format not in (None, "mlflow"):
             raise ConfigError(f"read.run applies to MLflow stores, got {self.run!r} with --format {self.format}")
+
+    @property
+    def text(self) -> bool:
+        """The log is a text log read with patterns (`--format text/nanogpt/megatron`, `--pattern`)."""
+        return bool(self.pattern) or self.format in TEXT_FORMATS
 
     def patterns(self) -> tuple[str, ...]:
         """The text patterns: --pattern's, or the preset's."""
