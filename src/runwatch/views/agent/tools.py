@@ -37,7 +37,7 @@ from ..serve.runs import inside, run_target
 from ..serve.server import Catalog
 from ..serve.supervision import SupervisionView
 from .bound import fit
-from .tail import last_records, minimal_rows, seq_len_of
+from .tail import MAX_METRICS, last_records, metrics_left_out, minimal_rows, seq_len_of
 from .verdicts import watch_state
 
 __all__ = ["Tools", "MAX_LIST_RUNS", "MAX_TAIL_RECORDS", "MAX_WAIT_SECONDS", "parse_command_line"]
@@ -182,11 +182,19 @@ class Tools:
         used = min(n, MAX_TAIL_RECORDS)
         t = resolve_target(path)
         recs, parser = last_records(t, used)
-        rows = [row for rec in recs for row in minimal_rows(rec, seq_len_of(parser, rec))][-used:]
+        rows: list[dict[str, Any]] = []
+        left_out = 0  # eval metrics past MAX_METRICS in the rows shown
+        for rec in reversed(recs):  # the last `used` rows (a record may give two)
+            if len(rows) >= used:
+                break
+            rows[:0] = minimal_rows(rec, seq_len_of(parser, rec))
+            left_out += metrics_left_out(rec)
         doc: dict[str, Any] = {"run": self.rel(path), "log": self.rel(t.log_path), "format": t.format, "n": used}
         if used != n:
             doc["clamped"] = f"n {n} clamped to {MAX_TAIL_RECORDS}"
-        doc["records"] = rows
+        if left_out:
+            doc["metrics_left_out"] = f"{left_out} eval metrics left out (at most {MAX_METRICS} a row)"
+        doc["records"] = rows[-used:]
         return fit(doc, cut="records", keep="tail")
 
     def check_run(self, run: str, options: list[str] | None = None) -> Result:
