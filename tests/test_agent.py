@@ -506,3 +506,24 @@ def test_launch_supervised_refuses_before_starting_anything(root):
             launch_supervised(tools, run_dir, command, options)
         assert str(exc.value) == message
     assert sorted(os.listdir(root / "runs")) == before
+
+
+def test_run_status_and_tail_records_read_a_log_with_the_options_check_run_takes(root):
+    """A text log in no preset's format is read only with its pattern: given it, the three tools
+    read it alike; without it, there is nothing to read."""
+    os.makedirs(root / "text")
+    with open(root / "text" / "train.out", "w") as f:
+        f.writelines(f"epoch {e} loss={2.0 - e / 10:.2f}\n" for e in range(1, 8))
+    opts = ["--pattern", r"^epoch (?P<step>\d+) loss=(?P<loss>\S+)"]
+    tools = Tools(str(root))
+    _, st = tools.run_status("text", opts)
+    _, tail = tools.tail_records("text", 3, opts)
+    _, checked = tools.check_run("text", opts)
+    assert st["step"] == checked["last_step"] == tail["records"][-1]["step"] == 7
+    assert (st["loss"], tail["records"][-1]["loss"]) == (1.3, 1.3)
+    _, mapped = tools.tail_records("text/train.out", 1, [*opts, "--map", "loss=nothing"])
+    assert mapped["records"] == [{"step": 7}]  # --map, as status takes it: no loss read
+    _, plain = tools.run_status("text/train.out")
+    assert plain["step"] is None  # read as JSONL: no record
+    with pytest.raises(UsageError, match=r"^run_status: read.pattern"):
+        tools.run_status("text", ["--pattern", "no step group"])
