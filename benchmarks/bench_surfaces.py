@@ -17,14 +17,14 @@ Every log is read through each surface a user or an agent has, as that surface r
 | `status` | `runwatch status LOG ARGS --json` | `step` | `loss` | |
 | `page.list` | `serve CORPUS`: `/api/runs`, the run's summary (`serve.server.Catalog`) | `step` | `loss` | `findings` (a count), `first_finding` |
 | `page.run` | `serve CORPUS`: `/api/run/<path>`, the run's detail | `step` | `loss` | `findings_list` |
-| `mcp.run_status` | the MCP tool `run_status` (`agent.tools.Tools(CORPUS)`) | `step` | `loss` | |
+| `mcp.run_status` | the MCP tool `run_status(run, ARGS)` (`agent.tools.Tools(CORPUS)`) | `step` | `loss` | |
 | `mcp.check_run` | `check_run(run, ARGS)` | `last_step` | | `findings` (`findings_total`) |
-| `mcp.tail_records` | `tail_records(run)` (its default: 20 records) | the last record's `step` | the last `loss` | |
+| `mcp.tail_records` | `tail_records(run, options=ARGS)` (its default: 20 records) | the last record's `step` | the last `loss` | |
 | `mcp.list_runs` | `list_runs(under=<id>)` | `step` | `loss` | `findings` (a count) |
 
-The page and the MCP tools are given the log's path and nothing else where they take nothing
-else (the page reads what `serve` finds; `run_status`, `tail_records` and `list_runs` have no
-options): a log that needs `check_args` to be read at all shows what those surfaces make of it.
+The page and `list_runs` are given the log's path and nothing else (they read what `serve` finds,
+and `serve` takes no per-log reading options): a log that needs `check_args` to be read at all
+(a text log in no preset's format) shows what those surfaces make of it.
 The page's answers are passed through the server's own JSON encoder (`serve.server.to_json`), so
 they are what `/api/...` sends. Findings are compared as (kind, step, severity) in order; a list
 cut to fit (the MCP tool's 8 KB bound) is compared as the start of the full one, its total apart.
@@ -168,7 +168,7 @@ def read_mcp(tools: Tools, rel: str, folder: str, args: list[str]) -> dict[str, 
     """The MCP tools over the corpus, given the log's path (relative to the corpus)."""
 
     def run_status() -> dict[str, Any]:
-        _text, doc = tools.run_status(rel)
+        _text, doc = tools.run_status(rel, list(args))
         return {"step": doc.get("step"), "loss": doc.get("loss")}
 
     def check_run() -> dict[str, Any]:
@@ -176,7 +176,7 @@ def read_mcp(tools: Tools, rel: str, folder: str, args: list[str]) -> dict[str, 
         return {"step": doc.get("last_step"), "findings": _findings(doc.get("findings") or [], doc["findings_total"])}
 
     def tail() -> dict[str, Any]:
-        _text, doc = tools.tail_records(rel)  # the tool's default n (20)
+        _text, doc = tools.tail_records(rel, options=list(args))  # the tool's default n (20)
         rows = doc.get("records") or []
         losses = [r["loss"] for r in rows if "loss" in r]
         return {

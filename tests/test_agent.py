@@ -21,9 +21,10 @@ from runwatch.errors import UsageError
 from runwatch.judging.verdict import Verdict, write_verdict
 from runwatch.reading.records import Record, resolve_target
 from runwatch.views.agent import bound, skill_text
-from runwatch.views.agent.tail import last_records, minimal_rows, seq_len_of
+from runwatch.views.agent.tail import MAX_METRICS, last_records, metrics_left_out, minimal_rows, seq_len_of
 from runwatch.views.agent.tools import MAX_LIST_RUNS, Tools
 from runwatch.views.agent.verdicts import watch_state
+from runwatch.views.status import status
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = {"batch_size": 4, "seq_len": 8, "gradient_accumulation_steps": 1, "qk_clip_threshold": None, "max_steps": 100}
@@ -336,6 +337,31 @@ def test_tail_records_of_other_tools_logs(tmp_path):
     ]
 
 
+def test_tail_records_ends_at_the_step_status_says_the_log_reached(root):
+    """A record of no kind (no loss, no eval values) is a row `{"step", "t"}` where it moves the
+    step on; one below the step reached (a hyperparameter logged at step 0 at the end) is left out."""
+    path = root / "runs" / "acc" / "metrics.jsonl"
+    minimal_log(str(path), range(1, 11))
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": 12, "t": 1012.0, "accuracy": 0.9}) + "\n")
+        f.write(json.dumps({"step": 0, "hp_metric": -1.0}) + "\n")
+    _, doc = Tools(str(root)).tail_records("runs/acc", 3)
+    assert [r["step"] for r in doc["records"]] == [9, 10, 12]
+    assert doc["records"][-1] == {"step": 12, "t": 1012.0}
+    assert status(str(path.parent), gpus=False)["step"] == 12
+
+
+def test_a_huge_eval_row_keeps_its_first_metrics_and_says_how_many_went(root):
+    path = root / "runs" / "wide" / "metrics.jsonl"
+    minimal_log(str(path), range(1, 21))
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": 20, "eval_loss": 1.5, **{f"eval_m{i:04d}": 0.5 for i in range(3000)}}) + "\n")
+    _, doc = Tools(str(root)).tail_records("runs/wide", 5)
+    assert [r["step"] for r in doc["records"]] == [17, 18, 19, 20, 20] and "truncated" not in doc
+    assert list(doc["records"][-1]) == ["step", "eval_loss", *(f"eval_m{i:04d}" for i in range(MAX_METRICS))]
+    assert doc["metrics_left_out"] == f"{3000 - MAX_METRICS} eval metrics left out (at most {MAX_METRICS} a row)"
+
+
 def test_minimal_rows_split_eval_values_and_show_a_nonfinite_norm():
     rec = Record("train", "s", 7, time=1.0, loss=0.5, lr=1e-3, nonfinite_grads=1, eval_loss=0.4, metrics={"acc": 0.9})
     assert minimal_rows(rec) == [
@@ -343,6 +369,9 @@ def test_minimal_rows_split_eval_values_and_show_a_nonfinite_norm():
         {"step": 7, "t": 1.0, "eval_loss": 0.4, "eval_acc": 0.9},
     ]
     assert minimal_rows(Record("fatal", "s", 3, error="boom")) == [{"step": 3, "FATAL": "boom"}]
+    assert minimal_rows(Record("other", "s", 9, time=2.0)) == [{"step": 9, "t": 2.0}]
+    many = Record("eval", "s", 7, metrics={f"m{i}": 0.5 for i in range(12)})
+    assert len(minimal_rows(many)[0]) == 1 + MAX_METRICS and metrics_left_out(many) == 12 - MAX_METRICS
     assert seq_len_of(None, rec) is None
 
 
@@ -477,3 +506,24 @@ def test_launch_supervised_refuses_before_starting_anything(root):
             launch_supervised(tools, run_dir, command, options)
         assert str(exc.value) == message
     assert sorted(os.listdir(root / "runs")) == before
+
+
+def test_run_status_and_tail_records_read_a_log_with_the_options_check_run_takes(root):
+    """A text log in no preset's format is read only with its pattern: given it, the three tools
+    read it alike; without it, there is nothing to read."""
+    os.makedirs(root / "text")
+    with open(root / "text" / "train.out", "w") as f:
+        f.writelines(f"epoch {e} loss={2.0 - e / 10:.2f}\n" for e in range(1, 8))
+    opts = ["--pattern", r"^epoch (?P<step>\d+) loss=(?P<loss>\S+)"]
+    tools = Tools(str(root))
+    _, st = tools.run_status("text", opts)
+    _, tail = tools.tail_records("text", 3, opts)
+    _, checked = tools.check_run("text", opts)
+    assert st["step"] == checked["last_step"] == tail["records"][-1]["step"] == 7
+    assert (st["loss"], tail["records"][-1]["loss"]) == (1.3, 1.3)
+    _, mapped = tools.tail_records("text/train.out", 1, [*opts, "--map", "loss=nothing"])
+    assert mapped["records"] == [{"step": 7}]  # --map, as status takes it: no loss read
+    _, plain = tools.run_status("text/train.out")
+    assert plain["step"] is None  # read as JSONL: no record
+    with pytest.raises(UsageError, match=r"^run_status: read.pattern"):
+        tools.run_status("text", ["--pattern", "no step group"])

@@ -122,6 +122,10 @@ def test_every_read_tool_errors_keep_it_serving_and_nothing_is_written(tmp_path)
     (tmp_path / "outside").mkdir()
     minimal_log(str(tmp_path / "outside" / "metrics.jsonl"), range(1, 4))
     os.symlink(tmp_path / "outside", root / "out")
+    os.makedirs(root / "text")
+    with open(root / "text" / "train.out", "w") as f:
+        f.writelines(f"epoch {e} loss={2.0 - e / 10:.2f}\n" for e in range(1, 8))
+    pattern = ["--pattern", r"^epoch (?P<step>\d+) loss=(?P<loss>\S+)"]
     real = os.path.realpath(root)
     errlog = open(tmp_path / "server.err", "w")
 
@@ -130,13 +134,23 @@ def test_every_read_tool_errors_keep_it_serving_and_nothing_is_written(tmp_path)
         assert names == READ_TOOLS  # no launch_supervised, no stop_run without --act
         before = tree(root)
         runs = await c.call("list_runs")
-        assert runs["total"] == 62 and len(runs["runs"]) <= 50
+        assert runs["total"] == 62 and len(runs["runs"]) <= 50  # (the text log needs --pattern: not a run)
         assert runs["runs"][0]["path"] == "runs/nan" and runs["runs"][0]["findings"] == 1  # trouble first
         status = await c.call("run_status", run="runs/a")
         assert status["step"] == 40 and status["watchdog"] is None and status["run"] == "runs/a"
         tail = await c.call("tail_records", run="runs/a", n=5000)
         assert tail["n"] == 200 and tail["clamped"] == "n 5000 clamped to 200"
         assert 0 < len(tail["records"]) <= 200 and tail["records"][-1]["step"] == 40
+        # a log that needs reading options: run_status and tail_records take them as check_run does
+        text_status = await c.call("run_status", run="text", options=pattern)
+        assert (text_status["step"], text_status["loss"], text_status["log"]) == (
+            7,
+            1.3,
+            str(root / "text" / "train.out"),
+        )
+        text_tail = await c.call("tail_records", run="text/train.out", n=2, options=pattern)
+        assert [(r["step"], r["loss"]) for r in text_tail["records"]] == [(6, 1.4), (7, 1.3)]
+        assert text_tail["format"] == "text"
         checked = await c.call("check_run", run="runs/nan", options=["--metric", "acc"])
         assert checked["exit"] == 7 and checked["verdict"].startswith("ANOMALY nonfinite_loss step=15: ")
         assert checked["findings"][0]["class"] == "divergence" and checked["findings"][0]["onset"] == 15
@@ -157,6 +171,9 @@ def test_every_read_tool_errors_keep_it_serving_and_nothing_is_written(tmp_path)
             await c.error("list_runs", under="/"),
             await c.error("check_run", run="runs/a", options=["--help"]),
             await c.error("check_run", run="runs/a", options=["--grad-max", "-1"]),
+            await c.error("run_status", run="text", options=["--format", "zip"]),
+            await c.error("tail_records", run="text", options=["--chance-loss", "0.693"]),
+            await c.error("run_status", run="runs", options=["--format", "nanogpt"]),
         ]
         assert errors[:4] == [
             f"run_status: ../outside: '..' is not allowed; give a path inside {real}",
@@ -165,6 +182,9 @@ def test_every_read_tool_errors_keep_it_serving_and_nothing_is_written(tmp_path)
             f"check_run: runs/none: no such run under {real}",
         ]
         assert all("\n" not in e and "Traceback" not in e for e in errors)
+        assert errors[8].startswith("run_status: ") and "zip" in errors[8]
+        assert errors[9].startswith("tail_records: ") and "--chance-loss" in errors[9]
+        assert errors[10] == f"--format nanogpt: {root / 'runs'} holds no single such log; give the file"
         # bad argument types and unknown tools: as the SDK reports them
         assert "validation error" in await c.error("tail_records", run="runs/a", n="many")
         assert "Unknown tool: stop_run" in await c.error("stop_run", run="runs/a")

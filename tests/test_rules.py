@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from runwatch.judging.rules import RULE_ORDER, Rules, replay
+from runwatch.judging.rules import RULE_ORDER, Replay, Rules, replay
 from runwatch.judging.watchdog import Options
 from runwatch.reading.records import Record
 
@@ -475,3 +475,20 @@ def test_state_of_the_relative_rules_round_trips():
         b.load_state_dict(saved)
         assert b.state_dict() == a.state_dict()
         assert [a.observe(r) for r in recs[cut:]] == [b.observe(r) for r in recs[cut:]]
+
+
+def test_a_preview_of_the_end_of_the_log_leaves_the_replay_as_it_was():
+    """`finish(commit=False)`: what the end would decide now (the run page's settled log), said
+    again at the real end; a committed finish says it once."""
+    r = Replay(Options())
+    for s in range(1, 41):
+        assert r.observe(Record("train", "s", s, loss=0.693 + (s * 7 % 5) / 1000)) == ()
+    preview = r.finish(40, commit=False)
+    assert [(f.kind, f.step) for f in preview] == [("no_progress", 40)]
+    assert r.finish(40, commit=False) == preview
+    assert r.finish(40) == preview
+    assert r.finish(40) == []
+    lossless = Replay(Options())
+    lossless.observe(Record("other", "s", 5))
+    assert [f.kind for f in lossless.finish(5, commit=False)] == ["no_signal"]
+    assert [f.kind for f in lossless.finish(5)] == ["no_signal"]

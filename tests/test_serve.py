@@ -585,9 +585,8 @@ def test_other_tools_logs_are_runs_read_incrementally(tmp_path):
         while view.refresh():
             pass
         assert view.error is None, view.error
-        assert view.records > 0 and view.tail[-1].kind == "train"
-        view.refresh()  # a reader may give its last step once the file stayed quiet for a poll
-        assert view.records >= (30 if rel.startswith("tb") else 20) - 1
+        # every step, the last one too: a refresh that leaves a step held back polls once more
+        assert view.records == (30 if rel.startswith("tb") else 20) and view.tail[-1].kind == "train"
         # nothing new: a refresh applies nothing
         records = view.records
         assert view.refresh() is False and view.records == records
@@ -611,3 +610,51 @@ def test_a_dangling_run_json_is_an_error_of_its_run(tmp_path):
     os.rename(tmp_path / "run.json.saved", run / "run.json")
     view.refresh()
     assert view.error is None and view.records == 6 and view.summary()["step"] == 5
+
+
+def test_the_page_adds_the_end_of_the_log_findings_once_the_log_has_settled(tmp_path):
+    """A log without a train loss: `check` warns no_signal at the step reached. The page says so
+    once the log is judged as a whole: not while it may still grow, then once it has not grown
+    for SETTLED_SECONDS; a run whose latest session ended (an end record) is settled at once."""
+    from runwatch.reading.records import resolve_target
+    from runwatch.views.serve.runs import SETTLED_SECONDS, RunView
+
+    path = tmp_path / "acc" / "train.jsonl"
+    os.makedirs(path.parent)
+    with open(path, "w") as f:
+        for s in range(1, 101):
+            f.write(json.dumps({"step": s, "t": 1000.0 + s, "accuracy": 0.5 + s / 1000}) + "\n")
+    view = RunView("acc/train.jsonl", resolve_target(str(path)))
+    while view.refresh():
+        pass
+    now = time.time()
+    live = view.summary(now)
+    assert (live["findings"], live["first_finding"], view.detail(now)["findings_list"]) == (0, None, [])
+    later = now + SETTLED_SECONDS + 1  # nothing written since
+    settled = view.summary(later)
+    assert settled["findings"] == settled["warnings"] == 1
+    assert (settled["first_finding"]["kind"], settled["first_finding"]["step"]) == ("no_signal", 100)
+    expected = [(f.kind, f.step, f.message) for f in check(str(path)).findings]
+    assert [(f["kind"], f["step"], f["message"]) for f in view.detail(later)["findings_list"]] == expected
+    assert view.summary(later)["findings"] == 1  # a preview: said once, however often asked
+
+    flat = tmp_path / "flat"
+    with RunLogger(
+        str(flat),
+        recipe={
+            "batch_size": 4,
+            "seq_len": 8,
+            "gradient_accumulation_steps": 1,
+            "qk_clip_threshold": None,
+            "max_steps": 600,
+        },
+        window=1,
+    ) as log:
+        for i in range(40):  # too short for the live rule's window: judged at the end only
+            log.step(loss=0.693 + (i * 7 % 5) / 1000, lr=1e-3, grad_norm=0.5)
+    view = RunView("flat", resolve_target(str(flat)))
+    while view.refresh():
+        pass
+    expected = [(f.kind, f.step) for f in check(str(flat)).findings]
+    assert expected == [("no_progress", 40)]  # judged on the session's whole length, at its end
+    assert [(f["kind"], f["step"]) for f in view.detail(time.time())["findings_list"]] == expected

@@ -13,9 +13,10 @@ import os
 
 import pytest
 
+from runwatch.errors import UsageError
 from runwatch.judging.replay import check
 from runwatch.judging.watchdog import Options, Watcher
-from runwatch.reading.readers import READERS, open_reader
+from runwatch.reading.readers import READERS, ReadOptions, open_reader
 from runwatch.reading.records import iter_records, resolve_target
 from runwatch.reading.source import RecordSource
 from runwatch.views.agent.tools import Tools
@@ -90,9 +91,8 @@ def surfaces(root, rel) -> dict[str, tuple]:
     st = status(path, gpus=False)
     out["status"] = (st["step"], st["loss"])
     view = RunView(rel, resolve_target(path))
-    while view.refresh():
+    while view.refresh():  # (a refresh that leaves a step held back asks for the idle poll that releases it)
         pass
-    view.refresh()  # the server's next pass: a quiet log's last step is whole
     page = view.summary()
     out["page"] = (page["step"], page["loss"])
     _, doc = Tools(str(root)).run_status(rel)
@@ -123,6 +123,28 @@ def test_check_status_page_and_mcp_agree_on_the_last_step_and_loss(tmp_path, kin
         assert found[surface] == (step, loss), (surface, found)
 
 
+def test_a_held_step_is_released_by_the_idle_poll_or_once_the_log_settled(tmp_path):
+    """TensorBoard groups values by step: the last step waits for a later value. `holding()` says
+    so; the next idle poll releases it, and so does a quiet log (`settle`) without a later value of
+    that step being applied twice."""
+    write_tensorboard(tmp_path / "tb", last=199)
+    source = RecordSource(str(tmp_path / "tb"))
+    first = source.poll()
+    assert first.grew and not first.more and source.holding()
+    assert [r.step for r in first.records if r.kind == "train"][-1] == 149
+    idle = source.poll()
+    assert not idle.grew and [r.step for r in idle.records] == [199] and not source.holding()
+    assert source.poll().records == [] and not source.holding()
+
+    settled = RecordSource(str(tmp_path / "tb"), settle=0.0)  # quiet for long enough: released at once
+    steps = [r.step for r in settled.poll().records if r.kind == "train"]
+    assert steps[-1] == 199 and not settled.holding()
+    reader = settled.reader
+    assert reader is not None and reader.grouper.released == 199
+    assert reader.grouper.add(199, None, "train_loss", 1.0, "again") == []
+    assert reader.finish() == []  # the value applied stands
+
+
 def test_a_folder_holding_one_log_is_read_through_it(tmp_path):
     write_lightning_csv(tmp_path / "lit" / "metrics.csv", last=999)
     (tmp_path / "lit" / "hparams.yaml").write_text("lr: 0.01\n")
@@ -130,6 +152,50 @@ def test_a_folder_holding_one_log_is_read_through_it(tmp_path):
     assert (t.format, os.path.basename(t.log_path)) == ("csv", "metrics.csv")
     assert check(str(tmp_path / "lit")).last_step == 999
     assert status(str(tmp_path / "lit"), gpus=False)["step"] == 999
+
+
+def test_a_folder_holding_one_jsonl_log_of_steps_is_read_through_it(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    with open(run / "train.jsonl", "w") as f:
+        f.write("\n")  # (blank lines before the first record)
+        for step in range(1, 31):
+            f.write(json.dumps({"step": step, "loss": 2.0 - step / 100}) + "\n")
+    (run / "config.json").write_text('{"lr": 0.01}')
+    t = resolve_target(str(run))
+    assert (t.format, os.path.basename(t.log_path)) == ("jsonl", "train.jsonl")
+    assert check(str(run)).last_step == 30
+    assert status(str(run), gpus=False)["step"] == 30
+    # a JSONL data set (no step in its first record) is no log: the folder stays a run directory
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "rows.jsonl").write_text('{"text": "hello", "label": 1}\n')
+    assert resolve_target(str(data)).log_path == str(data / "metrics.jsonl")
+
+
+def test_a_folder_named_with_a_format_or_a_pattern_is_read_through_its_one_log_of_it(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    pattern = r"^epoch (?P<step>\d+) loss=(?P<loss>\S+)"
+    with open(run / "train.out", "wb") as f:
+        f.write(b"\0" * 64 + b"starting\n")  # NUL padding where an earlier writer was cut off
+        f.write(b"".join(b"epoch %d loss=%.3f\n" % (e, 2.0 - e / 10) for e in range(1, 11)))
+    (run / "notes.txt").write_text("nothing to see\n")
+    read = ReadOptions(pattern=(pattern,))
+    t = resolve_target(str(run), read)
+    assert (t.format, os.path.basename(t.log_path)) == ("text", "train.out")
+    assert check(str(run), read=read).last_step == 10
+    assert status(str(run), gpus=False, read=read)["step"] == 10
+    (run / "stdout.log").write_text("epoch 3 loss=1.7\n")  # what `launch` writes: the one it reads
+    assert resolve_target(str(run), read).log_path == str(run / "stdout.log")
+    write_lightning_csv(tmp_path / "lit" / "metrics.csv", last=999)
+    (tmp_path / "lit" / "data.csv").write_text("text,label\nhello,1\n")  # a table, no log of steps
+    assert resolve_target(str(tmp_path / "lit"), ReadOptions(format="csv")).log_path.endswith("metrics.csv")
+    with pytest.raises(UsageError, match=r"--format nanogpt: .* holds no single such log; give the file$"):
+        resolve_target(str(tmp_path / "lit"), ReadOptions(format="nanogpt"))
+    write_lightning_csv(tmp_path / "lit" / "more.csv", last=99)
+    with pytest.raises(UsageError, match="--format csv: .* holds no single such log"):
+        resolve_target(str(tmp_path / "lit"), ReadOptions(format="csv"))
 
 
 def test_serve_lists_every_run_of_a_folder_of_runs_of_mixed_formats(tmp_path):

@@ -525,8 +525,11 @@ class Rules:
             return (stop,)  # type: ignore[return-value]
         return (warn,) if stop is None else (warn, stop)
 
-    def finish(self, session: str | None = None, step: int | float | None = None) -> list[Finding]:
-        """The findings of the session judged once more on its whole length (a replay's end)."""
+    def finish(
+        self, session: str | None = None, step: int | float | None = None, *, commit: bool = True
+    ) -> list[Finding]:
+        """The findings of the session judged once more on its whole length (a replay's end).
+        `commit=False`: a preview (the log may go on), which leaves the rules as they were."""
         out: list[Finding] = []
         at = self.last_step if self.last_step is not None else step
         for i, rule in self._final:
@@ -534,7 +537,8 @@ class Rules:
                 continue
             msg = rule.final()
             if msg is not None:
-                self.active[i] = True
+                if commit:
+                    self.active[i] = True
                 severity = STOP if self._stops[i] else WARN
                 out.append(Finding(rule.kind, at, msg, session, rule.onset_step, severity))
         return out
@@ -594,12 +598,13 @@ class Replay:
             signal.look(rec)
         return self.engine(rec.session).observe(rec)
 
-    def finish(self, step: int | float | None = None) -> list[Finding]:
+    def finish(self, step: int | float | None = None, *, commit: bool = True) -> list[Finding]:
         """What the end of the log decides: `no_progress` of each session on its whole length, and
-        `no_signal` when no record gave a train loss. `step`: the step the log reached."""
+        `no_signal` when no record gave a train loss. `step`: the step the log reached.
+        `commit=False`: what the end would decide now, the replay left as it was (it goes on)."""
         out: list[Finding] = []
         for session, eng in self.engines.items():
-            out.extend(eng.finish(session, step))
+            out.extend(eng.finish(session, step, commit=commit))
         severities: dict[str, str] = getattr(self.opts, "severities", DEFAULT_SEVERITY)
         severity = severities.get("no_signal", WARN)
         msg = self.signal.final()

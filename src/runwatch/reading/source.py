@@ -194,6 +194,11 @@ class RecordSource:
         """Where the log ends in a record still being written (a JSONL line number), as of the last poll."""
         return self.reader.torn() if self.reader is not None else None
 
+    def holding(self) -> bool:
+        """The reader holds a step back (TensorBoard, MLflow: values grouped by step) that the next
+        idle poll releases: one more poll shows the log's last step."""
+        return self.reader is not None and self.reader.holding()
+
     def pending_bytes(self) -> int:
         """Bytes of the log not read yet, as of the last poll."""
         return self.reader.pending_bytes() if self.reader is not None else 0
@@ -289,8 +294,10 @@ class RecordSource:
         if reader.max_steps != parser.max_steps_hint:
             parser.max_steps_hint = reader.max_steps
         items = chunk.items
-        if not chunk.more and (final or (self.settle is not None and reader.mtime() < time.time() - self.settle)):
+        if not chunk.more and final:
             items = items + reader.finish()  # (after the lines: a reader with lines holds nothing back)
+        elif not chunk.more and self.settle is not None and reader.mtime() < time.time() - self.settle:
+            items = items + reader.release()  # as an idle poll releases it: a later value is not applied twice
         return Polled(
             parser,
             items,

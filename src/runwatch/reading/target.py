@@ -7,8 +7,10 @@ directory, the log and its format).
 A run directory (`metrics.jsonl`) or a Hugging Face output directory (`trainer_state.json`) is read
 as such whatever else it holds; other tools' logs are detected by `readers.detect` (by name and
 content) or named by `--format`. A folder holding none of these but exactly one log file (a CSV
-with a step or epoch column, a JSONL file, a text log in a preset's format) is read through that
-file. Standard library only.
+with a step or epoch column, a `*.jsonl` whose first record has a step, a text log in a preset's
+format) is read through that file; so is a folder named with `--format csv/text/nanogpt/megatron`
+or `--pattern` (a text log: its `stdout.log`, else the one file whose head the patterns match).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..errors import UsageError
 from ..files.rundir import RunDir
-from .readers import ReadOptions, detect, sniff_log
+from .readers import ReadOptions, detect, is_log, sniff_log
 
 __all__ = ["Target", "resolve_target", "find_trainer_state", "single_log", "FILE_SUFFIXES", "NOT_LOGS"]
 
@@ -58,10 +61,17 @@ def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
     (also one level down, in its latest `checkpoint-N/`). Other tools' logs (TensorBoard, MLflow,
     CSV, text) are detected by `readers.detect` (by name) and `readers.sniff_log` (a text log in a
     preset's format), or named by `read.format`; a directory holding none of these but one such log
-    is read through it (`single_log`).
+    is read through it (`single_log`). A directory named with `--format csv`, a text format or
+    `--pattern` is read through its one log of that format (UsageError when it holds none, or several).
     """
     target = os.fspath(target)
     read = read or ReadOptions()
+    if (read.text or read.format == "csv") and os.path.isdir(target):
+        log = single_log(target, read)
+        if log is None:
+            how = "--pattern" if read.pattern else f"--format {read.format}"
+            raise UsageError(f"{how}: {target} holds no single such log; give the file")
+        return resolve_target(log, read)
     # A run directory (metrics.jsonl) or a Hugging Face output directory (trainer_state.json) is read
     # as before, whatever else it holds (the HF Trainer's TensorBoard files, say), unless --format says.
     own = read.format is None and os.path.isdir(target) and find_trainer_state(target) is not None
@@ -96,9 +106,15 @@ def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
     return Target(run_dir, target, "jsonl")
 
 
-def single_log(folder: str) -> str | None:
-    """The one log file of a folder that holds no run directory's log: a CSV with a step or epoch
-    column, or a text log in a preset's format; None when there is none or more than one."""
+def single_log(folder: str, read: ReadOptions | None = None) -> str | None:
+    """The one log file of a folder that holds no run directory's log, None when there is none or
+    more than one. Without a format: a CSV with a step or epoch column, a `*.jsonl` whose first
+    record has a step, or a text log in a preset's format (`readers.sniff_log`). With `--format
+    csv`: the one CSV of steps; a text log (`read.text`): the folder's `stdout.log` (what `launch`
+    writes), else the one file whose head the patterns match."""
+    read = read or ReadOptions()
+    if read.text and os.path.isfile(RunDir(folder).stdout):
+        return RunDir(folder).stdout
     try:
         names = sorted(os.listdir(folder))
     except OSError:
@@ -106,7 +122,7 @@ def single_log(folder: str) -> str | None:
     found = [
         path
         for path in (os.path.join(folder, n) for n in names if n not in NOT_LOGS and not n.startswith("."))
-        if os.path.isfile(path) and sniff_log(path) is not None
+        if os.path.isfile(path) and is_log(path, read)
     ]
     return found[0] if len(found) == 1 else None
 

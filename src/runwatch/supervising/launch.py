@@ -28,7 +28,7 @@ from ..options import add_command_arguments, split_command
 from ..procs import waiter
 from ..procs.process import launched_here
 from ..procs.proctree import start_ticks
-from ..reading.readers import ReadOptions, read_options
+from ..reading.readers import TEXT_FORMATS, ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 
 __all__ = ["launch", "log_target", "LAUNCH_ENV", "WAITER", "TEXT_FORMATS", "add_arguments", "run"]
@@ -41,8 +41,6 @@ LAUNCH_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
     "TOKENIZERS_PARALLELISM": "false",
 }
-# Formats whose records a program prints: read from its own output.
-TEXT_FORMATS = ("text", "nanogpt", "megatron")
 # The script that starts the command, waits for it and writes exit.json (run as a file, not imported).
 WAITER = os.path.abspath(waiter.__file__)  # run as a plain script (it imports nothing of runwatch)
 
@@ -154,7 +152,7 @@ def log_target(run_dir: str, read: ReadOptions) -> str:
     `metrics.jsonl` or the one log of another tool is found (as `runwatch watch RUN_DIR` finds it)."""
     if read.log:
         return os.path.join(run_dir, read.log)
-    if read.pattern or read.format in TEXT_FORMATS:
+    if read.text:  # a program's printed records: its own output
         return RunDir(run_dir).stdout
     return run_dir
 

@@ -36,6 +36,7 @@ from .base import (
     PRESETS,
     READER_FORMATS,
     READERS,
+    TEXT_FORMATS,
     BaseReader,
     Chunk,
     Format,
@@ -50,6 +51,7 @@ __all__ = [
     "FORMATS",
     "READERS",
     "READER_FORMATS",
+    "TEXT_FORMATS",
     "Format",
     "BaseReader",
     "PRESETS",
@@ -62,6 +64,7 @@ __all__ = [
     "open_reader",
     "detect",
     "sniff_log",
+    "is_log",
 ]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -145,11 +148,25 @@ def open_reader(
 
 def sniff_log(path: str) -> tuple[str, ReadOptions] | None:
     """The format of a log file recognised by its content alone, and how to read it: a CSV whose
-    header names a step or epoch column, a text log whose lines match a preset (nanoGPT,
-    Megatron-LM); None otherwise (JSONL and the rest)."""
-    from . import csvlog, textlog
+    header names a step or epoch column, a `*.jsonl` (`*.ndjson`) whose first record has a step
+    (or epoch), a text log whose lines match a preset (nanoGPT, Megatron-LM); None otherwise."""
+    from . import csvlog, jsonl, textlog
 
     if path.endswith(".csv"):
         return ("csv", ReadOptions()) if csvlog.is_log(path) else None
+    if path.endswith(jsonl.SUFFIXES):
+        return ("jsonl", ReadOptions()) if jsonl.is_log(path) else None
     preset = textlog.sniff(path)
     return ("text", ReadOptions(format=preset)) if preset is not None else None
+
+
+def is_log(path: str, read: ReadOptions) -> bool:
+    """`path` is a log read as `read` says: with patterns (`read.text`), a line of its head matches
+    one; with `--format csv`, a CSV of steps; else a log `sniff_log` recognises."""
+    from . import csvlog, textlog
+
+    if read.text:
+        return textlog.matches(path, read.patterns())
+    if read.format == "csv":
+        return path.endswith(".csv") and csvlog.is_log(path)
+    return sniff_log(path) is not None

@@ -17,6 +17,7 @@ __all__ = [
     "FORMATS",
     "READERS",
     "READER_FORMATS",
+    "TEXT_FORMATS",
     "Format",
     "BaseReader",
     "PRESETS",
@@ -32,6 +33,8 @@ __all__ = [
 FORMATS = ("jsonl", "tensorboard", "mlflow", "csv", "text", "nanogpt", "megatron")
 # Other tools' formats (their reader applies the key aliases and --map; the step may be grouped).
 READER_FORMATS = ("tensorboard", "mlflow", "csv", "text")
+# Formats whose records a program prints: text logs, read with patterns.
+TEXT_FORMATS = ("text", "nanogpt", "megatron")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,8 @@ class Reader(Protocol):
 
     def poll(self) -> Chunk: ...
     def finish(self) -> list[Item]: ...
+    def holding(self) -> bool: ...
+    def release(self) -> list[Item]: ...
     def torn(self) -> int | str | None: ...
     def mtime(self) -> float: ...
     def pending_bytes(self) -> int: ...
@@ -120,6 +125,16 @@ class BaseReader:
 
     def finish(self) -> list[Item]:
         """What a reader holds back until a later value arrives (the last step), at the end."""
+        return []
+
+    def holding(self) -> bool:
+        """A step is held back (values grouped by step: TensorBoard, MLflow) until a later value,
+        an idle poll, `release()` or `finish()`."""
+        return False
+
+    def release(self) -> list[Item]:
+        """The held step, released as an idle poll releases it: a live reader's view of a quiet log
+        (values of that step that come later form a record of their own, without the keys applied)."""
         return []
 
     def torn(self) -> int | str | None:
@@ -189,6 +204,11 @@ class ReadOptions:
             raise ConfigError("read.format text needs --pattern REGEX (with a named group (?P<step>...))")
         if self.run is not None and self.format not in (None, "mlflow"):
             raise ConfigError(f"read.run applies to MLflow stores, got {self.run!r} with --format {self.format}")
+
+    @property
+    def text(self) -> bool:
+        """The log is a text log read with patterns (`--format text/nanogpt/megatron`, `--pattern`)."""
+        return bool(self.pattern) or self.format in TEXT_FORMATS
 
     def patterns(self) -> tuple[str, ...]:
         """The text patterns: --pattern's, or the preset's."""

@@ -9,14 +9,36 @@ reader and parser (`Chunk.restart`).
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from ..follow import READ_CHUNK_BYTES, LogFollower
 from .base import BaseReader, Chunk, ReadOptions
-from .keys import KeyMap
+from .keys import ALIASES, KeyMap
 
-__all__ = ["JsonlReader", "open_reader"]
+__all__ = ["JsonlReader", "open_reader", "is_log", "SUFFIXES"]
+
+# The names of a JSONL log that is not a run directory's metrics.jsonl.
+SUFFIXES = (".jsonl", ".ndjson")
+# The head of a file read for its first record.
+_HEAD_BYTES = 64 * 1024
+
+
+def is_log(path: str) -> bool:
+    """The file's first non-blank line is a JSON object with a step: `step`, `epoch` or an alias of
+    the step (`global_step`, `iter`, ...): a log of steps, not a data set of JSON lines."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEAD_BYTES)
+    except OSError:
+        return False
+    line = next((x for x in head.splitlines() if x.strip()), b"")
+    try:
+        first = json.loads(line)
+    except ValueError:  # (a first line longer than the head, too)
+        return False
+    return isinstance(first, dict) and any(k in first for k in (*ALIASES["step"], "epoch"))
 
 
 def open_reader(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None = None) -> JsonlReader:

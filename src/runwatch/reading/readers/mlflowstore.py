@@ -164,6 +164,12 @@ class SqliteReader(BaseReader):
     def finish(self) -> list[Item]:
         return self.grouper.flush()
 
+    def holding(self) -> bool:
+        return self.grouper.pending()
+
+    def release(self) -> list[Item]:
+        return self.grouper.idle()
+
     def mtime(self) -> float:
         return self._mtime
 
@@ -240,6 +246,12 @@ class FileStoreReader(BaseReader):
 
     def finish(self) -> list[Item]:
         return self.grouper.flush()
+
+    def holding(self) -> bool:
+        return self.grouper.pending()
+
+    def release(self) -> list[Item]:
+        return self.grouper.idle()
 
     def torn(self) -> str | None:
         for key, f in self.files.items():

@@ -19,7 +19,7 @@ from .base import PRESETS, BaseReader, Chunk, ReadOptions
 from .csvlog import number
 from .keys import KeyMap
 
-__all__ = ["TextReader", "open_reader", "sniff"]
+__all__ = ["TextReader", "open_reader", "sniff", "matches"]
 
 # The head of a file searched for a preset's record line, and the lines of it tried.
 _SNIFF_BYTES = 64 * 1024
@@ -46,6 +46,18 @@ def sniff(path: str) -> str | None:
         if any(rx.search(line) for line in text):
             return name
     return None
+
+
+def matches(path: str, patterns: tuple[str, ...]) -> bool:
+    """A line of the file's head matches one of `patterns` (NUL bytes, the padding a file may hold
+    where its writer was cut off, dropped first)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES).replace(b"\0", b"")
+    except OSError:
+        return False
+    text = head.decode("utf-8", "replace").splitlines()[:_SNIFF_LINES]
+    return any(rx.search(line) for rx in map(re.compile, patterns) for line in text)
 
 
 class TextReader(BaseReader):

@@ -293,6 +293,12 @@ class TensorBoardReader(BaseReader):
         """The step still held back (the end of a replay, or the process has ended)."""
         return self.grouper.flush()
 
+    def holding(self) -> bool:
+        return self.grouper.pending()
+
+    def release(self) -> list[Item]:
+        return self.grouper.idle()
+
     def torn(self) -> str | None:
         for ef in self.files:
             if ef.pending_bytes():

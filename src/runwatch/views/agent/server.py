@@ -61,6 +61,16 @@ Options = Annotated[
 ]
 
 
+ReadingOptions = Annotated[
+    list[str] | None,
+    Field(
+        description="how to read a log runwatch did not write, as separate strings, "
+        'e.g. ["--format", "nanogpt"], ["--pattern", "^step (?P<step>\\d+) loss (?P<loss>\\S+)"], '
+        '["--map", "loss=train/loss"]'
+    ),
+]
+
+
 def _answer(tool: str, call: Callable[[], Result]) -> CallToolResult:
     """Run a tool; its result, or an error result of one line."""
     try:
@@ -96,19 +106,22 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         return _answer("list_runs", lambda: tools.list_runs(under))
 
     @server.tool(annotations=read_only)
-    def run_status(run: Run) -> CallToolResult:
+    def run_status(run: Run, options: ReadingOptions = None) -> CallToolResult:
         """A short check-in on one run (`runwatch status --json`): step, loss, rate, ETA, process, the
-        watchdog's verdict with its class and onset (or whether a watch runs), warnings, supervision."""
-        return _answer("run_status", lambda: tools.run_status(run))
+        watchdog's verdict with its class and onset (or whether a watch runs), warnings, supervision.
+        `options` say how to read a log runwatch did not write (--format, --pattern, --run, --map)."""
+        return _answer("run_status", lambda: tools.run_status(run, options))
 
     @server.tool(annotations=read_only)
     def tail_records(
         run: Run,
         n: Annotated[int, Field(description="how many records (at most 200; larger is clamped)")] = 20,
+        options: ReadingOptions = None,
     ) -> CallToolResult:
         """The last n records of a run's log in minimal-telemetry keys (step, t, loss, lr, grad_norm,
-        sps, eval_loss, eval_<metric>), whatever its format; read from the end, not the whole log."""
-        return _answer("tail_records", lambda: tools.tail_records(run, n))
+        sps, eval_loss, eval_<metric>), whatever its format; read from the end, not the whole log.
+        `options` as run_status takes them (--format, --pattern, --run, --map)."""
+        return _answer("tail_records", lambda: tools.tail_records(run, n, options))
 
     @server.tool(annotations=read_only)
     def check_run(run: Run, options: Options = None) -> CallToolResult:

@@ -7,8 +7,8 @@
 | tool | the command it mirrors | through |
 | --- | --- | --- |
 | list_runs | `serve`'s `/api/runs` | `serve.server.Catalog` (its finding, reading and summary of runs) |
-| run_status | `status --json` | `status.status`, plus the journal as `serve` reads it |
-| tail_records | (the log itself) | `agent.tail.last_records` |
+| run_status | `status --json` | `status.status` (its reading options: `--format`, `--pattern`, `--run`, `--map`), plus the journal as `serve` reads it |
+| tail_records | (the log itself) | `agent.tail.last_records`, read as `run_status` reads it |
 | check_run | `check --json` | the `check` parser, `watchdog.check_from_args`, `CheckResult.to_json`, `verdict.exit_status` |
 | explain | docs/WATCHDOG.md's runbook | `runbook.explain` |
 | plan_run | `plan` | `preflight.plan.plan` |
@@ -32,12 +32,13 @@ from ...errors import InsufficientRunError, UsageError
 from ...files.rundir import JOURNAL
 from ...judging.verdict import exit_status
 from ...options import Parser
-from ...reading.records import resolve_target
+from ...reading.readers import ReadOptions, read_options
+from ...reading.records import parse_maps, resolve_target
 from ..serve.runs import inside, run_target
 from ..serve.server import Catalog
 from ..serve.supervision import SupervisionView
 from .bound import fit
-from .tail import last_records, minimal_rows, seq_len_of
+from .tail import MAX_METRICS, last_records, metrics_left_out, minimal_rows, seq_len_of
 from .verdicts import watch_state
 
 __all__ = ["Tools", "MAX_LIST_RUNS", "MAX_TAIL_RECORDS", "MAX_WAIT_SECONDS", "parse_command_line"]
@@ -59,21 +60,23 @@ _NOT_OPTIONS = ("-h", "--help", "--version")
 
 
 def _parser() -> Parser:
-    """The parser of the commands the tools run (`check`, `supervise`), made of the arguments
-    those commands add to `runwatch`'s own parser: one definition of every option."""
+    """The parser of the commands the tools run (`check`, `status`, `supervise`), made of the
+    arguments those commands add to `runwatch`'s own parser: one definition of every option."""
     from ...judging import watchdog
     from ...supervising import supervise
+    from .. import status
 
     parser = Parser(prog="runwatch")
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
     watchdog.add_arguments(sub.add_parser("check"), "check")
+    status.add_arguments(sub.add_parser("status"))
     supervise.add_arguments(sub.add_parser("supervise"))
     return parser
 
 
 def parse_command_line(tool: str, argv: list[str]) -> Any:
-    """`runwatch ARGV` (check or supervise) parsed as `runwatch` parses it (a bad option is a
-    UsageError)."""
+    """`runwatch ARGV` (check, status or supervise) parsed as `runwatch` parses it (a bad option
+    is a UsageError)."""
     for a in argv:
         if not isinstance(a, str):
             raise UsageError(f"{tool}: options must be strings, got {a!r}")
@@ -158,12 +161,22 @@ class Tools:
         }
         return {k: v for k, v in row.items() if v is not None}
 
-    def run_status(self, run: str) -> Result:
-        """`runwatch status RUN --json`, with the supervision so far."""
+    def reading(self, tool: str, path: str, options: list[str] | None) -> tuple[ReadOptions, dict[str, str] | None]:
+        """How to read `path`: `status`'s reading options among `options` (`--format`, `--pattern`,
+        `--run`, `--map`), parsed as `runwatch status` parses them."""
+        args = parse_command_line(tool, ["status", path, *(options or [])])
+        try:
+            return read_options(args), parse_maps(getattr(args, "map", None))
+        except UsageError as exc:  # (a ConfigError too: --format text without --pattern, ...)
+            raise UsageError(f"{tool}: {exc}") from None
+
+    def run_status(self, run: str, options: list[str] | None = None) -> Result:
+        """`runwatch status RUN [OPTIONS] --json`, with the supervision so far."""
         from ..status import status
 
         path = self.path("run_status", "run", run)
-        doc: dict[str, Any] = {"run": self.rel(path), **status(path)}
+        read, maps = self.reading("run_status", path, options)
+        doc: dict[str, Any] = {"run": self.rel(path), **status(path, gpus=True, read=read, maps=maps)}
         view = SupervisionView(os.path.join(doc["run_dir"], JOURNAL))
         view.refresh()
         facts = view.facts()
@@ -174,19 +187,29 @@ class Tools:
             doc["supervision"] = shown
         return fit(doc)
 
-    def tail_records(self, run: str, n: int = 20) -> Result:
-        """The last `n` records (at most 200) in minimal-telemetry keys."""
+    def tail_records(self, run: str, n: int = 20, options: list[str] | None = None) -> Result:
+        """The last `n` records (at most 200) in minimal-telemetry keys; `options`: how to read the
+        log, as `run_status` takes them."""
         if type(n) is not int or n < 1:
             raise UsageError(f"tail_records: n must be an int >= 1, got {n!r}")
         path = self.path("tail_records", "run", run)
+        read, maps = self.reading("tail_records", path, options)
         used = min(n, MAX_TAIL_RECORDS)
-        t = resolve_target(path)
-        recs, parser = last_records(t, used)
-        rows = [row for rec in recs for row in minimal_rows(rec, seq_len_of(parser, rec))][-used:]
+        t = resolve_target(path, read)
+        recs, parser = last_records(t, used, maps)
+        rows: list[dict[str, Any]] = []
+        left_out = 0  # eval metrics past MAX_METRICS in the rows shown
+        for rec in reversed(recs):  # the last `used` rows (a record may give two)
+            if len(rows) >= used:
+                break
+            rows[:0] = minimal_rows(rec, seq_len_of(parser, rec))
+            left_out += metrics_left_out(rec)
         doc: dict[str, Any] = {"run": self.rel(path), "log": self.rel(t.log_path), "format": t.format, "n": used}
         if used != n:
             doc["clamped"] = f"n {n} clamped to {MAX_TAIL_RECORDS}"
-        doc["records"] = rows
+        if left_out:
+            doc["metrics_left_out"] = f"{left_out} eval metrics left out (at most {MAX_METRICS} a row)"
+        doc["records"] = rows[-used:]
         return fit(doc, cut="records", keep="tail")
 
     def check_run(self, run: str, options: list[str] | None = None) -> Result:

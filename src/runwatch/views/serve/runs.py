@@ -7,8 +7,10 @@
         view.summary(time.time())                # the `status --json` facts, and the verdict
 
 A `RunView` keeps one `source.RecordSource` per run (the watchdog's way of reading any log),
-applies the watchdog's record rules to every record (the findings of
-`runwatch check`), keeps the last records of the latest session for the status facts
+judges every record as `runwatch check` does (`rules.Replay`: each session's rules, the log-wide
+signal) and, once the log has settled (its latest session ended, or it has not grown for
+`SETTLED_SECONDS`), adds what `check` decides at the end of the log (`Replay.finish`, previewed:
+the replay goes on if the log does), keeps the last records of the latest session for the status facts
 (`status.describe`), one downsampled `Series` per value (`export.record_values`) along the path
 to the final step (a session that redoes steps cuts the earlier ones: `export.session_cut`), and
 the checkpoints saved on that path (`markers.Checkpoints`). A refresh reads at most a bounded
@@ -32,11 +34,11 @@ from typing import Any, NotRequired, TypedDict
 from ...errors import InvalidRunError, UsageError
 from ...files.rundir import RunDir
 from ...judging.liveness import watchdog_liveness
-from ...judging.rules import RuleOptions, Rules
+from ...judging.rules import Finding, Replay, RuleOptions
 from ...options import build
 from ...reading.readers import ReadOptions, detect, sniff_log
 from ...reading.records import Record, RecordParser, Target, resolve_target
-from ...reading.source import RecordSource
+from ...reading.source import RecordSource, reached
 from ...reading.target import NOT_LOGS
 from ..status import TAIL_RECORDS, Status, StatusHead, describe, format_status
 from .export import record_values, session_cut
@@ -115,6 +117,9 @@ REFRESH_BYTES = 32 * 1024 * 1024
 POLL_BYTES = 1024 * 1024
 # A log quiet this long: the step a reader holds back (TensorBoard, MLflow) is shown as complete.
 SETTLE_SECONDS = 2.0
+# A log that has not grown for this long is settled (a run whose writer ended without an end
+# record, or any other tool's log): the page adds the findings `check` makes at the end of a log.
+SETTLED_SECONDS = 60.0
 # Records applied per hold of a run's lock: a request waits for at most this many (~20 ms).
 APPLY_LINES = 1000
 # Findings kept per run (a log that fails every line would otherwise grow this without bound).
@@ -259,8 +264,12 @@ class RunView:
             source.close()
         # the log of any format, read a poll (about POLL_BYTES) at a time
         self.source = RecordSource(self.target, maps=self.opts.maps, chunk_bytes=POLL_BYTES, settle=SETTLE_SECONDS)
-        self.rules: Rules | None = None
-        self.rules_session: str | None = None
+        # check's judge: each session's rules from its first record, the log-wide signal
+        self.replay = Replay(self.opts, self._start_step, self._max_steps)
+        self.reached: int | float | None = None  # the step the log reached (`source.reached`)
+        self.last_session: str | None = None  # the session of the latest record
+        self.ended_session: str | None = None  # the latest session that ended (an end record)
+        self.caught_up = False  # the last refresh read to the log's end
         self.findings: list[dict[str, Any]] = []
         self.findings_total = 0
         self.warnings_total = 0  # those of the findings that warn
@@ -276,6 +285,12 @@ class RunView:
     @property
     def parser(self) -> RecordParser | None:
         return self.source.parser
+
+    def _start_step(self, session: str) -> int | None:
+        return self.parser.start_step(session) if self.parser is not None else None
+
+    def _max_steps(self, session: str) -> int | None:
+        return self.parser.max_steps(session) if self.parser is not None else None
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -296,6 +311,7 @@ class RunView:
             changed, sup_error = True, str(exc)
         with self.lock:
             self.error = error
+            self.caught_up = not more and error is None
             if sup_error is not None:
                 self.supervision.error = sup_error
             if changed:
@@ -321,17 +337,13 @@ class RunView:
                         self._apply(rec)
                     self.version += 1
             if not polled.more:
-                return False
+                # a step held back (values grouped by step) is released by the next, idle poll: ask for it
+                return polled.grew and source.holding()
         return True
 
     def _apply(self, rec: Record) -> None:
         self.records += 1
-        if rec.session != self.rules_session or self.rules is None:
-            start = self.parser.start_step(rec.session) if self.parser is not None else None
-            max_steps = self.parser.max_steps(rec.session) if self.parser is not None else None
-            self.rules = Rules(self.opts, start, max_steps=max_steps, live=True)
-            self.rules_session = rec.session
-        for f in self.rules.observe(rec):
+        for f in self.replay.observe(rec):
             finding = {**f.to_json(), "session": rec.session, "time": rec.time}
             self.findings_total += 1
             self.warnings_total += not f.stops
@@ -340,6 +352,10 @@ class RunView:
         if rec.kind == "invalid":
             self.invalid = rec.error
             return
+        self.reached = rec.step if self.reached is None else reached(self.reached, rec)
+        self.last_session = rec.session
+        if rec.kind == "end":
+            self.ended_session = rec.session
         if self.tail and self.tail[-1].session != rec.session:
             self.tail.clear()
         self.tail.append(rec)
@@ -365,6 +381,31 @@ class RunView:
 
     def _metrics(self) -> int:
         return sum(k.startswith("eval_") and k != "eval_loss" for k in self.series)
+
+    # --- the end of the log ---------------------------------------------------------------
+
+    def settled(self, now: float) -> bool:
+        """The log is judged as a whole: its latest session ended (an end record), or it has not
+        grown for SETTLED_SECONDS (a writer gone without an end record; any other tool's log)."""
+        if self.records == 0 or not self.caught_up:
+            return False
+        if self.ended_session is not None and self.ended_session == self.last_session:
+            return True
+        mtime = self.source.mtime()
+        return mtime is not None and mtime <= now - SETTLED_SECONDS
+
+    def end_findings(self, now: float) -> list[dict[str, Any]]:
+        """What `check` decides at the end of the log (no_progress on each session's whole length,
+        no_signal at the step reached), once the log has settled; else none. A preview: the
+        replay goes on if the log does."""
+        if not self.settled(now):
+            return []
+        step = self.reached
+        if step is None:  # (check starts from the latest session's start step in a schema-v1 log)
+            p = self.parser
+            step = (p.start_step(p.latest_session()) or 0) if p is not None and p.mode == "v1" else 0
+        found: list[Finding] = self.replay.finish(step, commit=False)
+        return [{**f.to_json(), "session": f.session, "time": None} for f in found]
 
     # --- facts ------------------------------------------------------------------------------
 
@@ -395,21 +436,23 @@ class RunView:
         now = time.time() if now is None else now
         pending = self.source.pending_bytes()
         catching_up = pending > 1 << 20
-        key = (self.version, self.error, self.invalid, self.options_error, pending)
+        key = (self.version, self.error, self.invalid, self.options_error, pending, self.settled(now))
         return self.facts.get(key, now, lambda: self._summary(now, catching_up))
 
     def _summary(self, now: float, catching_up: bool) -> RunSummary:
         st = self._status(now)
         errors = [e for e in (self.error, self.invalid, self.options_error) if e]
+        end = self.end_findings(now)
+        findings = self.findings + end
         return {
             **st,
             "path": self.rel,
             "verdict": verdict_of(st["watchdog"], now),
-            "findings": self.findings_total,
-            "warnings": self.warnings_total,
+            "findings": self.findings_total + len(end),
+            "warnings": self.warnings_total + sum(f["severity"] != "stop" for f in end),
             # the first finding that stops, else the first warning
-            "first_finding": next((f for f in self.findings if f["severity"] == "stop"), None)
-            or (self.findings[0] if self.findings else None),
+            "first_finding": next((f for f in findings if f["severity"] == "stop"), None)
+            or (findings[0] if findings else None),
             "records": self.records,
             "error": errors[0] if errors else None,
             "errors": errors,
@@ -419,13 +462,15 @@ class RunView:
 
     def detail(self, now: float | None = None) -> RunDetail:
         """The run page's facts: the summary, the status lines, the charts, the findings, supervision."""
+        now = time.time() if now is None else now
         summary = self.summary(now)
+        findings = self.findings + self.end_findings(now)
         st: RunDetail = {
             **summary,
             "status_lines": format_status(summary),
-            "findings_list": list(self.findings),
+            "findings_list": findings,
             "charts": [c for c in (self._chart(*spec) for spec in CHARTS) if c["series"]],
-            "markers": markers(self.findings, self.checkpoints, self.supervision.moves, summary["watchdog"]),
+            "markers": markers(findings, self.checkpoints, self.supervision.moves, summary["watchdog"]),
             "first_time": self.first_time,
         }
         for key in sorted(k for k in self.series if k.startswith("eval_") and k != "eval_loss"):
