@@ -27,7 +27,8 @@ from typing import Any
 
 from ..errors import ConfigError, InvalidRunError
 from ..files.heartbeats import MAX_HEARTBEAT_BYTES, Heartbeat, heartbeat_path, parse_heartbeat, read_heartbeats
-from ..files.rundir import LAUNCH_HEADER, RunDir, read_json
+from ..files.rundir import LAUNCH_HEADER
+from ..procs.process import launch_info
 
 __all__ = [
     "PHASE_NAME",
@@ -166,8 +167,8 @@ def is_local_host(host: str | None) -> bool:
 
 def process_host(run_dir: str, beat: Heartbeat | None = None) -> str | None:
     """The host the training runs on, as `launch.json` records it (else the watched heartbeat's)."""
-    info = read_json(RunDir(run_dir).launch)
-    if isinstance(info, dict) and isinstance(info.get("host"), str) and info["host"]:
+    info = launch_info(run_dir)
+    if info is not None and isinstance(info.get("host"), str) and info["host"]:
         return str(info["host"])
     return beat.host if beat is not None else None
 

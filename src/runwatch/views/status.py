@@ -20,13 +20,13 @@ from typing import Any, NotRequired, TypedDict
 
 from ..errors import UsageError
 from ..files.hardware import GpuInfo, gpu_info
-from ..files.rundir import RunDir, read_json
+from ..files.rundir import RunDir
 from ..judging.liveness import is_local_host, last_error, process_host, watchdog_liveness
 from ..judging.ranks import rank_status_lines
 from ..judging.rules import RuleOptions, fmt_step, verdict_class
 from ..judging.verdict import read_verdict
 from ..options import add_flags
-from ..procs.process import alive, read_pid_file
+from ..procs.process import alive, launch_info, read_pid_file
 from ..reading.readers import READER_FORMATS, ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.records import Record, Target, parse_maps, resolve_target
@@ -258,7 +258,7 @@ def watchdog_facts(run_dir: str, now: float) -> dict[str, Any] | None:
     if verdict.get("verdict") == "watching":
         watching, line = watchdog_liveness(verdict, now)
         return {**verdict, "alive": watching, "line": line}
-    launch = read_json(RunDir(run_dir).launch)
+    launch = launch_info(run_dir)
     stale = (
         isinstance(launch, dict)
         and isinstance(launch.get("time"), (int, float))
