@@ -19,9 +19,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .base import Item
+from .base import BaseReader, Item
 
-__all__ = ["ALIASES", "EVAL_PREFIXES", "KeyMap", "StepGrouper", "split_train_eval", "original_keys"]
+__all__ = ["ALIASES", "EVAL_PREFIXES", "KeyMap", "StepGrouper", "GroupedReader", "split_train_eval", "original_keys"]
 
 # canonical key -> the names read for it when no --map names it, in order (first present wins)
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -281,3 +281,20 @@ def _enc(v: Any) -> Any:
 
 def _dec(v: Any) -> Any:
     return float(v) if v in ("nan", "inf", "-inf") else v
+
+
+class GroupedReader(BaseReader):
+    """A reader whose values are grouped by step (`StepGrouper`: TensorBoard, MLflow): the last
+    step is held back until a later value, an idle poll, `release()` or `finish()`."""
+
+    grouper: StepGrouper
+
+    def finish(self) -> list[Item]:
+        """The step still held back (the end of a replay, or the process has ended)."""
+        return self.grouper.flush()
+
+    def holding(self) -> bool:
+        return self.grouper.pending()
+
+    def release(self) -> list[Item]:
+        return self.grouper.idle()

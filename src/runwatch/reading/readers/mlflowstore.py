@@ -27,8 +27,8 @@ from typing import Any
 
 from ...errors import InvalidRunError, StoreLockedError
 from ..follow import LogFollower
-from .base import BaseReader, Chunk, Item, ReadOptions
-from .keys import KeyMap, StepGrouper
+from .base import Chunk, ReadOptions
+from .keys import GroupedReader, KeyMap, StepGrouper
 
 __all__ = ["SqliteReader", "FileStoreReader", "open_reader", "open_mlflow", "StoreLockedError", "LOCK_WAIT_SECONDS"]
 
@@ -55,7 +55,7 @@ def _step(step: Any) -> Any:
     return int(step) if type(step) is float and step.is_integer() else step
 
 
-class SqliteReader(BaseReader):
+class SqliteReader(GroupedReader):
     """Follows one run of an MLflow SQLite store by row id."""
 
     def __init__(self, path: str, keys: KeyMap, run: str | None = None, fetch_rows: int = FETCH_ROWS) -> None:
@@ -161,15 +161,6 @@ class SqliteReader(BaseReader):
         self.rowid = rows[-1][0]
         chunk.more = len(rows) == self.fetch_rows
 
-    def finish(self) -> list[Item]:
-        return self.grouper.flush()
-
-    def holding(self) -> bool:
-        return self.grouper.pending()
-
-    def release(self) -> list[Item]:
-        return self.grouper.idle()
-
     def mtime(self) -> float:
         return self._mtime
 
@@ -186,7 +177,7 @@ class SqliteReader(BaseReader):
             self._db = None
 
 
-class FileStoreReader(BaseReader):
+class FileStoreReader(GroupedReader):
     """Follows an MLflow file-store run directory's `metrics/<key>` files by byte offset."""
 
     def __init__(self, run_dir: str, keys: KeyMap) -> None:
@@ -243,15 +234,6 @@ class FileStoreReader(BaseReader):
         if not chunk.grew and not chunk.more:
             chunk.items.extend(self.grouper.idle())
         return chunk
-
-    def finish(self) -> list[Item]:
-        return self.grouper.flush()
-
-    def holding(self) -> bool:
-        return self.grouper.pending()
-
-    def release(self) -> list[Item]:
-        return self.grouper.idle()
 
     def torn(self) -> str | None:
         for key, f in self.files.items():

@@ -28,8 +28,8 @@ import struct
 from typing import Any, BinaryIO, TypeAlias
 
 from ...errors import InvalidRunError
-from .base import BaseReader, Chunk, Item, ReadOptions
-from .keys import KeyMap, StepGrouper
+from .base import Chunk, Item, ReadOptions
+from .keys import GroupedReader, KeyMap, StepGrouper
 from .tfrecord import Decoder, decode_event, event_decoder, masked_crc32c
 
 _U32 = struct.Struct("<I")
@@ -222,7 +222,7 @@ def open_reader(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | N
     return TensorBoardReader(path, keys, chunk_bytes or READ_CHUNK_BYTES)
 
 
-class TensorBoardReader(BaseReader):
+class TensorBoardReader(GroupedReader):
     """Records of an event file or a directory of them (see the module docstring)."""
 
     def __init__(self, path: str, keys: KeyMap, chunk_bytes: int = READ_CHUNK_BYTES, decoder: str = "auto") -> None:
@@ -288,16 +288,6 @@ class TensorBoardReader(BaseReader):
         if not chunk.grew and not chunk.more:
             chunk.items.extend(self.grouper.idle())
         return chunk
-
-    def finish(self) -> list[Item]:
-        """The step still held back (the end of a replay, or the process has ended)."""
-        return self.grouper.flush()
-
-    def holding(self) -> bool:
-        return self.grouper.pending()
-
-    def release(self) -> list[Item]:
-        return self.grouper.idle()
 
     def torn(self) -> str | None:
         for ef in self.files:
