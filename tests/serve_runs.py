@@ -46,6 +46,37 @@ def sweep(folder: os.PathLike[str] | str, lrs: dict[str, float], steps: int, win
                     log.val(2.0 * math.exp(-i * lr * 5) + 0.5, metrics={"auroc": 0.6 + i / (4 * steps)})
 
 
+def seeded_sweep(
+    folder: os.PathLike[str] | str, lrs: dict[str, float], seeds: int, steps: int, data: list[str] | None = None
+) -> list[str]:
+    """One RunLogger run per (recipe, seed): `<name>-s<seed>`, its recipe naming `lr` and `seed`; the
+    loss falls at the recipe's rate, the seed shifts its noise; an eval (loss, accuracy) every 25
+    steps. Returns the runs' names."""
+    names = []
+    for k, (name, lr) in enumerate(lrs.items()):
+        for seed in range(seeds):
+            recipe = {
+                "batch_size": 4,
+                "seq_len": 8,
+                "gradient_accumulation_steps": 1,
+                "qk_clip_threshold": None,
+                "max_steps": steps,
+                "lr": lr,
+                "seed": seed,
+            }
+            run = f"{name}-s{seed}"
+            names.append(run)
+            with RunLogger(os.path.join(folder, run), recipe=recipe, window=5, data=data) as log:
+                for i in range(steps):
+                    fall = math.exp(-i * lr * 10)
+                    noise = 0.02 * (seed + 1) * math.sin(i * 0.9 + seed * 2.1)
+                    log.step(loss=2.0 * fall + 0.8 + 0.2 * k + noise, lr=lr, grad_norm=1.0 + noise)
+                    if i % 25 == 24:
+                        acc = 0.5 + 0.4 * (1 - fall) - 0.05 * k + 0.01 * seed
+                        log.val(1.8 * fall + 0.9 + 0.2 * k + 0.02 * seed, metrics={"accuracy": acc})
+    return names
+
+
 def supervised(run_dir: os.PathLike[str] | str, fault: str, steps: int = 60) -> None:
     """A real `runwatch supervise` of tests/supervise_train.py with one injected fault (kill@12: a
     relaunch; spike@36: a rollback to the checkpoint at 30), run to completion."""

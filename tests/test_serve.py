@@ -24,6 +24,7 @@ import pytest
 from cdp import CHROMIUM_FLAGS, Browser
 from runwatch.judging.watchdog import Verdict, check, write_verdict
 from runwatch.logger.metrics import RunLogger
+from runwatch.version import __version__ as runwatch_version
 from runwatch.views import status as status_mod
 from runwatch.views.serve import host_warning, serve
 from runwatch.views.serve.runs import find_runs
@@ -324,7 +325,18 @@ def test_run_facts_equal_status_and_check(server, root):
     without_age = [line for line in status_mod.format_status(st) if not line.startswith("step")]
     assert [line for line in d["status_lines"] if not line.startswith("step")] == without_age
     charts = {c["name"]: c for c in d["charts"]}
-    assert set(charts) == {"loss", "lr", "grad_norm", "throughput", "eval_auroc"}
+    assert set(charts) == {"loss", "lr", "grad_norm", "throughput", "eval_auroc", "memory"}
+    # the memory peaks the logger recorded, as it recorded them (the page writes bytes as MiB)
+    rss = charts["memory"]["series"][0]
+    assert (rss["name"], rss["key"], charts["memory"]["unit"]) == ("host_rss", "mem_host_rss_peak_bytes", "bytes")
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        peaks = [json.loads(line)["memory"]["host_rss_peak_bytes"] for line in f]
+    assert rss["last"][1] == peaks[-1] and max(p[1] for p in rss["points"]) == max(peaks)
+    # where it came from: run.json's latest session (recipe, provenance); no launch.json here
+    with open(os.path.join(run_dir, "run.json")) as f:
+        session = json.load(f)["sessions"][-1]
+    assert d["recipe"] == session["recipe"] and d["provenance"] == session["provenance"]
+    assert d["provenance"]["runwatch"] == runwatch_version and d["launch"] is None
     assert [(s["name"], s["key"]) for s in charts["loss"]["series"]] == [("train", "loss"), ("eval", "eval_loss")]
     assert len(charts["loss"]["series"][0]["points"]) == 40 and charts["loss"]["series"][0]["points"][-1][0] == 40
     assert [(s["name"], s["key"]) for s in charts["eval_auroc"]["series"]] == [("auroc", "eval_auroc")]

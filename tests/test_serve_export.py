@@ -120,7 +120,17 @@ def test_csv_has_one_row_per_step_on_the_path_and_equals_the_api(served, rel):
 def test_csv_of_a_long_run_is_not_downsampled(served):
     head, rows = read_csv(served, "sweep/a")
     assert len(rows) == LONG
-    assert head == ["step", "loss", "eval_loss", "lr", "grad_norm", "tokens_per_second", "eval_auroc", "time"]
+    assert head == [
+        "step",
+        "loss",
+        "eval_loss",
+        "lr",
+        "grad_norm",
+        "tokens_per_second",
+        "eval_auroc",
+        "mem_host_rss_peak_bytes",  # the logger's memory peaks: the page's "memory peaks" chart
+        "time",
+    ]
     api = served.json("/api/run/sweep/a")
     loss = next(c for c in api["charts"] if c["name"] == "loss")["series"][0]
     assert len(loss["points"]) <= 1000 < len(rows)

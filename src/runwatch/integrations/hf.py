@@ -33,7 +33,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 try:
@@ -46,6 +46,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from None
 
 from ..errors import ConfigError, NonFiniteLossError
+from ..files.provenance import data_paths
 from ..logger.auroc import auroc
 from ..logger.metrics import DEFAULT_MAX_WINDOW_SECONDS, RunLogger
 from .session import NO_SESSION as _NO_SESSION
@@ -203,6 +204,7 @@ class _Session:
             resume_from=resume,
             fsync=self.options.fsync,
             max_window_seconds=None,
+            data=self.options.data,
         )
         self.mark = time.perf_counter()
 
@@ -467,6 +469,7 @@ class RunwatchCallback(TrainerCallback):
         resume: "auto" sets `resume_from` to `runwatch.resume_checkpoint().path` (a supervised
             rollback's checkpoint, else the run's latest verified one, else None), for
             `trainer.train(resume_from_checkpoint=callback.resume_from)`; None leaves it None.
+        data: the data files the training reads, fingerprinted into run.json's `provenance`.
     """
 
     def __init__(
@@ -477,9 +480,14 @@ class RunwatchCallback(TrainerCallback):
         *,
         fsync: bool = False,
         resume: str | None = None,
+        data: Iterable[str | os.PathLike[str]] | None = None,
     ) -> None:
         self.options = CallbackOptions(
-            run_dir=None if run_dir is None else os.fspath(run_dir), window=window, seq_len=seq_len, fsync=fsync
+            run_dir=None if run_dir is None else os.fspath(run_dir),
+            window=window,
+            seq_len=seq_len,
+            fsync=fsync,
+            data=tuple(data_paths(data, "RunwatchCallback.data")),
         )
         self.resume_from = resume_from(resume, self.options.run_dir)
         self._session: _Session = _NO_SESSION  # or _NO_SESSION: outside training, on the other ranks

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -43,6 +43,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from None
 
 from ..errors import ConfigError, NonFiniteLossError
+from ..files.provenance import data_paths
 from ..logger.metrics import RunLogger
 from ..logger.signals import Terminated
 from .session import NO_SESSION as _NO_SESSION
@@ -128,6 +129,7 @@ class _Session:
             window=options.window,
             resume_from=resume,
             fsync=options.fsync,
+            data=options.data,
         )
         self.run_dir = self.log.run_dir
         self.attempted = 0  # optimizer steps since the last train batch end
@@ -270,6 +272,7 @@ class RunwatchCallback(Callback):
         resume: "auto" sets `resume_from` to `runwatch.resume_checkpoint().path` (a supervised
             rollback's checkpoint, else the run's latest verified one, else None), for
             `trainer.fit(model, ckpt_path=callback.resume_from)`; None leaves it None.
+        data: the data files the training reads, fingerprinted into run.json's `provenance`.
     """
 
     def __init__(
@@ -282,9 +285,14 @@ class RunwatchCallback(Callback):
         val_prefix: str = "val",
         fsync: bool = False,
         resume: str | None = None,
+        data: Iterable[str | os.PathLike[str]] | None = None,
     ) -> None:
         self.options = CallbackOptions(
-            run_dir=None if run_dir is None else os.fspath(run_dir), window=window, seq_len=seq_len, fsync=fsync
+            run_dir=None if run_dir is None else os.fspath(run_dir),
+            window=window,
+            seq_len=seq_len,
+            fsync=fsync,
+            data=tuple(data_paths(data, "RunwatchCallback.data")),
         )
         self.resume_from = resume_from(resume, self.options.run_dir)
         if batch_size is not None and (type(batch_size) is not int or batch_size < 1):

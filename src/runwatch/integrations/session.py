@@ -53,12 +53,14 @@ class CallbackOptions:
     seq_len: tokens per sequence, for the recipe's token count; None: inferred where the framework
         counts tokens (HF `include_num_input_tokens_seen`), else 1 (tokens count samples).
     fsync: fsync `metrics.jsonl` after every record (always at the session's end).
+    data: the data files the training reads, fingerprinted into run.json's `provenance`.
     """
 
     run_dir: str | None = None
     window: int | None = None
     seq_len: int | None = None
     fsync: bool = False
+    data: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.run_dir is not None and not isinstance(self.run_dir, (str, os.PathLike)):

@@ -39,11 +39,13 @@ from ..files.hardware import detect_hardware, memory_peaks, rank_hardware
 from ..files.heartbeats import HeartbeatConfig
 from ..files.journal import open_session, utc_now
 from ..files.jsonio import dumps
+from ..files.provenance import capture, data_paths
 from ..files.recipe import check_arguments, check_recipe, check_start
 from ..files.rundir import ENV_RUN_DIR, ENV_WINDOW
 from ..files.schema import END_REASONS, SCHEMA_VERSION, validate_manifest, window_tokens
 from .convert import Flag, Scalar, as_float_list
 from .distributed import HeartbeatWriter, rank_group
+from .gpus import GpuSampler
 from .signals import SignalGuard, Terminated
 from .window import (
     ATTEMPTED,
@@ -103,6 +105,9 @@ class RunLogger:
         heartbeat: how often each rank of a torch.distributed run refreshes its heartbeat.
         max_window_seconds: a window also closes at the first `step()` this long after it opened;
             None: windows close on `window` alone.
+        data: the data files the program reads; each one's size, mtime and a hash of its first and
+            last MiB go into the session's `provenance` in run.json (with argv, the git commit,
+            the versions and the host: `files.provenance`, taken once, here).
 
     Under an initialised torch.distributed process group (world size > 1), global rank 0 alone
     writes the log; every rank must call `step()` the same number of times (windows close at the
@@ -122,7 +127,9 @@ class RunLogger:
         fsync: bool = False,
         heartbeat: HeartbeatConfig | None = None,
         max_window_seconds: float | None = DEFAULT_MAX_WINDOW_SECONDS,
+        data: Iterable[str | os.PathLike[str]] | None = None,
     ) -> None:
+        data_files = data_paths(data, "RunLogger.data")
         if run_dir is None:
             run_dir = os.environ.get(ENV_RUN_DIR)
             if not run_dir:
@@ -148,8 +155,10 @@ class RunLogger:
         self.run_id: str = self._peers[0]["run_id"]
         self.session_id: str = self._peers[0]["session_id"]
         self._train_line = TrainLine(self.run_id, self.session_id)
+        # NVML, imported at the first window's close (if at all), by the rank that writes the log
+        self._gpus = GpuSampler(enabled=self._group.rank == 0)
         if manifest is not None:
-            self._add_session(manifest, start, optimizers, hardware)
+            self._add_session(manifest, start, optimizers, hardware, data_files)
 
         self._closed = False
         self._step = start["step"]  # cumulative run totals, as written
@@ -185,6 +194,7 @@ class RunLogger:
         start: dict[str, int],
         optimizers: list[dict[str, Any]],
         hardware: dict[str, Any] | None,
+        data: list[str],
     ) -> None:
         try:
             hw = detect_hardware() if hardware is None else hardware
@@ -198,6 +208,7 @@ class RunLogger:
                     "recipe": self.recipe,
                     "optimizers": optimizers,
                     "hardware": hw,
+                    "provenance": capture(data=data),
                 }
             )
             validate_manifest(manifest, "RunLogger manifest")
@@ -516,6 +527,9 @@ class RunLogger:
         elapsed = time.monotonic() - self._t0
         now = time.time()
         memory = memory_peaks()
+        gpus = self._gpus.sample()
+        if gpus:  # (a key TrainLine does not write: the record is encoded by dumps)
+            fields = {**fields, "gpus": gpus}
         tokens = self._session_tokens
         session = (elapsed, tokens, tokens / elapsed if elapsed > 0 else None, self._profiling_seconds)
         line = self._train_line(self._step, now, fields, session, memory)

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..files.journal import atomic_write_text
+from ..files.provenance import capture
 from ..files.rundir import ENV_ATTEMPT_ID, ENV_RUN_DIR, EXIT, LAUNCH_HEADER, RunDir
 from ..options import add_command_arguments, split_command
 from ..procs import waiter
@@ -113,6 +114,7 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
     full_env = dict(os.environ if env is None else env)
     full_env.update(added)
     out_path = RunDir(run_dir).stdout
+    provenance = capture(argv=cmd)  # the launched command's code (git in the cwd it starts in)
     with contextlib.suppress(FileNotFoundError):  # how the previous attempt ended is in the journal
         os.unlink(os.path.join(run_dir, EXIT))
     out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -140,6 +142,7 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
         "waiter": waiter,
         "start_ticks": start_ticks(pid),
         "waiter_start_ticks": start_ticks(waiter) if waiter is not None else None,
+        "provenance": provenance,
     }
     atomic_write_text(RunDir(run_dir).pid, f"{pid}\n")
     atomic_write_text(RunDir(run_dir).launch, json.dumps(info, indent=2) + "\n")

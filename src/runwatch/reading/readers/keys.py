@@ -21,7 +21,17 @@ from typing import Any
 
 from .base import BaseReader, Item
 
-__all__ = ["ALIASES", "EVAL_PREFIXES", "KeyMap", "StepGrouper", "GroupedReader", "split_train_eval", "original_keys"]
+__all__ = [
+    "ALIASES",
+    "EVAL_PREFIXES",
+    "TASK_METRICS",
+    "task_metric_direction",
+    "KeyMap",
+    "StepGrouper",
+    "GroupedReader",
+    "split_train_eval",
+    "original_keys",
+]
 
 # canonical key -> the names read for it when no --map names it, in order (first present wins)
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -44,6 +54,50 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 # `eval/X`, `val/X`, `val_X`, `validation/X` → `eval_X` (an `eval_X` key itself wins)
 EVAL_PREFIXES = ("eval/", "val/", "val_", "validation/")
+
+# Task metrics by the last part of their name, and which way is better: "max" (higher) or "min".
+# A name ending in `*` matches any name that starts with the rest (`rouge1`, `rougeL`); `map*` only
+# where no letter follows (`map50`, `map50-95`, `map@0.5`; not `mape`, an error that is better lower).
+TASK_METRICS: tuple[tuple[str, str], ...] = (
+    ("accuracy", "max"),
+    ("acc", "max"),
+    ("f1", "max"),
+    ("auroc", "max"),
+    ("auc", "max"),
+    ("map*", "max"),
+    ("precision", "max"),
+    ("recall", "max"),
+    ("rouge*", "max"),
+    ("bleu", "max"),
+    ("exact_match", "max"),
+    ("wer", "min"),
+    ("cer", "min"),
+    ("perplexity", "min"),
+)
+
+
+def task_metric_direction(name: str) -> str | None:
+    """ "max" when `name` is a task metric that is better higher (`eval_accuracy`, `metrics/mAP50(B)`,
+    `val/f1`), "min" when better lower (`eval_wer`, `perplexity`), None when it is not one.
+
+    The last part of the name counts (after the last `/` or `.`, and after an `eval_`, `val_` or
+    `test_` prefix; a trailing `(B)` dropped), case-insensitively; failing that, its part after
+    the last `_` (`top1_accuracy`)."""
+    last = name.replace(".", "/").rsplit("/", 1)[-1].lower()
+    if last.endswith(")") and "(" in last:
+        last = last[: last.rindex("(")]
+    for prefix in ("eval_", "val_", "test_", "validation_"):
+        if last.startswith(prefix) and len(last) > len(prefix):
+            last = last[len(prefix) :]
+            break
+    for part in (last, last.rsplit("_", 1)[-1]):
+        for metric, direction in TASK_METRICS:
+            stem = metric[:-1]
+            if part == metric or (metric.endswith("*") and part.startswith(stem)):
+                if metric == "map*" and part[len(stem) : len(stem) + 1].isalpha():
+                    continue
+                return direction
+    return None
 
 
 class KeyMap:

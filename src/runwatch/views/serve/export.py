@@ -8,7 +8,9 @@
 
 **Columns.** A record's values are keyed as the page's series and the CSV's columns are: `loss`,
 `eval_loss`, `lr`, `grad_norm` (the mean), `grad_norm_max`, `tokens_per_second` (schema v1) or
-`samples_per_second` (minimal telemetry's `sps`), and `eval_<metric>` for every eval metric.
+`samples_per_second` (minimal telemetry's `sps`), and `eval_<metric>` for every eval metric; a
+schema-v1 record's memory peaks as `mem_<name>` (`mem_host_rss_peak_bytes`) and its GPU samples
+as `gpu<index>_memory_used_bytes` and `gpu<index>_util_percent`.
 
 **The path to the final step.** A session that starts below the steps already logged (a relaunch
 from a checkpoint, a rollback) redoes them: its steps replace the earlier ones. Schema v1 says
@@ -28,17 +30,22 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import re
 from collections.abc import Generator, Iterator
+from typing import Any
 
 from ...reading.records import Record, RecordParser, Target, iter_records, parser_for
 from .series import Cut, keeps
 
-__all__ = ["COLUMNS", "csv_chunks", "record_values", "session_cut"]
+__all__ = ["COLUMNS", "csv_chunks", "record_values", "session_cut", "system_values"]
 
 # The leading columns, in this order; eval metrics (sorted) follow, and `time` ends the row.
 COLUMNS = ("loss", "eval_loss", "lr", "grad_norm", "grad_norm_max", "tokens_per_second", "samples_per_second")
 # Bytes of CSV gathered before a chunk is sent.
 CHUNK_BYTES = 64 * 1024
+# The memory names and GPU indexes taken from a record (anything else is not a column).
+MEMORY_NAME = re.compile(r"[a-z0-9_]{1,64}")
+MAX_GPU_INDEX = 63
 
 
 def record_values(rec: Record, v1: bool) -> Iterator[tuple[str, float]]:
@@ -58,6 +65,31 @@ def record_values(rec: Record, v1: bool) -> Iterator[tuple[str, float]]:
         yield "eval_loss", rec.eval_loss
     for name, value in (rec.metrics or {}).items():
         yield f"eval_{name}", value
+    if v1 and rec.raw is not None:
+        yield from system_values(rec.raw)
+
+
+def system_values(raw: dict[str, Any]) -> Iterator[tuple[str, float]]:
+    """A schema-v1 record's memory peaks and GPU samples (the optional `memory` and `gpus`), by
+    column; values that are not counts (a bool, a negative number, a malformed sample) are left out."""
+    memory = raw.get("memory")
+    if type(memory) is dict:
+        for name, value in memory.items():
+            if type(value) is int and value >= 0 and MEMORY_NAME.fullmatch(name):
+                yield f"mem_{name}", value
+    gpus = raw.get("gpus")
+    if type(gpus) is list:
+        for g in gpus[: MAX_GPU_INDEX + 1]:
+            if type(g) is not dict:
+                continue
+            i = g.get("index")
+            if type(i) is not int or not 0 <= i <= MAX_GPU_INDEX:
+                continue
+            used, util = g.get("memory_used_bytes"), g.get("util_percent")
+            if type(used) is int and used >= 0:
+                yield f"gpu{i}_memory_used_bytes", used
+            if (type(util) is int or type(util) is float) and 0 <= util <= 100:
+                yield f"gpu{i}_util_percent", util
 
 
 def session_cut(parser: RecordParser | None, rec: Record) -> Cut:

@@ -36,11 +36,13 @@ from ...files.rundir import RunDir
 from ...judging.liveness import watchdog_liveness
 from ...judging.rules import Finding, Replay, RuleOptions
 from ...options import build
+from ...procs.process import launch_info
 from ...reading.readers import ReadOptions, detect, sniff_log
 from ...reading.records import Record, RecordParser, Target, resolve_target
 from ...reading.source import RecordSource, reached
 from ...reading.target import NOT_LOGS
 from ..status import TAIL_RECORDS, Status, StatusHead, describe, format_status
+from .bests import Best, BestMetric, GoodputSteps, best_point, origin_facts, task_metric
 from .export import record_values, session_cut
 from .facts import FactsCache
 from .markers import Checkpoints, Marker, markers
@@ -77,6 +79,11 @@ class RunSummary(Status):
     errors: list[str]  # why the log, a line of it or runwatch.toml cannot be read
     catching_up: bool  # more than 1 MiB of the log is still unread
     version: int
+    best_eval_loss: Best | None  # the lowest eval loss on the path to the final step, and its step
+    best_metric: BestMetric | None  # the best value of the run's task metric (bests.task_metric)
+    goodput: float | None  # steps kept / steps run, for a supervised run (else None)
+    finding_kinds: list[str]  # the kinds of the findings so far (stops and warnings)
+    warning_kinds: list[str]  # the kinds of those that warn
 
 
 class ChartSeries(TypedDict):
@@ -94,6 +101,7 @@ class Chart(TypedDict):
     name: str
     title: str
     series: list[ChartSeries]
+    unit: NotRequired[str]  # "bytes": the page writes its ticks as KiB, MiB, GiB
 
 
 class RunDetail(RunSummary):
@@ -104,6 +112,9 @@ class RunDetail(RunSummary):
     charts: list[Chart]
     markers: list[Marker]
     first_time: float | None  # the time of the run's first record: "time since start" counts from it
+    recipe: dict[str, Any] | None  # the latest session's recipe (run.json)
+    provenance: dict[str, Any] | None  # the latest session's provenance (run.json)
+    launch: dict[str, Any] | None  # how `launch`/`supervise` started it: command, cwd, provenance
 
 
 # How deep below the served folder runs are looked for ("runs/<project>/<sweep>/<run>").
@@ -273,6 +284,8 @@ class RunView:
         self.findings: list[dict[str, Any]] = []
         self.findings_total = 0
         self.warnings_total = 0  # those of the findings that warn
+        self.kinds: dict[str, bool] = {}  # the findings' kinds: True when one of that kind warned
+        self.goodput = GoodputSteps()
         self.path_session: str | None = None  # the session of the last record on the path
         self.first_time: float | None = None
         self.checkpoints = Checkpoints()
@@ -347,6 +360,7 @@ class RunView:
             finding = {**f.to_json(), "session": rec.session, "time": rec.time}
             self.findings_total += 1
             self.warnings_total += not f.stops
+            self.kinds[f.kind] = self.kinds.get(f.kind, False) or not f.stops
             if len(self.findings) < MAX_FINDINGS:
                 self.findings.append(finding)
         if rec.kind == "invalid":
@@ -371,10 +385,16 @@ class RunView:
         if rec.kind == "checkpoint":
             self.checkpoints.add(rec)
         v1 = self.source.v1
+        if rec.kind == "train":
+            updates = rec.raw.get("updates") if v1 and rec.raw is not None else None
+            start = self._start_step(rec.session) if v1 else None
+            self.goodput.add(rec.session, rec.step, updates if type(updates) is int else None, start)
         for key, value in record_values(rec, v1):
             s = self.series.get(key)
             if s is None:
                 if key.startswith("eval_") and key != "eval_loss" and self._metrics() >= MAX_METRICS:
+                    continue
+                if key.startswith(SYSTEM_PREFIXES) and len(self.series) >= MAX_SERIES:
                     continue
                 s = self.series[key] = Series()
             s.add(rec.step, value, rec.time)  # (a non-finite value is skipped: nothing to draw)
@@ -444,6 +464,21 @@ class RunView:
         errors = [e for e in (self.error, self.invalid, self.options_error) if e]
         end = self.end_findings(now)
         findings = self.findings + end
+        kinds = dict(self.kinds)
+        for f in end:
+            kinds[f["kind"]] = kinds.get(f["kind"], False) or f["severity"] != "stop"
+        eval_loss = self.series.get("eval_loss")
+        metric = task_metric(self.series)
+        best_metric: BestMetric | None = None
+        if metric is not None:
+            best = best_point(self.series[metric[0]].points(), metric[1])
+            if best is not None:
+                best_metric = {**best, "name": metric[0][5:], "direction": metric[1]}
+        goodput = None
+        if self.supervision.present:
+            journal = self.supervision.goodput  # the supervisor's own, once an allocation ended
+            ratio = journal.get("ratio") if journal is not None and self.supervision.finished() else None
+            goodput = ratio if type(ratio) in (int, float) else self.goodput.ratio(self.reached)
         return {
             **st,
             "path": self.rel,
@@ -458,6 +493,11 @@ class RunView:
             "errors": errors,
             "catching_up": catching_up,
             "version": self.version,
+            "best_eval_loss": best_point(eval_loss.points(), "min") if eval_loss is not None else None,
+            "best_metric": best_metric,
+            "goodput": goodput,
+            "finding_kinds": sorted(kinds),
+            "warning_kinds": sorted(k for k, warned in kinds.items() if warned),
         }
 
     def detail(self, now: float | None = None) -> RunDetail:
@@ -465,6 +505,9 @@ class RunView:
         now = time.time() if now is None else now
         summary = self.summary(now)
         findings = self.findings + self.end_findings(now)
+        p = self.parser
+        manifest = p.manifest if p is not None and p.mode == "v1" else None
+        origin = origin_facts(manifest, launch_info(self.target.run_dir) if self.source.v1 else None)
         st: RunDetail = {
             **summary,
             "status_lines": format_status(summary),
@@ -472,11 +515,30 @@ class RunView:
             "charts": [c for c in (self._chart(*spec) for spec in CHARTS) if c["series"]],
             "markers": markers(findings, self.checkpoints, self.supervision.moves, summary["watchdog"]),
             "first_time": self.first_time,
+            "recipe": origin["recipe"],
+            "provenance": origin["provenance"],
+            "launch": origin["launch"],
         }
         for key in sorted(k for k in self.series if k.startswith("eval_") and k != "eval_loss"):
             st["charts"].append(self._chart(key, f"eval {key[5:]}", ((key, key[5:]),)))
+        st["charts"].extend(c for c in self._system_charts() if c["series"])
         st["supervise"] = self.supervision.facts()
         return st
+
+    def _system_charts(self) -> list[Chart]:
+        """The memory peaks the logger records, and each GPU's memory and utilisation (NVML samples)."""
+        keys = sorted(self.series)
+        mem = tuple((k, k.removesuffix("_peak_bytes").removesuffix("_bytes")) for k in keys if k.startswith("mem_"))
+        gpus = [k for k in keys if k.startswith("gpu")]
+        gmem = tuple((k, k.split("_", 1)[0]) for k in gpus if k.endswith("_memory_used_bytes"))
+        util = tuple((k, k.split("_", 1)[0]) for k in gpus if k.endswith("_util_percent"))
+        charts = [
+            self._chart("memory", "memory peaks", tuple((k, label[4:]) for k, label in mem)),
+            self._chart("gpu_memory", "GPU memory in use", gmem),
+            self._chart("gpu_util", "GPU utilisation (%)", util),
+        ]
+        charts[0]["unit"] = charts[1]["unit"] = "bytes"
+        return charts
 
     def _chart(self, name: str, title: str, keys: tuple[tuple[str, str], ...]) -> Chart:
         series: list[ChartSeries] = [
@@ -489,6 +551,10 @@ class RunView:
 
 # Eval metric names charted per run (a log may carry any number of eval_* keys).
 MAX_METRICS = 8
+# The system series (memory peaks `mem_*`, GPU samples `gpu<i>_*`) stop being added past this
+# many series in all: a log of unbounded memory names must not grow a run without bound.
+SYSTEM_PREFIXES = ("mem_", "gpu")
+MAX_SERIES = 48
 # (chart, title, ((series key, legend), ...)); one chart per eval metric follows these.
 CHARTS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     ("loss", "loss", (("loss", "train"), ("eval_loss", "eval"))),

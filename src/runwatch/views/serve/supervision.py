@@ -185,6 +185,10 @@ class SupervisionView:
         elif event == "stop" or event in ENDS:
             a["end"] = {"event": event, "step": rec.get("step"), "time": rec.get("time")}
 
+    def finished(self) -> bool:
+        """The journal's last record ends an allocation (done, gave_up, preempted)."""
+        return self.last is not None and self.last.get("event") in ENDS
+
     def facts(self) -> SupervisionFacts | None:
         """The supervision as JSON (None when the run is not supervised)."""
         if not self.present:
@@ -195,7 +199,7 @@ class SupervisionView:
             "rollbacks": self.rollbacks,
             "budgets": self.budgets,
             "goodput": self.goodput,
-            "finished": self.last is not None and self.last.get("event") in ENDS,
+            "finished": self.finished(),
             "last_event": self.last,
             "attempts": list(self.attempts),
             "error": self.error,

@@ -66,14 +66,52 @@
     { key: "verdict", head: "Watchdog", value: function (r) { return (RANK[r.verdict && r.verdict.state] || 9) * 1e6 + ((r.findings || 0) - (r.warnings || 0) > 0 || r.error ? 0 : 1); } },
     { key: "step", head: "Step", cls: "step", value: function (r) { return r.step; } },
     { key: "loss", head: "Loss", cls: "num", value: function (r) { return r.loss; } },
+    { key: "best_eval", head: "Best eval loss", cls: "num best", value: function (r) { return r.best_eval_loss ? r.best_eval_loss.value : null; } },
+    { key: "best_metric", head: "Best metric", cls: "num best", value: function (r) { return r.best_metric ? r.best_metric.value : null; } },
+    { key: "goodput", head: "Goodput", cls: "num", value: function (r) { return typeof r.goodput === "number" ? r.goodput : null; } },
     { key: "tps", head: "Tokens/s", cls: "num", value: function (r) { return r.tokens_per_second; } },
     { key: "eta", head: "ETA", cls: "num", value: function (r) { return r.eta_seconds; } },
     { key: "age", head: "Last record", cls: "num", value: function (r) { return r.age_seconds; } },
     { key: "warnings", head: "Warnings", cls: "num", value: function (r) { return r.warnings || 0; } },
     { key: "notes", head: "Notes", cls: "notes", value: null },
   ];
+  function bestText(b) { return b ? num(b.value) + " @ " + num(b.step) : "–"; }
+  function metricText(b) { return b ? txt(b.name) + " " + num(b.value) + " @ " + num(b.step) : "–"; }
+  function goodputText(r) { return typeof r.goodput === "number" ? num(Math.round(r.goodput * 1000) / 10) + " %" : ""; }
+
+  // The filter: `verdict:ok|anomaly|running|none`, `kind:<kind>` (the verdict's kind or any
+  // finding's), `warn:<kind>` (a warning's kind), and plain words (a substring of the path); every
+  // term must match. running: the watchdog's verdict is still "watching" (alive or not).
+  const VERDICTS = { ok: ["ok"], anomaly: ["anomaly"], running: ["watching", "stale"], none: ["none"] };
+  function parseFilter(text) {
+    const out = { terms: [], text: "", bad: null };
+    const words = [];
+    text.toLowerCase().split(/\s+/).filter(Boolean).forEach(function (w) {
+      const m = /^(verdict|kind|warn):(.*)$/.exec(w);
+      if (!m) { words.push(w); return; }
+      if (m[1] === "verdict" && !VERDICTS[m[2]]) out.bad = "verdict: takes ok, anomaly, running or none";
+      out.terms.push([m[1], m[2]]);
+    });
+    out.text = words.join(" ");
+    return out;
+  }
+  function matches(f, r, search) {
+    if (f.text && search.indexOf(f.text) < 0) return false;
+    return f.terms.every(function (t) {
+      const kind = t[1];
+      if (t[0] === "verdict") return (VERDICTS[kind] || []).indexOf(r.verdict && r.verdict.state) >= 0;
+      const wd = r.watchdog || {};
+      if (t[0] === "kind") {
+        return (r.verdict && r.verdict.state === "anomaly" && String(wd.kind).toLowerCase() === kind) ||
+          (r.finding_kinds || []).some(function (k) { return String(k).toLowerCase() === kind; });
+      }
+      const warned = (r.warning_kinds || []).concat((wd.warnings || []).map(function (w) { return w && w.kind; }));
+      return warned.some(function (k) { return String(k).toLowerCase() === kind; });
+    });
+  }
+
   function ListPage(data) {
-    const state = { filter: "", sort: null, dir: 1, selected: new Set() };
+    const state = { filter: parseFilter(""), sort: null, dir: 1, selected: new Set() };
     const rows = new Map();
     let runs = [];
     const box = el("section", "list");
@@ -81,8 +119,8 @@
     const filter = el("input", "filter");
     filter.type = "search";
     filter.id = "filter";
-    filter.placeholder = "filter runs";
-    filter.setAttribute("aria-label", "filter runs by path");
+    filter.placeholder = "filter runs: path, verdict:ok, kind:loss_spike, warn:…";
+    filter.setAttribute("aria-label", "filter runs by path, verdict:, kind: or warn:");
     filter.autocomplete = "off";
     const count = el("span", "count muted");
     count.setAttribute("aria-live", "polite");
@@ -119,7 +157,7 @@
     add(box, title, bar, table, empty);
     app.replaceChildren(box);
 
-    filter.addEventListener("input", function () { state.filter = filter.value.toLowerCase(); arrange(); });
+    filter.addEventListener("input", function () { state.filter = parseFilter(filter.value); arrange(); });
     document.addEventListener("keydown", function (ev) {
       if (ev.key === "/" && document.activeElement !== filter && !/^(INPUT|SELECT|TEXTAREA)$/.test(document.activeElement.tagName)) {
         ev.preventDefault();
@@ -188,6 +226,9 @@
       setCell(c.verdict, v.state + "|" + v.label, badge(v));
       setCell(c.step, stepText(r), stepText(r));
       setCell(c.loss, num(r.loss), num(r.loss));
+      setCell(c.best_eval, bestText(r.best_eval_loss), bestText(r.best_eval_loss));
+      setCell(c.best_metric, metricText(r.best_metric), metricText(r.best_metric));
+      setCell(c.goodput, goodputText(r), goodputText(r));
       setCell(c.tps, num(r.tokens_per_second), num(r.tokens_per_second));
       setCell(c.eta, dur(r.eta_seconds), dur(r.eta_seconds));
       setCell(c.age, ago(r), ago(r));
@@ -216,7 +257,7 @@
       let shown = 0;
       order.forEach(function (r, i) {
         const x = rows.get(r.path);
-        const hide = state.filter !== "" && x.search.indexOf(state.filter) < 0;
+        const hide = !matches(state.filter, r, x.search);
         if (x.tr.hidden !== hide) x.tr.hidden = hide;
         if (!hide) shown++;
         if (body.children[i] !== x.tr) body.insertBefore(x.tr, body.children[i] || null);
@@ -227,7 +268,8 @@
       table.hidden = !runs.length;
       empty.textContent = !runs.length
         ? "No runs found yet (run directories, *.jsonl logs, trainer_state.json and other tools' logs, up to 4 levels down). This page updates by itself."
-        : shown ? "" : "No run's path contains “" + filter.value + "”.";
+        : state.filter.bad ? state.filter.bad
+        : shown ? "" : "No run matches “" + filter.value + "”.";
       selection();
     }
     function update(d) {
@@ -245,11 +287,173 @@
     return update;
   }
 
+  // --- where a run came from: its recipe, command and provenance --------------------------------
+  function show(v) {
+    if (v === null || v === undefined || v === "") return "–";
+    if (typeof v === "string") return v;
+    if (typeof v === "number" || typeof v === "boolean") return String(v);
+    return JSON.stringify(v);
+  }
+  function short(h) { return typeof h === "string" && h ? h.slice(0, 12) : "–"; }
+  function bytes(n) {
+    if (typeof n !== "number" || !Number.isFinite(n)) return "–";
+    const units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i ? Number(n.toPrecision(3)) : n) + " " + units[i];
+  }
+  function when(t) { return typeof t === "number" && Number.isFinite(t) ? new Date(t * 1000).toISOString().replace(".000Z", "Z") : "–"; }
+  // [[group, name, value], ...]: what a run was started from, as the run page lists it and the
+  // compare page lines it up (`forCompare`: a data file by its content, not its modification time).
+  function originRows(d, forCompare) {
+    const rows = [];
+    const recipe = d.recipe && typeof d.recipe === "object" ? d.recipe : {};
+    Object.keys(recipe).sort().forEach(function (k) { rows.push(["recipe", k, show(recipe[k])]); });
+    const launch = d.launch || null;
+    if (launch && Array.isArray(launch.command)) rows.push(["launch", "command", launch.command.map(String).join(" ")]);
+    const p = d.provenance || (launch && launch.provenance) || null;
+    if (!p) return rows;
+    rows.push(["provenance", "argv", Array.isArray(p.argv) ? p.argv.map(String).join(" ") : "–"]);
+    rows.push(["provenance", "cwd", show(p.cwd)]);
+    const g = p.git && typeof p.git === "object" ? p.git : null;
+    rows.push(["provenance", "git commit", g && g.commit ? String(g.commit) : "not in a git repository"]);
+    if (g && g.commit) {
+      rows.push(["provenance", "git tree", g.dirty === true ? "dirty: diff of " + bytes(g.diff_bytes) + ", sha256 " + short(g.diff_sha256)
+        : g.dirty === false ? "clean" : "unknown (git did not answer in time)"]);
+    }
+    ["python", "torch", "runwatch", "host"].forEach(function (k) { rows.push(["provenance", k, show(p[k])]); });
+    (Array.isArray(p.data) ? p.data : []).forEach(function (f) {
+      if (!f || typeof f !== "object") return;
+      const value = f.error ? "unreadable: " + show(f.error)
+        : "sha256 " + short(f.sha256) + " · " + bytes(f.size) + (forCompare ? "" : " · modified " + when(f.mtime));
+      rows.push(["data", show(f.path), value]);
+    });
+    return rows;
+  }
+  function originTable(d) {
+    const rows = originRows(d, false);
+    const box = section("Recipe and provenance");
+    if (!rows.length) return add(box, el("p", "muted", "This log names no recipe or provenance (run.json and launch.json record them)."));
+    const table = el("table", "origin");
+    const body = el("tbody");
+    rows.forEach(function (r) {
+      const th = el("th", "", r[0] === "recipe" || r[0] === "provenance" ? r[1] : r[0] + " " + r[1]);
+      th.scope = "row";
+      add(body, add(el("tr", "origin-" + r[0]), th, el("td", "", r[2])));
+    });
+    return add(box, add(table, body));
+  }
+
+  // --- groups: runs alike but for their seed (or by a recipe key), one line and a band each -------
+  function stable(v) {
+    if (v && typeof v === "object" && !Array.isArray(v)) {
+      return "{" + Object.keys(v).sort().map(function (k) { return JSON.stringify(k) + ":" + stable(v[k]); }).join(",") + "}";
+    }
+    return JSON.stringify(v === undefined ? null : v);
+  }
+  function recipeOf(e) { return e.detail.recipe && typeof e.detail.recipe === "object" ? e.detail.recipe : {}; }
+  // [{label, members}] of the entries grouped `by` "seed" (recipes equal but for `seed`) or by a recipe key.
+  function groupsOf(list, by) {
+    const order = [], byKey = {};
+    list.forEach(function (e) {
+      const r = recipeOf(e);
+      let key;
+      if (by === "seed") { const c = Object.assign({}, r); delete c.seed; key = stable(c); } else key = stable(r[by]);
+      if (!byKey[key]) { byKey[key] = { key: key, members: [] }; order.push(byKey[key]); }
+      byKey[key].members.push(e);
+    });
+    let named = [];
+    if (by === "seed") { // name a group by the recipe keys whose values tell the groups apart
+      const keys = {};
+      list.forEach(function (e) { Object.keys(recipeOf(e)).forEach(function (k) { if (k !== "seed") keys[k] = true; }); });
+      named = Object.keys(keys).sort().filter(function (k) {
+        return new Set(order.map(function (g) { return stable(recipeOf(g.members[0])[k]); })).size > 1;
+      });
+    }
+    return order.map(function (g) {
+      const r = recipeOf(g.members[0]);
+      const name = by === "seed" ? (named.map(function (k) { return k + "=" + show(r[k]); }).join(", ") || "every run")
+        : by + "=" + show(r[by]);
+      const n = g.members.length;
+      return { label: name + " (" + n + (n === 1 ? " run)" : " runs)"), members: g.members };
+    });
+  }
+  function interp(xs, ys, x) {
+    if (!xs.length || x < xs[0] || x > xs[xs.length - 1]) return null;
+    let lo = 0, hi = xs.length - 1;
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (xs[mid] < x) lo = mid + 1; else hi = mid; }
+    if (xs[lo] === x || lo === 0) return ys[lo];
+    const x0 = xs[lo - 1], x1 = xs[lo];
+    return x1 === x0 ? ys[lo] : ys[lo - 1] + (ys[lo] - ys[lo - 1]) * (x - x0) / (x1 - x0);
+  }
+  const GRID_POINTS = 600;
+  // One series of a group: each member's (smoothed) points on a common grid of steps; at each step
+  // the mean of the members that reach it, and the band: mean ± standard deviation, or min–max.
+  function aggregate(series, w, band) {
+    const sm = series.map(function (pts) {
+      return { xs: pts.map(function (p) { return p[0]; }), ys: RW.smooth(pts.map(function (p) { return p[1]; }), w) };
+    });
+    let grid = Array.from(new Set([].concat.apply([], sm.map(function (s) { return s.xs; })))).sort(function (a, b) { return a - b; });
+    if (grid.length > GRID_POINTS) {
+      const step = (grid.length - 1) / (GRID_POINTS - 1), all = grid;
+      grid = [];
+      for (let i = 0; i < GRID_POINTS; i++) grid.push(all[Math.round(i * step)]);
+    }
+    const points = [], spread = [];
+    grid.forEach(function (x) {
+      const vals = [];
+      sm.forEach(function (s) { const v = interp(s.xs, s.ys, x); if (v !== null && Number.isFinite(v)) vals.push(v); });
+      if (!vals.length) return;
+      const mean = vals.reduce(function (a, b) { return a + b; }, 0) / vals.length;
+      let lo, hi;
+      if (band === "minmax") { lo = Math.min.apply(null, vals); hi = Math.max.apply(null, vals); } else {
+        const sd = vals.length > 1 ? Math.sqrt(vals.reduce(function (a, v) { return a + (v - mean) * (v - mean); }, 0) / (vals.length - 1)) : 0;
+        lo = mean - sd; hi = mean + sd;
+      }
+      points.push([x, mean, null]);
+      spread.push([x, lo, hi]);
+    });
+    return { points: points, band: spread };
+  }
+  // The chart entries of the groups: one per group, its charts the members' series aggregated.
+  function groupEntries(list, by, band, w, hidden) {
+    return groupsOf(list, by).map(function (g, gi) {
+      const charts = [], seen = {};
+      g.members.forEach(function (m) {
+        (m.detail.charts || []).forEach(function (c) {
+          if (seen[c.name]) return;
+          seen[c.name] = true;
+          const keys = [];
+          g.members.forEach(function (o) {
+            const oc = (o.detail.charts || []).find(function (x) { return x.name === c.name; });
+            if (oc) oc.series.forEach(function (s) { if (keys.indexOf(s.key) < 0) keys.push(s.key); });
+          });
+          const series = keys.map(function (key) {
+            let name = key;
+            const pts = [];
+            g.members.forEach(function (o) {
+              const oc = (o.detail.charts || []).find(function (x) { return x.name === c.name; });
+              const s = oc && oc.series.find(function (x) { return x.key === key; });
+              if (s && s.points.length) { pts.push(s.points); name = s.name; }
+            });
+            const a = aggregate(pts, w, band);
+            return { name: name, key: key, points: a.points, band: a.band, last: null };
+          }).filter(function (s) { return s.points.length; });
+          charts.push({ name: c.name, title: c.title, series: series });
+        });
+      });
+      const id = "group:" + g.label;
+      return { path: g.label, colour: RW.colour(gi), hidden: hidden.has(id), id: id, group: g,
+        detail: { charts: charts, markers: [], first_time: null } };
+    });
+  }
+
   // --- one run, or several compared ------------------------------------------------------------
   function RunsPage(kind, data) {
     const names = kind === "compare" ? new URLSearchParams(location.search).getAll("run").filter(Boolean)
       : [data.path];
-    const state = { smooth: 0.6, logy: false, outliers: false, xmode: "step", zoom: null, hidden: new Set() };
+    const state = { smooth: 0.6, logy: false, outliers: false, xmode: "step", zoom: null, hidden: new Set(),
+      groupby: "", band: "std", diffOnly: true };
     let current = null, drawn = "", pending = false;
     const box = el("section", kind === "compare" ? "run compare" : "run");
     const back = el("a", "", "← all runs");
@@ -282,6 +486,21 @@
     reset.disabled = true;
     add(controls, smoothCtl, label("logy", "log scale y", logy), add(el("label", "ctl xmode"), document.createTextNode("x axis "), xmode),
       label("outliers", "ignore outliers", outliers), reset);
+    const groupby = el("select");
+    groupby.id = "groupby";
+    const bandSel = el("select");
+    bandSel.id = "band";
+    [["std", "mean ± std"], ["minmax", "min–max"]].forEach(function (o) {
+      const opt = el("option", "", o[1]);
+      opt.value = o[0];
+      bandSel.appendChild(opt);
+    });
+    if (kind === "compare") {
+      add(controls, add(el("label", "ctl groupby"), document.createTextNode("group by "), groupby),
+        add(el("label", "ctl band"), document.createTextNode("band "), bandSel));
+      groupby.addEventListener("change", function () { state.groupby = groupby.value; state.zoom = null; reset.disabled = true; legendItems(); draw(true); });
+      bandSel.addEventListener("change", function () { state.band = bandSel.value; draw(true); });
+    }
     if (kind === "run") {
       const csv = el("a", "csv", "CSV");
       csv.href = csvHref(data.path);
@@ -294,7 +513,8 @@
     const charts = el("div", "charts");
     const chartSet = new RW.Charts(charts, function (range) { zoomTo(range); });
     const extra = el("div", "extra");
-    add(box, add(el("p", "crumbs"), back), h1, facts, notes, controls, legend, charts, extra);
+    const differs = el("div", "differs");
+    add(box, add(el("p", "crumbs"), back), h1, facts, notes, controls, legend, charts, differs, extra);
     app.replaceChildren(box);
 
     function zoomTo(range) {
@@ -307,6 +527,11 @@
       shown.textContent = String(state.smooth);
       draw(true, true);
     });
+    // the differences table's toggle: kept across refreshes (the table is rebuilt, the box is not)
+    const diffBox = checkbox("diff-only");
+    diffBox.checked = state.diffOnly;
+    const diffLabel = label("diff-only", "differences only", diffBox);
+    diffBox.addEventListener("change", function () { state.diffOnly = diffBox.checked; if (current) drawDiffs(current); });
     logy.addEventListener("change", function () { state.logy = logy.checked; draw(true); });
     outliers.addEventListener("change", function () { state.outliers = outliers.checked; draw(true); });
     xmode.addEventListener("change", function () { state.xmode = xmode.value; state.zoom = null; reset.disabled = true; draw(true); });
@@ -318,6 +543,10 @@
     });
 
     function runsOf(d) { return kind === "compare" ? d.runs || [] : [d]; }
+    function shownEntries(d) {
+      const list = entries(d);
+      return kind === "compare" && state.groupby ? groupEntries(list, state.groupby, state.band, state.smooth, state.hidden) : list;
+    }
     function entries(d) {
       return runsOf(d).map(function (detail) {
         const i = names.indexOf(detail.path);
@@ -339,14 +568,16 @@
       const sig = list.map(function (r) {
         const w = r.detail.watchdog && r.detail.watchdog.warnings;
         return r.path + ":" + r.detail.version + ":" + r.hidden + ":" + (w ? w.length : 0);
-      }).join("|") + "|" + (charts.clientWidth || 0);
+      }).join("|") + "|" + (charts.clientWidth || 0) + "|" + state.groupby + "|" + state.band;
       if (!force && sig === drawn) return;
       drawn = sig;
-      const n = chartSet.render(list, state);
+      const n = chartSet.render(state.groupby ? shownEntries(current) : list, state);
       if (!n) charts.replaceChildren(el("p", "muted", "Nothing to chart yet."));
       noteDraw(chartSet.lastDrawMs);
     }
-    function legendItems(list) {
+    function legendItems() {
+      if (kind === "compare" && state.groupby) return groupLegend(shownEntries(current));
+      const list = entries(current);
       const items = list.map(function (r) {
         const d = r.detail;
         const b = add(el("button", "legend-item"), el("i", "swatch"), el("span", "name", r.path));
@@ -356,7 +587,7 @@
         b.title = (r.hidden ? "show " : "hide ") + r.path;
         b.addEventListener("click", function () {
           if (state.hidden.has(r.path)) state.hidden.delete(r.path); else state.hidden.add(r.path);
-          legendItems(entries(current));
+          legendItems();
           draw(true);
         });
         const li = add(el("li", r.hidden ? "off" : ""), b, badge(d.verdict),
@@ -377,6 +608,29 @@
       // keep the focused entry focused: replace the items in place, by path
       const focused = document.activeElement && document.activeElement.closest ? document.activeElement.closest(".legend li") : null;
       const path = focused ? focused.getAttribute("data-path") : null;
+      placeLegend(items, path);
+    }
+    function groupLegend(groups) {
+      const focused = document.activeElement && document.activeElement.closest ? document.activeElement.closest(".legend li") : null;
+      const path = focused ? focused.getAttribute("data-path") : null;
+      const items = groups.map(function (g) {
+        const b = add(el("button", "legend-item"), el("i", "swatch"), el("span", "name", g.path));
+        b.type = "button";
+        b.firstChild.style.background = g.colour;
+        b.setAttribute("aria-pressed", g.hidden ? "false" : "true");
+        b.title = (g.hidden ? "show " : "hide ") + g.path + ": " + g.group.members.map(function (m) { return m.path; }).join(", ");
+        b.addEventListener("click", function () {
+          if (state.hidden.has(g.id)) state.hidden.delete(g.id); else state.hidden.add(g.id);
+          legendItems();
+          draw(true);
+        });
+        const li = add(el("li", "group" + (g.hidden ? " off" : "")), b);
+        li.setAttribute("data-path", g.path);
+        return li;
+      });
+      placeLegend(items, path);
+    }
+    function placeLegend(items, path) {
       legend.replaceChildren.apply(legend, items);
       if (path) {
         const again = legend.querySelector("li[data-path=\"" + CSS.escape(path) + "\"] .legend-item");
@@ -404,9 +658,10 @@
         }
         notes.replaceChildren.apply(notes, missing.length ? [add(el("p", "error missing"), ...parts)] : []);
       }
-      legendItems(entries(d));
+      if (kind === "compare") groupChoices(entries(d));
+      legendItems();
       draw(false);
-      if (kind === "run") drawExtra(d);
+      if (kind === "run") drawExtra(d); else drawDiffs(d);
     }
     function drawExtra(d) {
       const fs = section("Findings of check (" + (d.findings || 0) + ")");
@@ -417,10 +672,77 @@
         add(ul, add(el("li", "sev-" + sev), el("b", "", txt(f.kind)), el("span", "sev", sev),
           document.createTextNode(" step=" + num(f.step) + ": " + txt(f.message))));
       });
-      const parts = [add(fs, ul)];
+      const parts = [add(fs, ul), originTable(d)];
       if (d.supervise) parts.push(supervision(d.supervise));
       parts.push(add(section("Status"), el("pre", "status", (d.status_lines || []).join("\n"))));
       extra.replaceChildren.apply(extra, parts);
+    }
+    // The group-by choices: seed (runs alike but for it), then every recipe key of the runs.
+    function groupChoices(list) {
+      const keys = {};
+      list.forEach(function (e) { Object.keys(recipeOf(e)).forEach(function (k) { keys[k] = true; }); });
+      const opts = [["", "nothing (one line a run)"], ["seed", "seed: runs alike but for their seed"]].concat(
+        Object.keys(keys).sort().filter(function (k) { return k !== "seed"; }).map(function (k) { return [k, k]; }));
+      const sig = opts.map(function (o) { return o[0]; }).join("\n");
+      if (groupby._sig === sig) return;
+      groupby._sig = sig;
+      groupby.replaceChildren.apply(groupby, opts.map(function (o) {
+        const opt = el("option", "", o[1]);
+        opt.value = o[0];
+        return opt;
+      }));
+      if (opts.some(function (o) { return o[0] === state.groupby; })) groupby.value = state.groupby;
+      else { state.groupby = ""; groupby.value = ""; }
+    }
+    // The compared runs' recipes and provenance side by side; a row whose values differ is marked,
+    // and with "differences only" (on by default) the rows alike in every run are hidden.
+    const diffSummary = el("p", "muted diff-count");
+    diffSummary.setAttribute("aria-live", "polite");
+    const diffWrap = el("div", "table-wrap");
+    const diffSection = add(section("What differs"), add(el("div", "toolbar"), diffLabel, diffSummary), diffWrap);
+    function drawDiffs(d) {
+      const list = runsOf(d);
+      if (list.length < 2) { differs.replaceChildren(); return; }
+      if (!differs.firstChild) differs.appendChild(diffSection);
+      const cols = list.map(function (r) { return originRows(r, true); });
+      const order = [], values = {};
+      cols.forEach(function (rows, i) {
+        rows.forEach(function (row) {
+          const key = row[0] + "\u0000" + row[1];
+          if (!values[key]) { values[key] = { group: row[0], name: row[1], by: {} }; order.push(key); }
+          values[key].by[i] = row[2];
+        });
+      });
+      const table = el("table", "diff");
+      const head = add(el("tr"), el("th", "", ""));
+      head.firstChild.scope = "col";
+      list.forEach(function (r, i) {
+        const th = add(el("th"), el("i", "swatch"), el("code", "", r.path));
+        th.scope = "col";
+        th.firstChild.style.background = RW.colour(names.indexOf(r.path) < 0 ? i : names.indexOf(r.path));
+        head.appendChild(th);
+      });
+      const body = el("tbody");
+      let differing = 0;
+      order.forEach(function (key) {
+        const v = values[key];
+        const cells = list.map(function (_, i) { return v.by[i] === undefined ? "–" : v.by[i]; });
+        const same = cells.every(function (c) { return c === cells[0]; });
+        if (!same) differing++;
+        const th = el("th", "", v.group === "recipe" || v.group === "provenance" ? v.name : v.group + " " + v.name);
+        th.scope = "row";
+        const tr = add(el("tr", same ? "same" : "differs"), th);
+        tr.setAttribute("data-key", v.group + "." + v.name);
+        cells.forEach(function (c) { add(tr, el("td", "", c)); });
+        tr.hidden = state.diffOnly && same;
+        body.appendChild(tr);
+      });
+      add(table, add(el("thead"), head), body);
+      diffSummary.textContent = !order.length ? "None of these runs records a recipe or provenance."
+        : differing ? differing + " of " + order.length + " rows differ" + (state.diffOnly ? " (rows alike in every run are hidden)" : "")
+        : "The runs' recipes and provenance are the same in every row.";
+      const sig = JSON.stringify([state.diffOnly, list.map(function (r) { return r.path; }), order.map(function (k) { return [k, values[k].by]; })]);
+      if (diffWrap._sig !== sig) { diffWrap._sig = sig; diffWrap.replaceChildren(table); }
     }
     update(data);
     return update;

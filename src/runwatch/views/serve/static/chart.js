@@ -160,8 +160,15 @@
   }
 
   // --- one chart ----------------------------------------------------------------------------------
-  // lines: [{run, label, key, colour, points}] of the visible runs; opts: the page's state.
-  function chartSvg(name, title, lines, markers, opts, width) {
+  // lines: [{run, label, key, colour, points, band?}] of the visible runs (or groups); opts: the page's
+  // state. A group's line comes smoothed already (`band`: [[x, low, high], ...] drawn behind it).
+  function bytesText(v) {
+    const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let i = 0, n = Math.abs(v);
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (v < 0 ? "-" : "") + Number(n.toPrecision(3)) + " " + units[i];
+  }
+  function chartSvg(name, title, lines, markers, opts, width, unit) {
     const W = Math.max(280, Math.min(760, width)), H = W < 480 ? 210 : 250;
     const L = 62, R = 14, T = 14, B = 36;
     const mode = opts.xmode, logy = opts.logy;
@@ -179,7 +186,11 @@
       total += xs.length;
       if (!xs.length) return;
       xs.forEach(function (x) { if (x < fx0) fx0 = x; if (x > fx1) fx1 = x; });
-      drawn.push({ ln: ln, xs: xs, ys: ys, sm: smooth(ys, opts.smooth) });
+      let band = null;
+      if (ln.band && mode === "step") {
+        band = ln.band.filter(function (b) { return !logy || b[1] > 0; });
+      }
+      drawn.push({ ln: ln, xs: xs, ys: ys, sm: ln.band ? ys : smooth(ys, opts.smooth), band: band });
     });
     // a group, not an img: its markers stay elements a screen reader (or a test) can reach by name
     const svg = sv("svg", { viewBox: "0 0 " + W + " " + H, class: "chart", role: "group", "data-points": total,
@@ -198,6 +209,7 @@
     let yv = [];
     drawn.forEach(function (d) {
       for (let i = 0; i < d.xs.length; i++) if (d.xs[i] >= x0 && d.xs[i] <= x1) yv.push(d.ys[i]);
+      if (d.band) d.band.forEach(function (b) { if (b[0] >= x0 && b[0] <= x1) yv.push(b[1], b[2]); });
     });
     if (!yv.length) drawn.forEach(function (d) { yv = yv.concat(d.ys); });
     if (logy) yv = yv.map(Math.log10);
@@ -215,7 +227,7 @@
     function Y(y) { return T + (y1 - (logy ? Math.log10(y) : y)) / (y1 - y0) * PH; }
     // grid and ticks
     const yt = logy ? logTicks(y0, y1) : linearTicks(y0, y1, 4);
-    const yfmt = tickFormat(yt, logy);
+    const yfmt = unit === "bytes" ? bytesText : tickFormat(yt, logy);
     yt.forEach(function (v) {
       const y = Y(v);
       if (y < T - 0.5 || y > T + PH + 0.5) return;
@@ -263,8 +275,15 @@
           }
         });
       }
-      if (smoothing) poly(d.ys, "line raw");
-      poly(d.sm, smoothing ? "line smoothed" : "line");
+      if (d.band && d.band.length > 1) { // a group: its spread, as a filled band behind its mean
+        const lo = d.band.map(function (b) { return X(b[0]).toFixed(1) + "," + Y(logy ? Math.max(b[1], 1e-300) : b[1]).toFixed(1); });
+        const hi = d.band.map(function (b) { return X(b[0]).toFixed(1) + "," + Y(logy ? Math.max(b[2], 1e-300) : b[2]).toFixed(1); });
+        const poly0 = sv("polygon", { points: lo.concat(hi.reverse()).join(" "), class: "group-band", fill: d.ln.colour,
+          "data-run": d.ln.run.path, "data-key": d.ln.key });
+        add(plot, poly0);
+      }
+      if (smoothing && !d.ln.band) poly(d.ys, "line raw");
+      poly(d.sm, smoothing && !d.ln.band ? "line smoothed" : d.ln.band ? "line group" : "line");
       if (d.xs.length <= 40 && d.ln.key.indexOf("eval_") === 0) {  // few points (evals): show each one
         for (let i = 0; i < d.xs.length; i++) {
           if (d.xs[i] < x0 || d.xs[i] > x1) continue;
@@ -369,10 +388,10 @@
   }
   Charts.prototype.render = function (runs, state) {
     const t0 = performance.now();
-    const order = [], titles = {}, series = {};
+    const order = [], titles = {}, series = {}, units = {};
     runs.forEach(function (r) {
       (r.detail.charts || []).forEach(function (c) {
-        if (!titles[c.name]) { titles[c.name] = c.title; order.push(c.name); series[c.name] = []; }
+        if (!titles[c.name]) { titles[c.name] = c.title; units[c.name] = c.unit; order.push(c.name); series[c.name] = []; }
         c.series.forEach(function (s) {
           if (series[c.name].indexOf(s.key) < 0) series[c.name].push(s.key);
         });
@@ -404,7 +423,8 @@
         if (r.hidden) return;
         const c = (r.detail.charts || []).find(function (x) { return x.name === name; });
         if (c) c.series.forEach(function (s) {
-          lines.push({ run: { path: r.path, first_time: r.detail.first_time }, label: s.name, key: s.key, colour: r.colour, points: s.points });
+          lines.push({ run: { path: r.path, first_time: r.detail.first_time }, label: s.name, key: s.key, colour: r.colour,
+            points: s.points, band: s.band || null });
         });
         const lookup = timeLookup(r.detail);
         (r.detail.markers || []).forEach(function (m) {
@@ -418,12 +438,12 @@
       const cap = [el("span", "chart-title", title)];
       series[name].forEach(function (key) {
         const s = runs.length === 1 && !runs[0].hidden ? (runs[0].detail.charts.find(function (x) { return x.name === name; }) || { series: [] }).series.find(function (x) { return x.key === key; }) : null;
-        const label = (s ? s.name + " " + (s.last ? num(s.last[1]) : "") : key.replace(/_/g, " "));
+        const label = (s ? s.name + " " + (s.last ? (units[name] === "bytes" ? bytesText(s.last[1]) : num(s.last[1])) : "") : key.replace(/_/g, " "));
         cap.push(add(el("span", "key key-" + (DASH[key] ? (key === "eval_loss" ? "dashed" : "dotted") : "solid")), el("i", "stroke"), document.createTextNode(label)));
       });
       f.cap.replaceChildren.apply(f.cap, cap);
       f.holder.setAttribute("aria-label", title + " chart: drag across it to zoom, double-click to reset; keys + and − zoom, arrows pan, 0 resets");
-      const out = chartSvg(name, title, lines, marks, state, cw);
+      const out = chartSvg(name, title, lines, marks, state, cw, units[name]);
       self.domains[name] = out.domain;
       self.geoms[name] = out.geom;
       f.holder.replaceChildren(out.svg);
