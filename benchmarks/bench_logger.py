@@ -1,6 +1,7 @@
 """Host cost of one `RunLogger.step()` against the usual ways of logging the same five values.
 
     .venv/bin/python benchmarks/bench_logger.py [--repeats 15] [--scale 1.0]
+    .venv/bin/python benchmarks/bench_logger.py --construction     # what a session pays once
 
 Peers, measured side by side in one run (repeats interleaved, so a busy machine slows them alike):
 - `RunLogger.step()` with Python floats, and with 0-dim CPU tensors (loss, lr, grad_norm,
@@ -17,6 +18,9 @@ Peers, measured side by side in one run (repeats interleaved, so a busy machine 
   (a write per window floods the file system's journal and would slow the peers measured after
   it), the training thread's µs for a window's heartbeat posted or written in place, and for a
   phase change (two atomic replaces).
+
+Then, what a session pays once and never on the step path: `RunLogger(...)` + `close()` (with
+the provenance it records: two git calls), `provenance.capture()` alone and with a data file.
 
 Reports the median host microseconds per step over the repeats and the ratios to TensorBoard and to
 the naive writer (floats), then
@@ -355,12 +359,60 @@ def heartbeat_costs(n: int = 400) -> dict[str, float]:
     return out
 
 
+def construction_costs(n: int = 20) -> dict[str, float]:
+    """Median ms of what a session pays once, when it starts: `RunLogger(...)` and `close()` as
+    shipped (provenance taken: git in this repository), `provenance.capture()` alone, and alone with
+    a 1 GiB data file (sparse: its first and last MiB are read, whatever its size)."""
+    from runwatch import RunLogger
+    from runwatch.files import provenance
+
+    tmp = tempfile.mkdtemp(prefix="runwatch-bench-construct-")
+    data = os.path.join(tmp, "train.bin")
+    with open(data, "wb") as f:
+        f.truncate(1 << 30)
+    samples: dict[str, list[float]] = {
+        "RunLogger() + close(), provenance in run.json": [],
+        "provenance.capture() (two git calls)": [],
+        "provenance.capture(data=[1 GiB file])": [],
+    }
+    old = os.getcwd()
+    os.chdir(ROOT)  # the program's working directory: a git repository
+    try:
+        for i in range(n):
+            t0 = time.perf_counter()
+            RunLogger(os.path.join(tmp, f"run-{i}"), recipe=RECIPE, hardware={"device": "cpu"}).close()
+            t1 = time.perf_counter()
+            provenance.capture()
+            t2 = time.perf_counter()
+            provenance.capture(data=[data])
+            t3 = time.perf_counter()
+            samples["RunLogger() + close(), provenance in run.json"].append((t1 - t0) * 1e3)
+            samples["provenance.capture() (two git calls)"].append((t2 - t1) * 1e3)
+            samples["provenance.capture(data=[1 GiB file])"].append((t3 - t2) * 1e3)
+    finally:
+        os.chdir(old)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def print_construction() -> None:
+    print(f"once a session (cwd {ROOT}), median ms of 20:")
+    for what, ms in construction_costs().items():
+        print(f"  {what:<48} {ms:>8.1f} ms")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="slices per peer, taken in turn (median reported)")
     parser.add_argument("--scale", type=float, default=1.0, help="scale the steps per repeat")
     parser.add_argument("--no-wandb", action="store_true", help="leave W&B out (it starts a service process)")
+    parser.add_argument(
+        "--construction", action="store_true", help="only what a session pays once: construction and provenance"
+    )
     args = parser.parse_args()
+    if args.construction:
+        print_construction()
+        return 0
     warnings.simplefilter("ignore")  # TensorBoard and W&B deprecation chatter
 
     import platform
@@ -400,6 +452,8 @@ def main() -> int:
     )
     for what, us in hb.items():
         print(f"  {what:<32} {us:>9.1f} µs  = {us / window_step:.2f}x a window of step()")
+    print()
+    print_construction()
     floats, tensors = med["RunLogger.step, floats"], med["RunLogger.step, 0-dim tensors"]
     checks = [
         ("step() with floats <= 1/20 of TensorBoard", floats <= base / 20),

@@ -24,7 +24,9 @@ and the time the page's script spends on one refresh of the list (`performance.n
 median of 10 refreshes. `--compare N`: N runs of `--compare-records` records each on one compare
 page in Chromium: the time to the first draw of the charts (since navigation start) and the time
 one redraw takes when a record arrives in every run (`performance.now()` around the draw), median
-of 10; and the server time of one `GET /api/compare`. Logs are deleted afterwards.
+of 10; the time one draw takes when the runs are grouped (`group by` seed: their recipes are alike,
+so one mean line and band; median of 5); and the server time of one `GET /api/compare`. Logs are
+deleted afterwards.
 """
 
 from __future__ import annotations
@@ -327,6 +329,18 @@ def bench_compare(n_runs: int, records: int, chromium: str) -> dict:
                 points = b.evaluate(
                     "Array.from(document.querySelectorAll('svg.chart')).reduce((n, s) => n + Number(s.getAttribute('data-points')), 0)"
                 )
+                # grouped (the runs' recipes are alike: one group of all of them, a mean and a band)
+                grouped = []
+                if b.evaluate("!!document.getElementById('groupby')"):
+                    for choice in ("seed", "", "seed", "", "seed", "", "seed", "", "seed"):
+                        draws = b.evaluate("window.__runwatch.draws")
+                        b.evaluate(
+                            f"(() => {{ const x = document.getElementById('groupby'); x.value = {choice!r};"
+                            " x.dispatchEvent(new Event('change', {bubbles: true})); })()"
+                        )
+                        b.wait_for(f"window.__runwatch.draws > {draws}")
+                        if choice:
+                            grouped.append(b.evaluate("window.__runwatch.lastDrawMs"))
         finally:
             proc.terminate()
             proc.wait(timeout=60)
@@ -340,6 +354,7 @@ def bench_compare(n_runs: int, records: int, chromium: str) -> dict:
             "first_draw_ms": first_draw_ms,
             "redraw_ms": statistics.median(redraws),
             "points": points,
+            "grouped_ms": statistics.median(grouped) if grouped else None,
         }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -373,12 +388,13 @@ def main() -> None:
         r = bench_compare(n, args.compare_records, args.chromium)
         print(
             "| runs x records | catch-up | /api/compare (KB) | first draw (since navigation; the draw itself) | "
-            "redraw on new records (median of 10) | points drawn |"
+            "redraw on new records (median of 10) | points drawn | grouped draw (median of 5) |"
         )
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         print(
             f"| {n} x {args.compare_records} | {r['catchup_s']:.0f} s | {r['api_ms']:.0f} ms ({r['api_kb']:.0f} KB) | "
-            f"{r['first_ms']:.0f} ms ({r['first_draw_ms']:.0f} ms) | {r['redraw_ms']:.0f} ms | {r['points']} |",
+            f"{r['first_ms']:.0f} ms ({r['first_draw_ms']:.0f} ms) | {r['redraw_ms']:.0f} ms | {r['points']} | "
+            f"{'–' if r['grouped_ms'] is None else format(r['grouped_ms'], '.0f') + ' ms'} |",
             flush=True,
         )
     if not args.runs:

@@ -160,7 +160,9 @@ def test_resume_from_a_checkpoint_is_a_new_session(run200, tmp_path):
     import shutil
 
     shutil.copytree(out / "runwatch", run_dir)
-    trainer = make_trainer(out, 250, [RunwatchCallback(run_dir)], eval_steps=25, save_steps=1000)
+    data = tmp_path / "train.bin"
+    data.write_bytes(b"tokens")
+    trainer = make_trainer(out, 250, [RunwatchCallback(run_dir, data=[data])], eval_steps=25, save_steps=1000)
     trainer.train(resume_from_checkpoint=str(out / "checkpoint-150"))
     summary = runwatch.summarize(run_dir, expect_step=250)
     assert summary["sessions"] == 2 and summary["start_step"] == 150
@@ -169,6 +171,11 @@ def test_resume_from_a_checkpoint_is_a_new_session(run200, tmp_path):
         sessions = json.load(f)["sessions"]
     assert sessions[1]["start"] == {"step": 150, "tokens": 150 * BATCH * SEQ, "skipped": 0}
     assert sessions[1]["recipe"]["seq_len"] == SEQ  # from the checkpoint's state
+    # each session's provenance: the data named to the callback, torch (imported by the Trainer)
+    assert sessions[0]["provenance"]["data"] == []
+    fingerprint = sessions[1]["provenance"]["data"]
+    assert [(f["path"], f["size"]) for f in fingerprint] == [(str(data), 6)]
+    assert sessions[1]["provenance"]["torch"] == torch.__version__
     assert summary["last_val"]["step"] == 250
 
 

@@ -439,7 +439,7 @@
             const a = aggregate(pts, w, band);
             return { name: name, key: key, points: a.points, band: a.band, last: null };
           }).filter(function (s) { return s.points.length; });
-          charts.push({ name: c.name, title: c.title, series: series });
+          charts.push({ name: c.name, title: c.title, unit: c.unit, series: series });
         });
       });
       const id = "group:" + g.label;
@@ -498,8 +498,13 @@
     if (kind === "compare") {
       add(controls, add(el("label", "ctl groupby"), document.createTextNode("group by "), groupby),
         add(el("label", "ctl band"), document.createTextNode("band "), bandSel));
-      groupby.addEventListener("change", function () { state.groupby = groupby.value; state.zoom = null; reset.disabled = true; legendItems(); draw(true); });
-      bandSel.addEventListener("change", function () { state.band = bandSel.value; draw(true); });
+      // (input and change: a keyboard's arrow on a closed select fires either, depending on the platform)
+      const regroup = function () {
+        if (state.groupby === groupby.value) return;
+        state.groupby = groupby.value; state.zoom = null; reset.disabled = true; legendItems(); draw(true);
+      };
+      const reband = function () { if (state.band !== bandSel.value) { state.band = bandSel.value; draw(true); } };
+      ["input", "change"].forEach(function (ev) { groupby.addEventListener(ev, regroup); bandSel.addEventListener(ev, reband); });
     }
     if (kind === "run") {
       const csv = el("a", "csv", "CSV");
