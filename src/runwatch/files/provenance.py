@@ -100,8 +100,10 @@ def _diff(cwd: str) -> tuple[int, str] | None:
     ok = False
     try:
         fd = proc.stdout.fileno()
+        poller = select.poll()  # (not select.select: a process with 1024 files open may call this)
+        poller.register(fd, select.POLLIN)
         while (left := deadline - time.monotonic()) > 0:
-            if not select.select([fd], [], [], left)[0]:
+            if not poller.poll(left * 1000):
                 break  # git wrote nothing for the rest of the time: give up
             block = os.read(fd, 1 << 16)
             if not block:
