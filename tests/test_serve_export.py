@@ -258,3 +258,42 @@ def test_list_facts_are_kept_until_the_log_or_a_side_file_changes(tmp_path):
     view.facts.at -= view.facts.max_age  # and with time alone (a process may die without a file changing)
     view.summary(1006.0)
     assert len(calls) == 4
+
+
+def test_gpu_samples_are_charted_per_device_and_exported(tmp_path):
+    """A RunLogger run whose train records carry NVML samples (a stand-in NVML module: no GPU here)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from runwatch.reading.records import resolve_target
+    from runwatch.views.serve.export import csv_chunks
+    from runwatch.views.serve.runs import RunView
+    from test_metrics_provenance import FAKE_PYNVML, RECIPE
+
+    (tmp_path / "nvml").mkdir()
+    (tmp_path / "nvml" / "pynvml.py").write_text(FAKE_PYNVML)
+    code = f"""
+        import sys, time
+        from runwatch import RunLogger
+        with RunLogger(sys.argv[1], recipe={RECIPE!r}, window=1) as log:
+            for i in range(3):
+                log.step(loss=1.0 / (i + 1), lr=0.1, grad_norm=1.0)
+                time.sleep(1.05)
+    """
+    run = tmp_path / "gpu-run"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "nvml")}
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(run)], env=env, check=True, timeout=120)
+    view = RunView("gpu-run", resolve_target(str(run)))
+    view.refresh()
+    with view.lock:
+        charts = {c["name"]: c for c in view.detail()["charts"]}
+    mem, util = charts["gpu_memory"], charts["gpu_util"]
+    assert (mem["title"], mem["unit"], util["title"]) == ("GPU memory in use", "bytes", "GPU utilisation (%)")
+    assert [(s["name"], s["key"]) for s in mem["series"]] == [
+        ("gpu0", "gpu0_memory_used_bytes"),
+        ("gpu1", "gpu1_memory_used_bytes"),
+    ]
+    assert [p[:2] for p in util["series"][1]["points"]] == [[1, 87], [2, 87], [3, 87]]
+    head = b"".join(csv_chunks(resolve_target(str(run)))).decode().splitlines()[0].split(",")
+    assert {"gpu0_memory_used_bytes", "gpu1_util_percent", "mem_host_rss_peak_bytes"} <= set(head)
