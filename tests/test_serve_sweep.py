@@ -76,6 +76,18 @@ def test_api_runs_carries_best_eval_loss_best_metric_and_goodput(served, root):
     ratio = journal[-1]["goodput"]["ratio"]
     assert 0 < ratio < 1 and runs["rolled"]["goodput"] == ratio  # a rollback redid steps
     assert "loss_spike" in runs["rolled"]["finding_kinds"]
+    # how supervise launched it: launch.json's command and provenance, beside run.json's
+    rolled = served.json("/api/run/rolled")
+    with open(root / "rolled" / "launch.json") as f:
+        launched = json.load(f)
+    assert rolled["launch"] == {
+        "command": launched["command"],
+        "cwd": launched["cwd"],
+        "provenance": launched["provenance"],
+    }
+    assert rolled["launch"]["provenance"]["argv"] == launched["command"] and launched["command"][1].endswith(
+        "supervise_train.py"
+    )
     assert runs[WARNED]["verdict"]["state"] == "ok"
 
 

@@ -507,7 +507,7 @@ class RunView:
         findings = self.findings + self.end_findings(now)
         p = self.parser
         manifest = p.manifest if p is not None and p.mode == "v1" else None
-        origin = origin_facts(manifest, launch_info(self.target.run_dir) if self.source.v1 else None)
+        origin = origin_facts(manifest, launch_info(self.target.run_dir))  # (as status reads launch.json)
         st: RunDetail = {
             **summary,
             "status_lines": format_status(summary),
