@@ -9,6 +9,7 @@ standard library only (`http.server`), no file from the network: see docs/SERVE.
 
     runs.py         finding runs, and reading each one incrementally (follower, parser, rules)
     series.py       a chart's series, downsampled to at most 1000 points, spikes kept
+    bests.py        best eval loss, best task metric, goodput so far, recipe and provenance
     supervision.py  the supervisor's journal (supervise.jsonl)
     server.py       the catalog's reader thread, the HTTP handler, the pages
     static/         app.js and style.css, shipped as package data
