@@ -145,11 +145,11 @@ def test_a_process_lingering_after_its_session_ended_is_stopped_after_the_grace(
     assert "still running 1 s after its session ended (session_error)" in stop["message"]
 
 
-def test_divergence_without_a_checkpoint_before_it_is_fatal(tmp_path):
+def test_divergence_in_a_log_that_names_no_checkpoint_is_fatal_saying_so(tmp_path):
     run = tmp_path / "run"
     res = _supervise(run, train=["--ckpt-every", "100", "--fault", "nan@7"])
     assert res.returncode == 7
-    assert res.stdout.splitlines()[-1].endswith("(no checkpoint before step 6 to roll back to)")
+    assert res.stdout.splitlines()[-1].endswith("(the log names no checkpoints to roll back to)")
     assert "rollback" not in _events(run)
 
 
