@@ -264,7 +264,7 @@ def describe(
     journal_end = last_record(t.run_dir) if supervised else None
     good = journal_end.get("goodput") if journal_end is not None else None
     return {
-        **{k: out.get(k) for k in StatusHead.__annotations__},  # type: ignore[misc]
+        **{k: out.get(k) for k in StatusHead.__annotations__},  # type: ignore[typeddict-item]
         "step": step,
         "age_seconds": age,
         "loss": _num(lt.loss) if lt else None,
