@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any
 
+from ..files.rundir import LAUNCH_HEADER
 from .target import Target
 
 __all__ = ["no_signal_message", "seen", "HEAD_BYTES"]
@@ -26,7 +27,7 @@ SHOWN_CHARS = 80
 
 def _how(t: Target) -> str:
     if t.read.pattern:
-        return "--pattern " + " ".join(repr(p) for p in t.read.pattern)
+        return "--pattern " + " ".join(f"'{p}'" for p in t.read.pattern)
     name = t.read.format or t.format
     return f"--format {name}" if t.read.format else f"{name} (as detected)"
 
@@ -57,9 +58,9 @@ def seen(t: Target, reader: Any = None) -> str:
     if got is None:
         return "nothing readable"
     head, size = got
-    if not head:
+    if not head.strip():
         return "an empty file"
-    lines = [x for x in head.split(b"\n") if x.strip()]
+    lines = [x for x in head.split(b"\n") if x.strip() and not x.startswith(LAUNCH_HEADER.encode())]
     count = f"{'at least ' if size > len(head) else ''}{len(lines)} line{'s' if len(lines) != 1 else ''}"
     if t.format == "csv" and lines:
         return f"{count}; columns {lines[0].decode('utf-8', 'replace').strip()[:SHOWN_CHARS]}"

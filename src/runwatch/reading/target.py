@@ -148,7 +148,8 @@ def _recorded(target: str, given: ReadOptions) -> tuple[ReadOptions, tuple[str, 
     recorded, _rules, by = recorded_reading(target)
     if by is None or not recorded:
         return given, (), None
-    return merge_read(given, recorded), tuple(recorded.get("map") or ()), by
+    merged, maps = merge_read(given, recorded), tuple(recorded.get("map") or ())
+    return (merged, maps, by) if merged != given or maps else (given, (), None)
 
 
 def _resolve(target: str, read: ReadOptions) -> Target:

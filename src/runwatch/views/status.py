@@ -164,7 +164,7 @@ def status(
         "sessions": None,
         "max_steps": None,
         "torn_tail": False,
-        "read_as": _read_as(t),
+        "read_as": _read_as(t) if read is None or not (read.format or read.pattern) else None,
         "stall_seconds": opts.stall,
         "throughput_span": opts.throughput_span,
     }
