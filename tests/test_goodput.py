@@ -550,3 +550,22 @@ def test_runwatch_goodput_bad_input(tmp_path, capsys):
     assert capsys.readouterr().err == f"goodput: {tmp_path / 'missing'}: no such run directory\n"
     assert main(["goodput", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"goodput: {tmp_path}: no supervise.jsonl and no log\n"
+
+
+def test_a_rollback_never_goes_to_a_path_saved_again_after_the_onset(tmp_path):
+    from runwatch.reading.parsing import Record, Session
+
+    def ckpt(step, path):
+        return Record("checkpoint", "s", step, f"l{step}", None, raw={"step": step, "ckpt": path})
+
+    def train(step):
+        return Record("train", "s", step, f"l{step}", None, 2.0)
+
+    out = str(tmp_path / "out")  # nanoGPT's out_dir: every save writes out/ckpt.pt
+    os.makedirs(out)
+    s = Session("s", 0)
+    s.records = [train(1), ckpt(10, out), train(20), ckpt(20, out), train(30)]
+    # "out" was written again at 20, past the first bad step (15): it no longer holds step 10
+    assert rollback_target([s], "loss_spike", 30, 15) is None
+    assert rollback_target([s], "loss_spike", 30, 25).checkpoint.step == 20
+    assert [c.path for c in checkpoints([s])] == [out, out]

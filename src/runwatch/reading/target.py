@@ -41,12 +41,17 @@ __all__ = [
     "single_log",
     "FILE_SUFFIXES",
     "NOT_LOGS",
+    "NOT_RECORDED",
 ]
 
 # A target that does not exist yet is a run directory unless its name ends like a log file.
 FILE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".log", ".txt")
 # Files in a run directory that are not its metrics: the supervisor's journal, the process's output.
 NOT_LOGS = frozenset({"supervise.jsonl", "stdout.log"})
+# Watch options that are not how a run is judged, so neither recorded in launch.json nor taken
+# from it: the watch's own process, time limit, polling and actions, and a scheduler's exit codes
+# (`map` is recorded with the reading options).
+NOT_RECORDED = ("pid", "timeout", "poll", "stop_on_anomaly", "exit_transient", "exit_code", "map")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +110,7 @@ def recorded_rule_options(run_dir: str, cls: type, command: str | None = None) -
         rules = {**rules, "map": read["map"]}
     out: dict[str, Any] = {}
     for f in option_fields(cls, command):
-        if f.name in rules:
+        if f.name in rules and (f.name not in NOT_RECORDED or f.name == "map"):
             value = rules[f.name]
             if (value is None and f.metadata["none"]) or f.metadata["check"].ok(value):
                 out[f.name] = value

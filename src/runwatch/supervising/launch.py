@@ -33,6 +33,7 @@ from ..procs.process import launched_here
 from ..procs.proctree import start_ticks
 from ..reading.readers import TEXT_FORMATS, ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
+from ..reading.target import NOT_RECORDED
 
 __all__ = [
     "launch",
@@ -54,9 +55,6 @@ LAUNCH_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
     "TOKENIZERS_PARALLELISM": "false",
 }
-# Watch options that are not how the run is judged, so not recorded in launch.json: this watch's
-# own process, time limit, polling and actions, and the exit codes a scheduler reads.
-NOT_RECORDED = ("pid", "timeout", "poll", "stop_on_anomaly", "exit_transient", "exit_code", "map")
 # The script that starts the command, waits for it and writes exit.json (run as a file, not imported).
 WAITER = os.path.abspath(waiter.__file__)  # run as a plain script (it imports nothing of runwatch)
 

@@ -56,6 +56,8 @@ __all__ = [
 
 # Records read back from the end: enough for a rate over the last windows and the last eval.
 TAIL_RECORDS = 200
+# At most this many records are read back to cover --throughput-span (a log of one record an update).
+MAX_TAIL_RECORDS = 51200
 # What a program prints when its supervisor stops it (SIGTERM): not the run's own error.
 _STOPPED = re.compile(r"SIGTERM|\bTerminated\b|KeyboardInterrupt|signal 15\b|interrupted")
 
@@ -174,6 +176,10 @@ def status(
     if os.path.exists(t.log_path):
         source = RecordSource(t, maps=maps)
         recs, torn = source.tail(TAIL_RECORDS)
+        n = TAIL_RECORDS
+        while not source.v1 and len(recs) == n and n < MAX_TAIL_RECORDS and _covered(recs) < opts.throughput_span:
+            n *= 4  # a log of one record an update (a v1 log's are windows): read back until the span is covered
+            recs, torn = source.tail(n)
         parser = source.parser
         if source.v1 and parser is not None and parser.manifest is not None:
             manifest = parser.manifest
@@ -345,6 +351,12 @@ def _rate(trains: list[Record], span: float) -> float | None:
     return (b_step - a_step) / dt if dt > 0 and b_step > a_step else None
 
 
+def _covered(recs: list[Record]) -> float:
+    """The seconds the records' times span (0 without times)."""
+    times = [r.time for r in recs if r.time is not None]
+    return max(times) - min(times) if len(times) >= 2 else 0.0
+
+
 def _span_rate(trains: list[Record], span: float) -> float | None:
     """The log's own rate (`sps`) over its last `span` seconds: records taken back from the last
     until their seconds (1 / sps each) cover the span, the rate their count over those seconds
@@ -395,6 +407,8 @@ def format_status(st: Status) -> list[str]:
     # the rate as measured: tokens when the log counts them, else updates, else the log's samples
     if st["tokens_per_second"] is not None:
         lines.append(f"rate     {_v(st['tokens_per_second'])} tokens/s")
+    elif st.get("tokens_are_samples") and st["samples_per_second"] is not None:  # (HF without seq_len)
+        lines.append(f"rate     {_v(st['samples_per_second'])} samples/s")
     elif st["steps_per_second"] is not None:
         lines.append(f"rate     {_v(st['steps_per_second'])} updates/s")
     elif st["samples_per_second"] is not None:
