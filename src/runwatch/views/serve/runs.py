@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from typing import Any, NotRequired, TypedDict
 
 from ...errors import InvalidRunError, UsageError
-from ...files.rundir import JOURNAL, LAUNCH, RunDir
+from ...files.rundir import RunDir, recorded_reading
 from ...judging.liveness import watchdog_liveness
 from ...judging.rules import Finding, Replay, RuleOptions
 from ...options import build
@@ -146,8 +146,8 @@ def run_target(path: str) -> Target | None:
         return None
     name = os.path.basename(path)
     if stat.S_ISDIR(st.st_mode):
-        if any(os.path.isfile(os.path.join(path, n)) for n in (LAUNCH, JOURNAL)):
-            return resolve_target(path)  # a run directory runwatch launched in: one run, read as it recorded
+        if recorded_reading(path)[2] is not None:
+            return resolve_target(path)  # a run directory whose launch recorded how to read it: one run, read so
         if not any(os.path.lexists(os.path.join(path, n)) for n in ("metrics.jsonl", "run.json", "trainer_state.json")):
             # a HF output folder (checkpoint-N/trainer_state.json), TensorBoard or MLflow logs
             t = resolve_target(path)
