@@ -6,7 +6,8 @@ section "One run, one story").
 Each scenario runs a program that knows nothing of runwatch the way its users run it: a Hugging
 Face `Trainer` logging to TensorBoard (`tests/hf_tb_train.py`, supervised through its `runs/`
 folder with `--log runs`) and a program that prints nanoGPT's lines (`tests/printing_train.py`,
-`--format nanogpt`). Per scenario: the supervisor's exit status and last line, the verdicts and
+`--format nanogpt`), and the demo's tiny training under `torchrun` (two gloo workers, one killed).
+Per scenario: the supervisor's exit status and last line, the verdicts and
 how long after the fault each came (the fault's marker file's time to the journal's verdict), and
 the goodput as each surface gives it: the line `supervise` prints, the journal's end record,
 `runwatch goodput --json`, `runwatch status --json`, the page (`serve`'s run detail) and the MCP
@@ -52,6 +53,14 @@ SCENARIOS: dict[str, tuple[list[str], list[str]]] = {
         [PRINTING, "RUN/out", "--max_iters", "300", "--eval_interval", "50", "--stop_at", "170"],
     ),
     "wrong_format": (["--format", "tensorboard", "--log", "out"], [PRINTING, "RUN/out", "--max_iters", "100"]),
+    # DDP on gloo, two workers; the last rank SIGKILLed at step 130 (it writes no log: the agent's exit
+    # or the rank rules find it), the whole job relaunched and resumed from its checkpoint
+    "torchrun_killed_resumed": (
+        ["--rank-stall", "3", "--exit-grace", "10", "--stall", "30"],
+        ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--monitor_interval=0.2"]
+        + ["-m", "runwatch.demo.tinytrain", "RUN", "--steps", "300", "--ckpt-every", "50", "--window", "5"]
+        + ["--step-sleep", "0.01", "--fault", "kill@130"],
+    ),
 }
 
 
@@ -117,6 +126,8 @@ def scenario(root: str, name: str) -> dict[str, Any]:
     verdicts = [r for r in journal if r["event"] == "verdict"]
     latency = [round(v["time"] - markers[0][0], 1) for v in verdicts if markers and v["time"] >= markers[0][0]][:1]
     check = _cli("check", run)
+    st = _cli("status", run, "--json")
+    ranks = json.loads(st.stdout).get("ranks") if st.returncode == 0 else None
     return {
         "name": name,
         "exit": res.returncode,
@@ -127,6 +138,7 @@ def scenario(root: str, name: str) -> dict[str, Any]:
         "wall_seconds": round(wall, 1),
         "check": f"exit {check.returncode}: " + (check.stdout.strip().splitlines() or [check.stderr.strip()])[-1][:100],
         "goodput": surfaces(root, name, res.stderr),
+        "status_ranks": ranks,
     }
 
 
@@ -156,6 +168,9 @@ def main() -> int:
     print("| --- | " + " | ".join("---:" for _ in keys) + " |")
     for r in rows:
         print(f"| {r['name']} | " + " | ".join(str(r["goodput"].get(k)) for k in keys) + " |")
+    for r in rows:
+        if r["status_ranks"]:
+            print(f"\n{r['name']}: status's ranks lines after the run: {r['status_ranks']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

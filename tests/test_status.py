@@ -192,3 +192,18 @@ def test_the_supervisors_own_stop_is_not_the_runs_error(tmp_path):
     stop = {"time": time.time(), "event": "stop", "attempt": 1, "pid": gone.pid, "kind": None, "class": None}
     (tmp_path / "supervise.jsonl").write_text(json.dumps(dict(stop, step=None, checkpoint=None)) + "\n")
     assert status(str(tmp_path), gpus=False)["last_error"] is None
+
+
+def test_a_finished_multi_rank_run_names_no_rank_most_behind(tmp_path):
+    from test_heartbeats import _minimal_log, times, write
+
+    from runwatch.judging.verdict import Verdict, write_verdict
+
+    _minimal_log(tmp_path)
+    now = time.time()
+    for k in range(3):
+        write(tmp_path, times(k, [1.0] * 5, world_size=3, time=now, progress_time=now))
+    assert any(x.startswith("most behind:") for x in status(str(tmp_path), gpus=False)["ranks"])
+    write_verdict(str(tmp_path), Verdict.done(50, "process exited with status 0", now))
+    ranks = status(str(tmp_path), gpus=False)["ranks"]
+    assert ranks and ranks[0].startswith("ranks: 3/3 heartbeats") and not any("most behind" in x for x in ranks)
