@@ -195,9 +195,8 @@ def test_the_supervisors_own_stop_is_not_the_runs_error(tmp_path):
 
 
 def test_a_finished_multi_rank_run_names_no_rank_most_behind(tmp_path):
-    from test_heartbeats import _minimal_log, times, write
-
     from runwatch.judging.verdict import Verdict, write_verdict
+    from test_heartbeats import _minimal_log, times, write
 
     _minimal_log(tmp_path)
     now = time.time()
