@@ -222,7 +222,7 @@ def test_a_file_that_is_not_an_event_file(tmp_path):
     path.write_bytes(b"this is plain text, not TensorBoard records\n" * 3)
     result = check(str(path))
     assert [(f.kind, f.message) for f in result.findings] == [
-        ("invalid_log", f"{path.name}: bad CRC of a record's length at byte 0")
+        ("invalid_log", f"{path.name}: not a TensorBoard event file: bad CRC of a record's length at byte 0")
     ]
 
 

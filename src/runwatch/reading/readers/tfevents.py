@@ -178,7 +178,9 @@ class EventFile:
 
     def _break(self, offset: int, what: str) -> str:
         self.offset = offset
-        self.broken = f"{self.name}: {what} at byte {offset}"
+        # a file whose very first record fails is no event file at all: say which format was expected
+        kind = "not a TensorBoard event file: " if offset == 0 and self.events == 0 else ""
+        self.broken = f"{self.name}: {kind}{what} at byte {offset}"
         return self.broken
 
 
