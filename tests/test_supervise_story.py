@@ -192,3 +192,14 @@ def test_a_pattern_that_never_matches_stalls_saying_the_log_grew(tmp_path):
     assert last.startswith("ANOMALY stall step=0: no record ")
     assert f"; the log grew but gave no record (--pattern '^never (?P<step>\\d+)' on {run / 'stdout.log'}: " in last
     assert "none matched" in last and last.endswith("(gave up after 0 restarts)")
+
+
+def test_a_program_that_printed_nothing_yet_stalls_without_blaming_the_format(tmp_path):
+    run = tmp_path / "q"
+    res = _runwatch(
+        "supervise", str(run), "--format", "nanogpt", "--startup-grace", "1", "--restarts", "0", *FAST,
+        "--", sys.executable, "-c", "import time; time.sleep(60)",
+    )  # fmt: skip
+    assert res.returncode == 7, res.stderr
+    last = res.stdout.splitlines()[-1]
+    assert last.startswith("ANOMALY stall step=0: no record ") and "gave no record" not in last

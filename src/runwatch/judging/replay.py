@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRunError, UsageError
-from ..reading.nosignal import no_signal_message
+from ..reading.nosignal import holds_something, no_signal_message
 from ..reading.readers import ReadOptions
 from ..reading.records import RecordSource, parser_for, resolve_target
 from ..reading.source import reached  # the step a log reached: one definition for check, status and the page
@@ -101,17 +101,10 @@ def check(target: str, options: RuleOptions | None = None, read: ReadOptions | N
     except InvalidRunError as exc:  # the log is not a regular file, trainer_state.json is broken, ...
         findings.append(Finding("invalid_log", last_step, str(exc)))
     else:
-        if count == 0 and _holds_something(t.log_path):  # a wrong --format, a pattern that never matches
+        if count == 0 and holds_something(t.log_path):  # a wrong --format, a pattern that never matches
             findings.append(Finding("no_signal", last_step, no_signal_message(t, source.reader)))
         findings.extend(rules.finish(last_step))
     return CheckResult(name_loss_key(findings, parser.loss_key), last_step, torn[0] if torn else None, parser.notes)
-
-
-def _holds_something(path: str) -> bool:
-    try:
-        return os.path.isdir(path) or os.path.getsize(path) > 0
-    except OSError:
-        return False
 
 
 def name_loss_key(findings: list[Finding], loss_key: str | None) -> list[Finding]:

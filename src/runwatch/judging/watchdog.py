@@ -27,7 +27,7 @@ from ..errors import InvalidRunError, UsageError
 from ..files.rundir import RunDir
 from ..options import add_flags
 from ..procs import process as _proc
-from ..reading.nosignal import no_signal_message
+from ..reading.nosignal import holds_something, no_signal_message
 from ..reading.readers import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.records import Record, RecordParser, Target, resolve_target
@@ -358,12 +358,7 @@ class Watcher:
 
     def _silent(self) -> bool:
         """The log exists and holds something, yet no record of it was ever read."""
-        if self.signal or self.parser is None:
-            return False
-        try:
-            return os.path.isdir(self.target.log_path) or os.path.getsize(self.target.log_path) > 0
-        except OSError:
-            return False
+        return not self.signal and self.parser is not None and holds_something(self.target.log_path)
 
     def _no_signal(self) -> str:
         return no_signal_message(self.target, self.source.reader)

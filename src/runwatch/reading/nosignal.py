@@ -17,7 +17,7 @@ from typing import Any
 from ..files.rundir import LAUNCH_HEADER
 from .target import Target
 
-__all__ = ["no_signal_message", "seen", "HEAD_BYTES"]
+__all__ = ["no_signal_message", "seen", "holds_something", "HEAD_BYTES"]
 
 # How much of a file is looked at to say what it holds (lines are counted in it: "at least N").
 HEAD_BYTES = 1 << 20
@@ -74,6 +74,20 @@ def seen(t: Target, reader: Any = None) -> str:
     if t.format == "text":
         return f"{count}, none matched; the first: {_shown(lines[0])}" if lines else count
     return f"{count}; the first: {_shown(lines[0])}" if lines else count
+
+
+def holds_something(path: str) -> bool:
+    """The log holds something to read: a folder with an entry, a file with a line besides
+    `runwatch launch`'s own headers (a program's output that is not yet there is no log to judge)."""
+    if os.path.isdir(path):
+        try:
+            return bool(os.listdir(path))
+        except OSError:
+            return False
+    got = _head(path)
+    if got is None:
+        return False
+    return any(x.strip() and not x.startswith(LAUNCH_HEADER.encode()) for x in got[0].split(b"\n"))
 
 
 def no_signal_message(t: Target, reader: Any = None) -> str:
