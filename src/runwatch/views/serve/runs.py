@@ -32,14 +32,14 @@ from collections.abc import Iterator
 from typing import Any, NotRequired, TypedDict
 
 from ...errors import InvalidRunError, UsageError
-from ...files.rundir import RunDir
+from ...files.rundir import RunDir, recorded_reading
 from ...judging.liveness import watchdog_liveness
 from ...judging.rules import Finding, Replay, RuleOptions
 from ...options import build
 from ...reading.readers import ReadOptions, detect, sniff_log
 from ...reading.records import Record, RecordParser, Target, resolve_target
 from ...reading.source import RecordSource, reached
-from ...reading.target import NOT_LOGS
+from ...reading.target import NOT_LOGS, recorded_rule_options
 from ..status import TAIL_RECORDS, Status, StatusHead, describe, format_status
 from .export import record_values, session_cut
 from .facts import FactsCache
@@ -146,6 +146,8 @@ def run_target(path: str) -> Target | None:
         return None
     name = os.path.basename(path)
     if stat.S_ISDIR(st.st_mode):
+        if recorded_reading(path)[2] is not None:
+            return resolve_target(path)  # a run directory whose launch recorded how to read it: one run, read so
         if not any(os.path.lexists(os.path.join(path, n)) for n in ("metrics.jsonl", "run.json", "trainer_state.json")):
             # a HF output folder (checkpoint-N/trainer_state.json), TensorBoard or MLflow logs
             t = resolve_target(path)
@@ -249,7 +251,10 @@ class RunView:
         self.opts = RuleOptions()
         self.options_error: str | None = None
         try:
-            self.opts = build(RuleOptions, target.run_dir, {}, "check")  # runwatch.toml, as `check` reads it
+            # runwatch.toml and the options the run directory recorded at launch, as `check` reads them
+            self.opts = build(
+                RuleOptions, target.run_dir, recorded_rule_options(target.run_dir, RuleOptions, "check"), "check"
+            )
         except UsageError as exc:
             self.options_error = f"{exc} (the rules use their defaults)"
         self.supervision = SupervisionView(RunDir(target.run_dir).journal)
