@@ -8,9 +8,11 @@ whatever the relaunches), the kinds drawn in turn from crash (exit without sessi
 hang, NaN loss, loss spike and SIGTERM (preemption), and a hang at exit after the last step. Per
 fault kind: whether the supervisor's verdict named it, the time from the fault to the verdict, from
 the verdict to the next train record of the relaunched session, and the steps redone or thrown
-away. Per run: goodput (steps kept / steps run) and wall time against a fault-free run of the same
-seed, and the bound the checkpoint interval sets: with a fault every F steps at a uniformly random
-step and a checkpoint every C, each fault costs about C/2 steps, so goodput <= F / (F + C/2). Per
+away. Per run: goodput (the time ratio, with steps kept / steps run beside it) as each surface
+gives it (the line `supervise` prints, its journal, `runwatch goodput`, `status`, the page, the MCP
+tool `run_status`), and wall time against a fault-free run of the same seed, and the bound the
+checkpoint interval sets: with a fault every F steps at a uniformly random step and a checkpoint
+every C, each fault costs about C/2 steps, so steps kept / run <= F / (F + C/2). Per
 configuration: the wall time broken down as `runwatch goodput` does (`goodput.breakdown`), and the
 checkpoint interval Young/Daly advises from the run's own save time and interruption rate against
 the one used.
@@ -35,9 +37,11 @@ import sys
 import tempfile
 import time
 
-SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+SRC = os.environ.get("BENCH_SRC") or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 sys.path.insert(0, SRC)
+sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 
+from bench_story import surfaces  # noqa: E402
 from runwatch.reading.records import load_sessions  # noqa: E402
 from runwatch.supervising.goodput import BUCKETS, breakdown  # noqa: E402
 
@@ -76,7 +80,7 @@ def _plan(seed: int, steps: int) -> list[tuple[str, int]]:
 
 def _run(
     run_dir: str, steps: int, ckpt: int, faults: list[tuple[str, int]], torchrun: int = 0
-) -> tuple[int, float, str]:
+) -> tuple[int, float, str, str]:
     launcher = [sys.executable, "-m", "runwatch.demo.tinytrain"]
     extra: list[str] = []
     if torchrun:
@@ -113,7 +117,7 @@ def _run(
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=SRC)
     t0 = time.time()
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    return res.returncode, time.time() - t0, (res.stdout.strip().splitlines() or [""])[-1]
+    return res.returncode, time.time() - t0, (res.stdout.strip().splitlines() or [""])[-1], res.stderr
 
 
 def _faults(run_dir: str, faults: list[tuple[str, int]], torchrun: int = 0) -> list[dict]:
@@ -175,10 +179,10 @@ def main() -> int:
         for ckpt in args.ckpt_every:
             for seed in range(args.seeds):
                 clean = os.path.join(base, f"c{ckpt}-s{seed}-clean")
-                code0, wall0, _ = _run(clean, args.steps, ckpt, [], args.torchrun)
+                code0, wall0, _, _ = _run(clean, args.steps, ckpt, [], args.torchrun)
                 run_dir = os.path.join(base, f"c{ckpt}-s{seed}")
                 faults = _plan(seed, args.steps)
-                code, wall, last = _run(run_dir, args.steps, ckpt, faults, args.torchrun)
+                code, wall, last, stderr = _run(run_dir, args.steps, ckpt, faults, args.torchrun)
                 with open(os.path.join(run_dir, "supervise.jsonl")) as f:
                     journal = [json.loads(line) for line in f]
                 final = journal[-1]
@@ -191,6 +195,7 @@ def main() -> int:
                     "clean_exit": code0,
                     "clean_wall_seconds": round(wall0, 1),
                     "goodput": final.get("goodput"),
+                    "surfaces": surfaces(base, os.path.basename(run_dir), stderr),
                     "breakdown": breakdown(load_sessions(run_dir), journal),
                     "faults": _faults(run_dir, faults, args.torchrun),
                     "stops": [
@@ -227,18 +232,31 @@ def main() -> int:
         )
     print("\nper configuration:")
     print(
-        "| checkpoint every | runs | completed | goodput (median, min) | bound F/(F+C/2) | wall vs fault-free (median) |"
+        "| checkpoint every | runs | completed | steps kept/run (median, min) | bound F/(F+C/2) | wall vs fault-free (median) |"
     )
     print("| ---: | ---: | ---: | --- | ---: | ---: |")
     for ckpt in args.ckpt_every:
         rows = [r for r in results if r["ckpt_every"] == ckpt]
-        ratios = [r["goodput"]["ratio"] for r in rows if r["goodput"] and r["goodput"]["ratio"] is not None]
+        # steps kept / steps run, the figure the bound is about (`steps_ratio`; `ratio` before it was the time's)
+        ratios = [
+            r["goodput"].get("steps_ratio", r["goodput"]["ratio"])
+            for r in rows
+            if r["goodput"] and r["goodput"].get("steps_ratio", r["goodput"]["ratio"]) is not None
+        ]
         slow = [r["wall_seconds"] / r["clean_wall_seconds"] for r in rows]
         bound = FAULT_EVERY / (FAULT_EVERY + ckpt / 2)
         print(
             f"| {ckpt} | {len(rows)} | {sum(r['exit'] == 0 for r in rows)} | "
             f"{statistics.median(ratios):.3f}, {min(ratios):.3f} | {bound:.3f} | {statistics.median(slow):.2f}x |"
         )
+    keys = ("supervise", "journal", "goodput", "status", "page", "mcp")
+    print(
+        "\ngoodput as each surface gives it (the line supervise prints, its journal, `runwatch goodput`, status, page, MCP):"
+    )
+    print("| checkpoint every | seed | " + " | ".join(keys) + " |")
+    print("| ---: | ---: | " + " | ".join("---:" for _ in keys) + " |")
+    for r in results:
+        print(f"| {r['ckpt_every']} | {r['seed']} | " + " | ".join(str(r["surfaces"].get(k)) for k in keys) + " |")
     print("\nwhere the wall time went (medians over the runs, seconds; share of the wall time):")
     print("| checkpoint every | wall | productive | " + " | ".join(BUCKETS) + " |")
     print("| ---: | ---: | ---: | " + " | ".join("---:" for _ in BUCKETS) + " |")

@@ -109,7 +109,17 @@ def test_crash_and_resume(tmp_path):
     assert [(s.key, upto) for s, upto in path(sessions)] == [("s-1", 20), ("s-2", 40)]
     g = goodput(sessions, restarts=1)
     # lost: the 0.1 s save, the 9.5 s redone after the checkpoint, and the 10 s from the crash to s2's start
-    assert g == {"steps_kept": 40, "steps_run": 50, "ratio": 0.8, "restarts": 1, "rollbacks": 0, "seconds_lost": 19.6}
+    assert g == {
+        "steps_kept": 40,
+        "steps_run": 50,
+        "ratio": round(40.4 / 60, 4),  # the time ratio: productive seconds over the wall (1000..1060)
+        "steps_ratio": 0.8,
+        "restarts": 1,
+        "rollbacks": 0,
+        "seconds_lost": 19.6,
+        "wall_seconds": 60.0,
+        "productive_seconds": 40.4,
+    }
 
 
 def test_a_fault_free_run_loses_nothing(tmp_path):
@@ -118,9 +128,12 @@ def test_a_fault_free_run_loses_nothing(tmp_path):
         "steps_kept": 30,
         "steps_run": 30,
         "ratio": 1.0,
+        "steps_ratio": 1.0,
         "restarts": 0,
         "rollbacks": 0,
         "seconds_lost": 0.0,
+        "wall_seconds": 30.0,
+        "productive_seconds": 30.0,
     }
 
 
@@ -149,8 +162,10 @@ def test_a_rollback_past_a_session_leaves_its_work_and_checkpoints_off_the_path(
     sessions = _write_run(tmp_path / "run2", [(0, 0, s1), (20, 60, s2), (10, 100, s3)])
     assert [(s.key, upto) for s, upto in path(sessions)] == [("s-1", 10), ("s-3", 50)]
     g = goodput(sessions, rollbacks=2)
-    assert (g["steps_kept"], g["steps_run"], g["ratio"]) == (50, 50 + 30 + 40, round(50 / 120, 4))
+    assert (g["steps_kept"], g["steps_run"], g["steps_ratio"]) == (50, 50 + 30 + 40, round(50 / 120, 4))
     assert g["seconds_lost"] == 140 - 10 - 40  # all but s1's first 10 s and s3's 40 s
+    # the time ratio: productive seconds over the wall's
+    assert (g["productive_seconds"], g["wall_seconds"], g["ratio"]) == (40.0, 130.0, round(40 / 130, 4))
 
 
 @pytest.mark.parametrize(
@@ -512,10 +527,11 @@ def test_runwatch_goodput_prints_the_breakdown(tmp_path, capsys):
     ]
     (run / "supervise.jsonl").write_text("".join(json.dumps(r) + "\n" for r in journal))
     assert main(["goodput", str(run), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == breakdown(sessions, journal)
+    steps = {"steps_kept": 40, "steps_run": 50, "steps_ratio": 0.8}
+    assert json.loads(capsys.readouterr().out) == {**breakdown(sessions, journal), **steps}
     assert main(["goodput", str(run)]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "goodput 0.603: 40.4 s productive of 67.0 s wall (2 attempts, 1 interruption)",
+        "goodput 0.603: 40.4 s productive of 67.0 s wall (2 attempts, 1 interruption); steps 0.800 (40 kept of 50 run)",
         "  startup         7.0 s   10.4%",
         "  checkpoint    0.100 s    0.1%",
         "  eval          0.000 s    0.0%",
@@ -534,3 +550,22 @@ def test_runwatch_goodput_bad_input(tmp_path, capsys):
     assert capsys.readouterr().err == f"goodput: {tmp_path / 'missing'}: no such run directory\n"
     assert main(["goodput", str(tmp_path)]) == 2
     assert capsys.readouterr().err == f"goodput: {tmp_path}: no supervise.jsonl and no log\n"
+
+
+def test_a_rollback_never_goes_to_a_path_saved_again_after_the_onset(tmp_path):
+    from runwatch.reading.parsing import Record, Session
+
+    def ckpt(step, path):
+        return Record("checkpoint", "s", step, f"l{step}", None, raw={"step": step, "ckpt": path})
+
+    def train(step):
+        return Record("train", "s", step, f"l{step}", None, 2.0)
+
+    out = str(tmp_path / "out")  # nanoGPT's out_dir: every save writes out/ckpt.pt
+    os.makedirs(out)
+    s = Session("s", 0)
+    s.records = [train(1), ckpt(10, out), train(20), ckpt(20, out), train(30)]
+    # "out" was written again at 20, past the first bad step (15): it no longer holds step 10
+    assert rollback_target([s], "loss_spike", 30, 15) is None
+    assert rollback_target([s], "loss_spike", 30, 25).checkpoint.step == 20
+    assert [c.path for c in checkpoints([s])] == [out, out]

@@ -222,7 +222,7 @@ def test_a_file_that_is_not_an_event_file(tmp_path):
     path.write_bytes(b"this is plain text, not TensorBoard records\n" * 3)
     result = check(str(path))
     assert [(f.kind, f.message) for f in result.findings] == [
-        ("invalid_log", f"{path.name}: bad CRC of a record's length at byte 0")
+        ("invalid_log", f"{path.name}: not a TensorBoard event file: bad CRC of a record's length at byte 0")
     ]
 
 
@@ -439,3 +439,22 @@ def test_when_the_process_is_gone_the_held_step_is_judged_before_the_verdict(tmp
     )
     v = watcher.poll_once()
     assert v is not None and (v.kind, v.step, v.message) == ("nonfinite_loss", 5, "train loss is NaN")
+
+
+# --- a run directory's TensorBoard folder: its launches are the sessions of one run ----------------
+
+
+def test_a_run_directorys_tensorboard_folder_reads_every_launch_as_a_session(tmp_path):
+    from runwatch.reading.records import load_sessions, resolve_target
+
+    run = tmp_path / "r"
+    # the second launch's folder sorts first by name: the order is the first event's wall time
+    write_events(run / "runs" / "b_first", range(1, 13), walltime0=1_700_000_000.0)
+    write_events(run / "runs" / "a_second", range(11, 31), walltime0=1_700_000_100.0)
+    alone = [s for s in load_sessions(resolve_target(str(run / "runs"))) if s.records]
+    assert [(s.records[0].step, s.records[-1].step) for s in alone] == [(11, 30)]  # no run directory: the newest
+    (run / "launch.json").write_text(json.dumps({"pid": 1, "read": {"log": "runs"}, "by": "supervise"}))
+    t = resolve_target(str(run))
+    assert (t.run_dir, t.log_path, t.format, t.read.sessions) == (str(run), str(run / "runs"), "tensorboard", True)
+    sessions = [s for s in load_sessions(t) if s.records]
+    assert [(s.records[0].step, s.records[-1].step) for s in sessions] == [(1, 12), (11, 30)]

@@ -70,11 +70,12 @@ def test_api_runs_carries_best_eval_loss_best_metric_and_goodput(served, root):
             "name": "accuracy",
             "direction": "max",
         }
-        assert runs[name]["goodput"] is None  # not supervised
+        assert runs[name]["goodput_ratio"] is None and runs[name]["goodput"] is None  # not supervised
     with open(root / "rolled" / "supervise.jsonl") as f:
         journal = [json.loads(line) for line in f]
     ratio = journal[-1]["goodput"]["ratio"]
-    assert 0 < ratio < 1 and runs["rolled"]["goodput"] == ratio  # a rollback redid steps
+    assert 0 < ratio < 1 and runs["rolled"]["goodput_ratio"] == ratio  # a rollback redid steps
+    assert runs["rolled"]["goodput"] == journal[-1]["goodput"]  # the figure `status` shows
     assert "loss_spike" in runs["rolled"]["finding_kinds"]
     # how supervise launched it: launch.json's command and provenance, beside run.json's
     rolled = served.json("/api/run/rolled")
@@ -128,7 +129,7 @@ def test_best_columns_sort_and_the_filter_takes_verdict_kind_and_warn_terms(serv
         goodput = b.evaluate(
             "Array.from(document.querySelectorAll('tbody tr.run')).map(r => r.querySelector('td[data-label=\"Goodput\"]').textContent)"
         )
-        assert goodput[0] == f"{round(api['rolled']['goodput'] * 100, 1):g} %" and set(goodput[1:]) == {""}
+        assert goodput[0] == f"{round(api['rolled']['goodput_ratio'] * 100, 1):g} %" and set(goodput[1:]) == {""}
 
         def shown(text: str) -> list[str]:
             b.evaluate(

@@ -354,3 +354,81 @@ def test_a_watch_state_written_before_the_source_still_loads(tmp_path):
     assert w.load_state_dict(saved)
     assert w.poll_once() is None
     assert w.applied == 1 and w.last_step == 20  # the eval entry after the two read before
+
+
+# --- a run directory owns its run: recorded reading options ------------------------------------
+
+
+def _printed(path, steps):
+    with open(path, "w") as f:
+        for i in range(1, steps + 1):
+            f.write(f"iter {i}: loss {2.0 - i / 100:.4f}, time 7.00ms, mfu -100.00%\n")
+
+
+def _record(run, read, rules=None, by="supervise"):
+    (run / "launch.json").write_text(json.dumps({"pid": 1, "read": read, "rules": rules or {}, "by": by}))
+
+
+def test_a_run_directory_is_read_as_recorded_and_given_options_win_one_by_one(tmp_path):
+    run = tmp_path / "a"
+    (run / "logs").mkdir(parents=True)
+    _printed(run / "logs" / "train.out", 30)
+    _record(run, {"log": "logs/train.out", "format": "nanogpt", "pattern": [], "run": None, "map": ["lr=loss"]})
+    t = resolve_target(str(run))
+    assert (t.run_dir, t.log_path, t.format, t.read.format) == (
+        str(run),
+        str(run / "logs" / "train.out"),
+        "text",
+        "nanogpt",
+    )
+    assert (t.map, t.recorded_by) == (("lr=loss",), "supervise")
+    recs = list(RecordSource(str(run)).records())
+    assert recs[-1].step == 30 and recs[-1].lr == recs[-1].loss  # the recorded --map, applied
+    # a given pattern replaces the recorded format; the recorded log stays
+    t = resolve_target(str(run), ReadOptions(pattern=(r"^iter (?P<step>\d+)",)))
+    assert (t.log_path, t.read.format, t.read.pattern) == (
+        str(run / "logs" / "train.out"),
+        None,
+        (r"^iter (?P<step>\d+)",),
+    )
+    # a given log replaces the recorded one
+    _printed(run / "other.log", 5)
+    assert resolve_target(str(run), ReadOptions(log="other.log")).log_path == str(run / "other.log")
+    # a file inside is itself, not the run directory
+    assert resolve_target(str(run / "logs" / "train.out")).recorded_by is None
+
+
+def test_recorded_options_of_the_wrong_kind_are_left_out(tmp_path):
+    run = tmp_path / "a"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
+    _record(
+        run, {"log": 7, "format": ["x"], "pattern": "(", "run": None, "map": [1]}, {"stall": -5, "spike_factor": "x"}
+    )
+    t = resolve_target(str(run))
+    assert (t.log_path, t.format, t.recorded_by) == (str(run / "metrics.jsonl"), "jsonl", None)
+    from runwatch.judging.watchoptions import Options
+    from runwatch.reading.target import recorded_rule_options
+
+    assert recorded_rule_options(str(run), Options) == {}
+    _record(run, {"format": "nonsense"}, {"stall": 40.0, "pid": 3})
+    assert resolve_target(str(run)).format == "jsonl"  # a recorded format that is not one: ignored
+    assert recorded_rule_options(str(run), Options) == {"stall": 40.0}  # pid is no option a file sets
+
+
+def test_a_watch_and_check_of_a_run_directory_judge_with_its_recorded_rule_options(tmp_path, capsys):
+    from runwatch.cli import main
+
+    run = tmp_path / "a"
+    run.mkdir()
+    _printed(run / "stdout.log", 30)
+    _record(run, {"log": "stdout.log", "format": "nanogpt"}, {"max_steps": 10})
+    from runwatch.cli import build_parser
+    from runwatch.judging.watchoptions import options_from_args
+
+    args = build_parser().parse_args(["check", str(run)])
+    assert options_from_args(args, str(run), "check").max_steps == 10
+    args = build_parser().parse_args(["check", str(run), "--max-steps", "20"])
+    assert options_from_args(args, str(run), "check").max_steps == 20  # given wins
+    assert main(["check", str(run), "--json"]) in (0, 7)
+    assert json.loads(capsys.readouterr().out)["last_step"] == 30  # read as recorded, no option given

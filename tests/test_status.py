@@ -117,3 +117,92 @@ def test_status_subprocess(tmp_path):
         [sys.executable, "-m", "runwatch", "status", str(tmp_path)], capture_output=True, text=True, timeout=60
     )
     assert res.returncode == 0 and "step     300/1000" in res.stdout and len(res.stdout.splitlines()) <= 20
+
+
+# --- check-ins that say what is true now ----------------------------------------------------------
+
+
+def _minimal(path, rows):
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def test_the_rate_is_over_the_last_span_not_the_last_line(tmp_path):
+    # 100 steps a second for 60 s, then one slow line (an eval, a checkpoint): 2 s for one step
+    t0 = time.time() - 100
+    rows = [{"step": i, "t": t0 + i / 100, "loss": 2.0} for i in range(1, 6001)]
+    rows.append({"step": 6001, "t": t0 + 62.0, "loss": 2.0})
+    _minimal(tmp_path / "metrics.jsonl", rows)
+    st = status(str(tmp_path), gpus=False, throughput_span=30)
+    assert st["throughput_span"] == 30 and 90 < st["steps_per_second"] < 100
+    assert 0.4 < status(str(tmp_path), gpus=False, throughput_span=1)["steps_per_second"] < 0.6
+
+
+def test_a_text_log_rate_is_over_the_span_of_its_lines(tmp_path):
+    lines = [f"iter {i}: loss 2.0, time 7.00ms, mfu -100.00%" for i in range(1, 400)]
+    lines.append("iter 400: loss 2.0, time 130.00ms, mfu -100.00%")  # the iteration that also evaluated
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    st = status(str(tmp_path / "train.log"), gpus=False)
+    assert 130 < st["steps_per_second"] < 143  # not 1000 / 130 = 7.7
+
+
+def test_eta_says_stalled_past_half_the_stall_limit(tmp_path):
+    t0 = time.time() - 400
+    _minimal(tmp_path / "metrics.jsonl", [{"step": i, "t": t0 + i, "loss": 2.0} for i in range(1, 101)])
+    os.utime(tmp_path / "metrics.jsonl", (t0 + 100, t0 + 100))  # (minimal telemetry's age: the log's mtime)
+    st = status(str(tmp_path), gpus=False, stall=360)
+    assert st["stalled_seconds"] is not None and st["stalled_seconds"] >= 299 and st["eta_seconds"] is None
+    assert any(
+        x.startswith("eta      stalled for ") and x.endswith("(no record; --stall 360)") for x in format_status(st)
+    )
+    assert status(str(tmp_path), gpus=False, stall=3600)["stalled_seconds"] is None
+
+
+def test_recorded_stall_and_span_are_used_when_none_given(tmp_path):
+    t0 = time.time() - 400
+    _minimal(tmp_path / "metrics.jsonl", [{"step": i, "t": t0 + i, "loss": 2.0} for i in range(1, 101)])
+    os.utime(tmp_path / "metrics.jsonl", (t0 + 100, t0 + 100))
+    (tmp_path / "launch.json").write_text(
+        json.dumps({"read": {"log": None}, "rules": {"stall": 3600, "throughput_span": 5}, "by": "supervise"})
+    )
+    st = status(str(tmp_path), gpus=False)
+    assert (st["stall_seconds"], st["throughput_span"], st["stalled_seconds"]) == (3600, 5, None)
+    assert status(str(tmp_path), gpus=False, stall=10)["stall_seconds"] == 10
+
+
+def test_samples_per_second_when_the_log_counts_samples_not_tokens(tmp_path):
+    recipe = dict(RECIPE, seq_len=1, tokens="samples")
+    log = RunLogger(tmp_path, recipe=recipe, hardware={}, window=10)
+    for i in range(30):
+        log.step(2.0 - i / 1000, 1e-3, 0.5)
+    log._release()
+    st = status(str(tmp_path), gpus=False)
+    assert st["tokens_per_second"] is None and st["samples_per_second"] is not None
+    assert any(x.startswith("rate     ") and x.endswith(" samples/s") for x in format_status(st))
+
+
+def test_the_supervisors_own_stop_is_not_the_runs_error(tmp_path):
+    _minimal(tmp_path / "metrics.jsonl", [{"step": i, "t": 1.7e9 + i, "loss": 2.0} for i in range(1, 11)])
+    (tmp_path / "stdout.log").write_text("iter 10\nTraceback (most recent call last):\n  x\nKeyboardInterrupt\n")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / "pid").write_text(f"{gone.pid}\n")
+    assert status(str(tmp_path), gpus=False)["last_error"] == "KeyboardInterrupt"
+    stop = {"time": time.time(), "event": "stop", "attempt": 1, "pid": gone.pid, "kind": None, "class": None}
+    (tmp_path / "supervise.jsonl").write_text(json.dumps(dict(stop, step=None, checkpoint=None)) + "\n")
+    assert status(str(tmp_path), gpus=False)["last_error"] is None
+
+
+def test_a_finished_multi_rank_run_names_no_rank_most_behind(tmp_path):
+    from runwatch.judging.verdict import Verdict, write_verdict
+    from test_heartbeats import _minimal_log, times, write
+
+    _minimal_log(tmp_path)
+    now = time.time()
+    for k in range(3):
+        write(tmp_path, times(k, [1.0] * 5, world_size=3, time=now, progress_time=now))
+    assert any(x.startswith("most behind:") for x in status(str(tmp_path), gpus=False)["ranks"])
+    write_verdict(str(tmp_path), Verdict.done(50, "process exited with status 0", now))
+    ranks = status(str(tmp_path), gpus=False)["ranks"]
+    assert ranks and ranks[0].startswith("ranks: 3/3 heartbeats") and not any("most behind" in x for x in ranks)

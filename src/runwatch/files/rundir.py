@@ -20,6 +20,8 @@ from typing import Any
 __all__ = [
     "RunDir",
     "read_json",
+    "recorded_reading",
+    "READ_FIELDS",
     "METRICS",
     "MANIFEST",
     "PID",
@@ -66,6 +68,8 @@ ENV_ATTEMPT_ID = "RUNWATCH_ATTEMPT_ID"  # every process of one attempt inherits 
 RESUME_ENV = (ENV_RESUME_FROM, ENV_ROLLBACK, ENV_SKIP_STEPS)
 
 MAX_JSON_BYTES = 1 << 20  # launch.json, exit.json and watchdog.json are a few KB
+# How a run's log is read, as launch.json's `read` records it (docs/FORMAT.md, "launch.json").
+READ_FIELDS = ("log", "format", "pattern", "run", "map")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,3 +156,36 @@ def read_json(path: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
         return json.loads(data)
     except ValueError:
         return None
+
+
+def _texts(v: Any) -> tuple[str, ...] | None:
+    return tuple(v) if isinstance(v, list) and all(type(x) is str for x in v) else None
+
+
+def recorded_reading(run_dir: str) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """How the run's log was read and judged when it was launched: launch.json's `read` (`log`,
+    `format`, `run` a str or None; `pattern`, `map` tuples of str), its `rules` (option name →
+    a number, a bool, a str or a list of str) and `by` (`supervise`, `launch`). Fields of the
+    wrong type are left out (the file is the training's neighbour's to write): ({}, {}, None)
+    when nothing usable is recorded."""
+    info = read_json(os.path.join(run_dir, LAUNCH))
+    if not isinstance(info, dict):
+        return {}, {}, None
+    read: dict[str, Any] = {}
+    raw = info.get("read")
+    if isinstance(raw, dict):
+        for key in ("log", "format", "run"):
+            if type(raw.get(key)) is str and raw[key]:
+                read[key] = raw[key]
+        for key in ("pattern", "map"):
+            texts = _texts(raw.get(key))
+            if texts:
+                read[key] = texts
+    rules: dict[str, Any] = {}
+    raw = info.get("rules")
+    if isinstance(raw, dict):
+        for key, value in raw.items():
+            if type(key) is str and (type(value) in (int, float, bool, str) or _texts(value) is not None):
+                rules[key] = _texts(value) if isinstance(value, list) else value
+    by = info.get("by") if type(info.get("by")) is str else None
+    return read, rules, by if read or rules else None

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRunError, UsageError
+from ..reading.nosignal import holds_something, no_signal_message
 from ..reading.readers import ReadOptions
-from ..reading.records import iter_records, parser_for, resolve_target
+from ..reading.records import RecordSource, parser_for, resolve_target
 from ..reading.source import reached  # the step a log reached: one definition for check, status and the page
 from .rules import Finding, Replay, RuleOptions, fmt_step
 from .verdict import exit_status
@@ -90,13 +91,18 @@ def check(target: str, options: RuleOptions | None = None, read: ReadOptions | N
     torn: list[int | str] = []
     rules = Replay(opts, parser.start_step, parser.max_steps)
     last_step: int | float = parser.start_step(parser.latest_session()) or 0 if parser.mode == "v1" else 0
+    source = RecordSource(t, parser=parser)
+    count = 0
     try:
-        for rec in iter_records(t, parser=parser, on_torn=torn.append):
+        for rec in source.records(on_torn=torn.append):
+            count += 1
             last_step = reached(last_step, rec)
             findings.extend(rules.observe(rec))
     except InvalidRunError as exc:  # the log is not a regular file, trainer_state.json is broken, ...
         findings.append(Finding("invalid_log", last_step, str(exc)))
     else:
+        if count == 0 and holds_something(t.log_path):  # a wrong --format, a pattern that never matches
+            findings.append(Finding("no_signal", last_step, no_signal_message(t, source.reader)))
         findings.extend(rules.finish(last_step))
     return CheckResult(name_loss_key(findings, parser.loss_key), last_step, torn[0] if torn else None, parser.notes)
 

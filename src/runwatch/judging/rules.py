@@ -200,7 +200,7 @@ class RuleOptions:
         POSITIVE,
         "throughput is judged over spans of at least S seconds of training (consecutive records merged)",
         metavar="S",
-        commands=_RECORD_COMMANDS,
+        commands=(*_RECORD_COMMANDS, "status"),
     )
     spike_factor: float = option(
         3.0,

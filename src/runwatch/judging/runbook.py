@@ -113,9 +113,10 @@ RUNBOOK: dict[str, tuple[str, str]] = {
         "mean; for a run that starts slowly by nature, raise `--progress-after` or set `--max-steps`",
     ),
     "no_signal": (
-        "the log gives no train loss (the finding names the keys it saw): nothing can be judged",
+        "the log gives no train loss (the finding names the keys it saw), or the format in use reads no record "
+        "of a log that holds something (it names the format, the file and what it saw): nothing can be judged",
         "point one key at the loss with `--map loss=KEY` (a text log: a `(?P<loss>...)` group in `--pattern`), "
-        "or log a key named `loss`",
+        "or log a key named `loss`; for no record at all, give the log's real format (`--format`, `--log`)",
     ),
     "session_error": (
         "the session ended with an error (an exception in the training code)",

@@ -8,8 +8,8 @@ Data flows one way: the log → `source.RecordSource` (new bytes or events only,
 process (`--pid` or `RUN_DIR/pid`), the `--done` sentinel and the checks in `POLL_CHECKS`.
 Only `watch()`'s caller decides the exit code (0 done, 7 anomaly). Standard library only.
 
-Longer than 500 lines on purpose: the watch's options (about 60 lines of declarations) and the
-`Watcher`'s one poll loop, whose steps (read, judge, time and process checks) share its state.
+The watch's options are `watchoptions`'s. Longer than 500 lines on purpose: the `Watcher`'s one
+poll loop, whose steps (read, judge, time and process checks) share its state.
 """
 
 from __future__ import annotations
@@ -21,110 +21,28 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRunError, UsageError
 from ..files.rundir import RunDir
-from ..options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, add_flags, build, given_options, option
+from ..options import add_flags
 from ..procs import process as _proc
+from ..reading.nosignal import holds_something, no_signal_message
 from ..reading.readers import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.records import Record, RecordParser, Target, resolve_target
 from ..reading.source import Polled, RecordSource
 from . import liveness
-from .liveness import PhaseLimits, parse_phase_limits
 from .ranks import RankMonitor
 from .replay import CheckResult, check, name_loss_key
-from .rules import Finding, RuleOptions, Rules, fmt_step
-from .verdict import Verdict, exit_status, parse_exit_codes, write_verdict
+from .rules import Finding, Rules, fmt_step
+from .verdict import Verdict, exit_status, write_verdict
+from .watchoptions import Options, load_options, options_from_args
 
 __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
 
-_WATCH = ("watch",)
 # watchdog.json keeps the first this many warnings of a watch (more are printed, not kept).
 MAX_WARNINGS = 20
-
-
-@dataclass(frozen=True)
-class Options(RuleOptions):
-    """Every option of `runwatch watch`: the record rules' (RuleOptions) and the watch's own.
-
-    One declaration per option (`options.option`): the flags, `runwatch.toml`, the validation and
-    the docs table come from it. A bad value raises ConfigError naming the option.
-    """
-
-    poll: float = option(5.0, POSITIVE, "seconds between polls", metavar="S")
-    stall: float = option(360.0, POSITIVE, "stall: no new record for S seconds (outside a phase)", metavar="S")
-    startup_grace: float = option(
-        600.0,
-        POSITIVE,
-        "stall before the first record: none S seconds after the watch (or the session) began",
-        metavar="S",
-    )
-    timeout: float | None = option(None, POSITIVE, "timeout: the watch has run S seconds", none=True, metavar="S")
-    pid: int | None = option(
-        None, INT_1, "the training process (default: RUN_DIR/pid when present)", none=True, metavar="PID"
-    )
-    done: str | None = option(None, TEXT, "a completion sentinel file, relative to RUN_DIR", none=True, metavar="FILE")
-    stop_on_anomaly: bool = option(
-        False, FLAG, "on an anomaly, stop the training: SIGTERM to its process group, SIGKILL after 30 s"
-    )
-    rank_stall: float = option(
-        300.0, POSITIVE, "rank_stall: a rank's heartbeat S seconds behind the others' (multi-rank runs)", metavar="S"
-    )
-    straggler_factor: float = option(
-        1.5, GREATER_1, "straggler: a rank's window time above F x the median over ranks", metavar="F"
-    )
-    straggler_patience: int = option(5, INT_1, "straggler needs K consecutive such windows", metavar="K")
-    stall_phase: tuple[str, ...] = option(
-        (),
-        TEXTS,
-        "stall inside phase P: no progress for S seconds from the "
-        "phase's start (eval and checkpoint 3600, setup the startup grace, "
-        "another phase --stall)",
-        metavar="P=S",
-        expect="a list of P=S strings",
-    )
-    exit_transient: int | None = option(
-        None,
-        EXIT_CODE,
-        "exit N instead of 7 when the verdict is transient "
-        "(75, EX_TEMPFAIL, for a requeue); check: for its first finding; "
-        "shorthand of --exit-code transient=N",
-        none=True,
-        metavar="N",
-        commands=("watch", "check"),
-    )
-    exit_code: tuple[str, ...] = option(
-        (),
-        TEXTS,
-        "exit N when the run ends in CLASS: transient, divergence, fatal (default 7 each); "
-        "supervise also preempted (75) and gave_up (7, a spent budget)",
-        metavar="CLASS=N",
-        commands=("watch", "check"),
-        expect="a list of CLASS=N strings",
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "_phase_limits", parse_phase_limits(self.stall_phase, self.stall, self.startup_grace))
-        object.__setattr__(self, "_exit_codes", parse_exit_codes(self.exit_code, self.exit_transient))
-
-    @property
-    def exit_codes(self) -> dict[str, int]:
-        """`--exit-code` and `--exit-transient` over the defaults: {class: exit status}."""
-        return self.__dict__["_exit_codes"]  # type: ignore[no-any-return]
-
-    @property
-    def phase_limits(self) -> PhaseLimits:
-        """`--stall-phase` over the defaults: seconds allowed inside each phase."""
-        return self.__dict__["_phase_limits"]  # type: ignore[no-any-return]
-
-
-def load_options(run_dir: str | None, given: dict[str, Any], *, command: str = "watch") -> Options:
-    """Options from `run_dir/runwatch.toml` ([watch] table), then `given` (the command line) on top."""
-    return build(Options, run_dir, given, command)  # type: ignore[no-any-return]
 
 
 def _rank_check(w: Watcher) -> Finding | None:
@@ -192,6 +110,7 @@ class Watcher:
         self._pid: int | None = self.opts.pid
         self.remote_host: str | None = None  # the host launch.json names, when it is not this one
         self.applied = 0  # records applied so far (the watching record is rewritten when it grows)
+        self.signal = False  # a record of the log was read, in this watch or one it continues
         self.checkpoints = 0  # checkpoint events read so far (carried in the state)
         self._watching_at, self._watching_count = -math.inf, -1
         self._rank_monitor: RankMonitor | None = None  # set up by the first `_rank_check`
@@ -284,6 +203,7 @@ class Watcher:
         if rec.kind != "other" or rec.step > self.last_step:
             self.last_step = rec.step
         self.applied += 1
+        self.signal = True
         if rec.kind == "checkpoint":
             self.checkpoints += 1
         if parser.notes:
@@ -420,7 +340,8 @@ class Watcher:
                 return self._anomaly(
                     "stall",
                     self.last_step,
-                    f"no record {now - self.grace_anchor:.0f} s {what} (--startup-grace {opts.startup_grace:g})",
+                    f"no record {now - self.grace_anchor:.0f} s {what} (--startup-grace {opts.startup_grace:g})"
+                    + (f"; the log grew but gave no record ({self._no_signal()})" if self._silent() else ""),
                 )
             return None
         last = max(self.last_growth, self._mtime()) if self.have_record else None
@@ -428,6 +349,19 @@ class Watcher:
         if message is not None:
             return self._anomaly("stall", self.last_step, message)
         return None
+
+    @property
+    def last_record_time(self) -> float | None:
+        """When the log last grew with a record (its mtime; a text log's lines carry no time of their own)."""
+        t = max(self.last_growth, self._mtime()) if self.have_record else -math.inf
+        return round(t, 3) if math.isfinite(t) else None
+
+    def _silent(self) -> bool:
+        """The log exists and holds something, yet no record of it was ever read."""
+        return not self.signal and self.parser is not None and holds_something(self.target.log_path)
+
+    def _no_signal(self) -> str:
+        return no_signal_message(self.target, self.source.reader)
 
     def _v1(self) -> bool:
         return self.parser is not None and self.parser.mode == "v1"
@@ -467,7 +401,9 @@ class Watcher:
         ended = _proc.wait_exit(self.run_dir, pid)
         if ended is not None and ended.status == 0:
             # Nothing in the log's latest session stopped the watch (an error or a non-finite loss
-            # would have): the process says it finished.
+            # would have): the process says it finished -- unless the format read nothing at all.
+            if self._silent():
+                return self._anomaly("no_signal", self.last_step, self._no_signal())
             return self._done(self.last_step, "process exited with status 0")
         if ended is not None:
             status = ended.describe()
@@ -479,7 +415,9 @@ class Watcher:
             return self._dead("process_exit", self.last_step, rank)
         how = f" ({status})" if status else ""
         return self._dead(
-            "process_exit", self.last_step, f"process {pid} is gone{how} and the log has no normal session_end"
+            "process_exit",
+            self.last_step,
+            f"process {pid} is gone{how}" + (" and the log has no normal session_end" if self._v1() else ""),
         )
 
     def run(self) -> Verdict:
@@ -562,6 +500,7 @@ class Watcher:
             "checkpoints": self.checkpoints,
             "warnings": [f.to_json() for f in self.warnings],
             "named_loss_key": self.named_loss_key,
+            "signal": self.signal,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
@@ -576,6 +515,7 @@ class Watcher:
         self.last_step = state["last_step"]
         self.warnings = [_finding(w) for w in state.get("warnings") or ()]
         self.named_loss_key = bool(state.get("named_loss_key"))
+        self.signal = bool(state.get("signal", True))  # (a state written before this key: records were read)
         self.catching_up = False
         return True
 
@@ -600,11 +540,6 @@ def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
     add_flags(p, Options, "check" if command == "check" else "watch", skip=("pid",) if command == "launch" else ())
     if command != "launch":
         add_read_arguments(p)  # --format, --pattern, --run (readers.ReadOptions)
-
-
-def options_from_args(args: argparse.Namespace, run_dir: str | None, command: str) -> Options:
-    """The command line's options over `runwatch.toml`'s, for `command`."""
-    return load_options(run_dir, given_options(args, Options), command=command)
 
 
 def run_watch(args: argparse.Namespace) -> int:

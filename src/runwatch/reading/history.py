@@ -110,13 +110,22 @@ def checkpoints(sessions: list[Session], *, on_path: bool = True) -> list[Checkp
         if keep is not None and id(s) not in keep:
             continue
         for r in s.records:
-            if r.kind != "checkpoint" or not r.raw or not isinstance(r.raw.get("path"), str):
+            where = _named(r)
+            if where is None or (keep is not None and r.step > keep[id(s)]):
                 continue
-            if keep is not None and r.step > keep[id(s)]:
-                continue
-            verified = r.raw.get("verified")
-            out.append(Checkpoint(r.raw["path"], r.step, s.key, verified if isinstance(verified, bool) else None))
+            verified = r.raw.get("verified") if r.raw else None
+            out.append(Checkpoint(where, r.step, s.key, verified if isinstance(verified, bool) else None))
     return out
+
+
+def _named(r: Record) -> str | None:
+    """The path a checkpoint record names (`path`; a text log's `ckpt` group), None for any other record."""
+    if r.kind != "checkpoint" or not r.raw:
+        return None
+    for key in ("path", "ckpt"):
+        if isinstance(r.raw.get(key), str) and r.raw[key]:
+            return str(r.raw[key])
+    return None
 
 
 def _exists(p: str, cwd: str | None) -> bool | None:
@@ -170,13 +179,16 @@ def rollback_target(
     sessions: list[Session], kind: str | None, step: int | float, onset: int | float | None, cwd: str | None = None
 ) -> Rollback | None:
     """The checkpoint a divergence rolls back to: the latest on the path to the latest session whose
-    step is below the first step of the window that holds the onset (and whose file, when local,
-    still exists); None when there is none."""
+    step is below the first step of the window that holds the onset, known to hold what was saved
+    then (no later save, at or past that window, wrote the same path: nanoGPT saves every time to
+    `out/ckpt.pt`), and whose file, when local, still exists; None when there is none."""
     live = live_sessions(sessions)
     if not live:
         return None
     first_bad, skip_end = _first_bad_step(live[-1], kind, step, step if onset is None else onset)
+    every = checkpoints(sessions, on_path=False)
     for cp in reversed(checkpoints(sessions)):
-        if cp.step < first_bad and _exists(cp.path, cwd) is not False:
+        overwritten = any(o.path == cp.path and o.step >= first_bad for o in every)
+        if cp.step < first_bad and not overwritten and _exists(cp.path, cwd) is not False:
             return Rollback(cp, first_bad, (cp.step + 1, skip_end))
     return None

@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import InvalidRunError
+from ..errors import InvalidRunError, UsageError
 from ..files.schema import read_manifest
 from .follow import ManifestFollower, tail_lines
-from .parsing import Record, RecordParser, Session
+from .parsing import Record, RecordParser, Session, parse_maps
 from .readers import READERS, Item, Reader, ReadOptions, open_reader
 from .readers.jsonl import JsonlReader
 from .target import Target, resolve_target
@@ -155,6 +155,8 @@ class RecordSource:
         self._read = read
         self.target: Target = resolve_target(target, read) if isinstance(target, str) else target
         self.maps = maps if maps is not None or parser is None else parser.maps  # (the readers apply them)
+        self._given_maps = self.maps
+        self._recorded_maps()
         self.parser: RecordParser | None = parser
         self.reader: Reader | None = None
         self.manifest: ManifestFollower | None = None  # run.json, for a schema-v1 log
@@ -212,12 +214,23 @@ class RecordSource:
         except OSError:
             return None
 
+    def _recorded_maps(self) -> None:
+        """The run directory's recorded `--map` under the maps given, key by key."""
+        if not self.target.map:
+            return
+        try:
+            recorded = parse_maps(self.target.map)
+        except UsageError:  # a recorded map that is not valid: the given maps alone
+            return
+        self.maps = {**recorded, **(self._given_maps or {})}
+
     # --- opening -----------------------------------------------------------------------------
 
     def _open_reader(self) -> bool:
         if self.reader is None:
             if self._arg is not None:  # the target, or a trainer_state.json, may have appeared
                 self.target = resolve_target(self._arg, self._read)
+                self._recorded_maps()
             t = self.target
             if not os.path.exists(t.log_path):
                 return False

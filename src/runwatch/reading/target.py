@@ -10,24 +10,48 @@ content) or named by `--format`. A folder holding none of these but exactly one 
 with a step or epoch column, a `*.jsonl` whose first record has a step, a text log in a preset's
 format) is read through that file; so is a folder named with `--format csv/text/nanogpt/megatron`
 or `--pattern` (a text log: its `stdout.log`, else the one file whose head the patterns match).
-Standard library only.
+
+A run directory owns the run: `launch` and `supervise` record in its `launch.json` how they read
+the log (`--log`, `--format`, `--pattern`, `--run`, `--map`) and the rule options they judge with;
+every reader that resolves the directory here reads it the same way unless told otherwise (a
+reading option given wins, one by one: `merge_read`), and the rule options are had from
+`recorded_rule_options`. `--log PATH` (relative to the run directory, or absolute) names the log
+only: the run's own files (`launch.json`, `exit.json`, `watchdog.json`, the journal, heartbeats)
+stay in the run directory. Standard library only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
+from typing import Any
 
-from ..errors import UsageError
-from ..files.rundir import RunDir
+from ..errors import ConfigError, UsageError
+from ..files.rundir import RunDir, recorded_reading
+from ..options import option_fields
 from .readers import ReadOptions, detect, is_log, sniff_log
 
-__all__ = ["Target", "resolve_target", "find_trainer_state", "single_log", "FILE_SUFFIXES", "NOT_LOGS"]
+__all__ = [
+    "Target",
+    "resolve_target",
+    "merge_read",
+    "recorded_rule_options",
+    "find_trainer_state",
+    "single_log",
+    "FILE_SUFFIXES",
+    "NOT_LOGS",
+    "NOT_RECORDED",
+]
 
 # A target that does not exist yet is a run directory unless its name ends like a log file.
 FILE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".log", ".txt")
 # Files in a run directory that are not its metrics: the supervisor's journal, the process's output.
 NOT_LOGS = frozenset({"supervise.jsonl", "stdout.log"})
+# Watch options that are not how a run is judged, so neither recorded in launch.json nor taken
+# from it: the watch's own process, time limit, polling and actions, and a scheduler's exit codes
+# (`map` is recorded with the reading options).
+NOT_RECORDED = ("pid", "timeout", "poll", "stop_on_anomaly", "exit_transient", "exit_code", "map")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +64,10 @@ class Target:
     # `readers` format: "tensorboard", "mlflow", "csv", "text"
     format: str
     read: ReadOptions = ReadOptions()
+    # what launch.json recorded and this reading took from it: `--map` items, and who recorded
+    # them (`supervise`, `launch`), None when nothing recorded was used
+    map: tuple[str, ...] = ()
+    recorded_by: str | None = None
 
     @property
     def manifest_path(self) -> str:
@@ -54,8 +82,47 @@ class Target:
         )  # a broken run.json is still one: say so
 
 
+def merge_read(given: ReadOptions, recorded: dict[str, Any]) -> ReadOptions:
+    """`given` (the command line's reading options) over `recorded` (launch.json's), one by one:
+    `--log` and `--run` each, `--format` with `--pattern` together (a pattern belongs to a text
+    format). A recorded value that does not fit what is given is left out."""
+    fields: dict[str, Any] = {}
+    if given.format is None and not given.pattern:
+        fields["format"] = recorded.get("format")
+        fields["pattern"] = tuple(recorded.get("pattern") or ())
+    if given.log is None and recorded.get("log"):
+        fields["log"] = recorded["log"]
+    if given.run is None and recorded.get("run") and fields.get("format", given.format) in (None, "mlflow"):
+        fields["run"] = recorded["run"]
+    if not fields:
+        return given
+    try:
+        return dataclasses.replace(given, **fields)
+    except ConfigError:  # a recorded pattern that is no longer a valid one, ...: the given options alone
+        return given
+
+
+def recorded_rule_options(run_dir: str, cls: type, command: str | None = None) -> dict[str, Any]:
+    """The rule options launch.json recorded for the run (those of the options class `cls` that
+    `command` takes, each valid), to merge under the options given: `{**recorded, **given}`."""
+    read, rules, _by = recorded_reading(run_dir)
+    if read.get("map"):  # (recorded with the reading options)
+        rules = {**rules, "map": read["map"]}
+    out: dict[str, Any] = {}
+    for f in option_fields(cls, command):
+        if f.name in rules and (f.name not in NOT_RECORDED or f.name == "map"):
+            value = rules[f.name]
+            if (value is None and f.metadata["none"]) or f.metadata["check"].ok(value):
+                out[f.name] = value
+    return out
+
+
 def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
-    """A run directory, a JSONL file or a trainer_state.json → Target (the path may not exist yet).
+    """What `target` names and how to read it, the recorded reading options of a run directory
+    under `read`'s (see the module docstring); `read.log` names the log inside (or outside) the
+    run directory `target`.
+
+    A run directory, a JSONL file or a trainer_state.json → Target (the path may not exist yet).
 
     A directory without `metrics.jsonl` but with `trainer_state.json` is read through the latter
     (also one level down, in its latest `checkpoint-N/`). Other tools' logs (TensorBoard, MLflow,
@@ -66,6 +133,31 @@ def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
     """
     target = os.fspath(target)
     read = read or ReadOptions()
+    recorded, rec_map, by = _recorded(target, read)
+    if by is not None:
+        read = recorded
+    if read.log and os.path.normpath(read.log) != ".":  # the log is named: the run's own files stay in `target`
+        log = read.log if os.path.isabs(read.log) else os.path.join(target, read.log)
+        inner = _resolve(log, dataclasses.replace(read, log=None, sessions=True))
+        return dataclasses.replace(inner, run_dir=target, map=rec_map, recorded_by=by)
+    if by is not None:
+        return dataclasses.replace(_resolve(target, read), map=rec_map, recorded_by=by)
+    return _resolve(target, read)
+
+
+def _recorded(target: str, given: ReadOptions) -> tuple[ReadOptions, tuple[str, ...], str | None]:
+    """`given` over what the run directory `target` recorded, its recorded `--map`, and who
+    recorded them (None, and `given`, when the directory recorded nothing)."""
+    if not os.path.isdir(target):
+        return given, (), None
+    recorded, _rules, by = recorded_reading(target)
+    if by is None or not recorded:
+        return given, (), None
+    merged, maps = merge_read(given, recorded), tuple(recorded.get("map") or ())
+    return (merged, maps, by) if merged != given or maps else (given, (), None)
+
+
+def _resolve(target: str, read: ReadOptions) -> Target:
     if (read.text or read.format == "csv") and os.path.isdir(target):
         log = single_log(target, read)
         if log is None:
@@ -78,6 +170,8 @@ def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
     found = None if own else detect(target, read)
     if found is not None:
         fmt, log, run_dir = found
+        if fmt == "tensorboard" and not read.sessions and _owned(log):
+            read = dataclasses.replace(read, sessions=True)  # a run directory's folder: its launches are sessions
         return Target(run_dir, log, fmt, read)
     if read.format == "jsonl" and os.path.isdir(target):
         return Target(target, RunDir(target).metrics, "jsonl", read)
@@ -104,6 +198,12 @@ def resolve_target(target: str, read: ReadOptions | None = None) -> Target:
     if sniffed is not None:  # a text log in a preset's format (nanoGPT, Megatron-LM)
         return Target(run_dir, target, sniffed[0], sniffed[1])
     return Target(run_dir, target, "jsonl")
+
+
+def _owned(folder: str) -> bool:
+    """`folder` is a run directory runwatch launched in (its launch.json or journal lies there)."""
+    d = RunDir(folder)
+    return os.path.isdir(folder) and (os.path.isfile(d.launch) or os.path.isfile(d.journal))
 
 
 def single_log(folder: str, read: ReadOptions | None = None) -> str | None:

@@ -6,19 +6,28 @@ are `history`'s).
     split = breakdown(sessions, journal)               # {"wall_seconds", "productive_seconds", "buckets", "advice"}
 
 
-Goodput (docs/SUPERVISE.md, "Goodput"):
+Goodput (docs/SUPERVISE.md, "Goodput"): one figure for every surface (the line `supervise`
+prints, its journal's end record, `status`, the page, `mcp run_status`, `runwatch goodput`):
+- `ratio`: productive seconds / wall seconds of `breakdown` (never above 1);
+- `steps_ratio`: `steps_kept / steps_run`, beside it;
 - `steps_run`: every successful optimizer update the log shows, over all sessions (schema v1:
   the windows' `updates`; minimal telemetry: step differences within a session);
 - `steps_kept`: the updates on the path to the final step (the final step minus the run's first
-  step): a step redone after a crash or a rollback counts once;
+  step): a step redone after a crash or a rollback counts once; steps past the onset of a
+  divergence that was not recovered (the supervision's last verdict) are not kept;
 - `breakdown`: the supervision's wall time (from its first launch to its journal's last record)
   cut into productive training and the lost buckets `startup`, `checkpoint`, `eval`, `redone`,
   `detection`, `stopping`, `backoff`, `preempted`, attempt by attempt, from the journal's
   launches, verdicts and signals and the log's record times; with the checkpoint interval
-  Young and Daly's rule advises for the run's own save time and interruption rate;
+  Young and Daly's rule advises for the run's own save time and interruption rate; productive
+  time ends at the onset of the trouble an attempt was stopped for, an attempt that logged
+  nothing is lost whole (`startup`), and in a log without record times (a text log) an
+  attempt's training ends when its log last grew (the verdict's `last_record_time`);
 - `seconds_lost`: the wall time less the breakdown's productive time.
 
-Standard library only.
+Longer than 500 lines on purpose: the one goodput of a run, the breakdown it is the ratio of,
+the advice drawn from that breakdown and `runwatch goodput`'s report of all three are read
+together; a change to how time is counted changes all of them. Standard library only.
 """
 
 from __future__ import annotations
@@ -26,9 +35,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from ..judging.rules import fmt_step
 from ..reading.history import live_sessions, origin_step, path, valid_records
 from ..reading.records import Record, Session
 
@@ -40,6 +51,9 @@ __all__ = [
     "breakdown",
     "supervision",
     "goodput",
+    "goodput_line",
+    "run_goodput",
+    "unrecovered_onset",
 ]
 
 
@@ -48,10 +62,13 @@ class Goodput(TypedDict):
 
     steps_kept: int | float
     steps_run: int | float
-    ratio: float | None  # steps_kept / steps_run; None when no step ran
+    ratio: float | None  # productive_seconds / wall_seconds; None when the times cannot tell
+    steps_ratio: float | None  # steps_kept / steps_run; None when no step ran
     restarts: int
     rollbacks: int
     seconds_lost: float | None  # None when the sessions' times cannot tell
+    wall_seconds: float | None
+    productive_seconds: float | None
 
 
 def _start_time(s: Session) -> float | None:
@@ -79,12 +96,31 @@ def _updates(sessions: list[Session]) -> int | float:
     return total
 
 
-def _kept(sessions: list[Session]) -> int | float:
-    """The updates on the path to the final step."""
+def _kept(sessions: list[Session], journal: list[dict[str, Any]] | None = None) -> int | float:
+    """The updates on the path to the final step (to the onset of a divergence not recovered)."""
     stretches = path(sessions)
     if not stretches:
         return 0
-    return stretches[-1][1] - origin_step(stretches[0][0], stretches[0][0] is live_sessions(sessions)[0])
+    final = stretches[-1][1]
+    onset = unrecovered_onset(journal or [])
+    if onset is not None:
+        final = min(final, max(onset - 1, 0))
+    return max(0, final - origin_step(stretches[0][0], stretches[0][0] is live_sessions(sessions)[0]))
+
+
+def unrecovered_onset(journal: list[dict[str, Any]]) -> int | float | None:
+    """The onset step of the supervision's last verdict when it is a divergence that no rollback
+    followed (the run ended on it), else None."""
+    for rec in reversed(supervision(journal)):
+        event = rec.get("event")
+        if event in _LAUNCHES:
+            return None
+        if event == "verdict":
+            if rec.get("class") != "divergence":
+                return None
+            onset = rec.get("onset", rec.get("step"))
+            return onset if type(onset) in (int, float) else None
+    return None
 
 
 # --- where the wall time went ---------------------------------------------------------------------
@@ -283,8 +319,12 @@ def _attempt_cuts(
     ends = [x for x in (v_time, a.signal_time, stop) if x is not None]
     until = min(ends)  # the program's own time ends at the verdict or the signal
     cuts: list[tuple[float, str]] = []
-    if timed is None:  # no record times: the training splits into kept and redone by steps
-        cuts += [(a.start + (until - a.start) * share, _PRODUCTIVE), (until, "redone")]
+    if timed is None:  # no record times: the training, to when the log last grew, splits into kept and redone by steps
+        last = _num(v.get("last_record_time")) if v is not None else None
+        train_end = min(until, last) if last is not None and last >= a.start else until
+        if v is not None and "last_record_time" in v and last is None and not done:  # it logged nothing: lost whole
+            train_end = a.start
+        cuts += [(a.start + (train_end - a.start) * share, _PRODUCTIVE), (train_end, "redone")]
     else:
         mine = [x for x in timed if a.start <= x[0] < stop and x[0] <= until]
         if v is not None and not done and mine and (a.signal_time is None or v_time == until):
@@ -308,8 +348,11 @@ def _attempt_cuts(
                 cuts.append((t, "checkpoint"))
             elif r.kind in ("train", "end"):
                 cuts.append((t, trained))
-        if not mine:
-            cuts.append((until, "startup"))
+        if not mine:  # it logged nothing: lost whole, from its launch to its exit
+            ended = (
+                _num((v.get("exit") or {}).get("time")) if v is not None and isinstance(v.get("exit"), dict) else None
+            )
+            cuts.append((min(until, ended) if ended is not None and ended >= a.start else until, "startup"))
     interrupted = 0
     if v is not None and v_time is not None and (a.signal_time is None or v_time <= a.signal_time):
         cuts.append((v_time, "stopping" if done else "detection"))
@@ -383,13 +426,14 @@ def goodput(
     restarts: int = 0,
     rollbacks: int = 0,
     end: float | None = None,
+    exited: float | None = None,
 ) -> Goodput:
-    """`{"steps_kept", "steps_run", "ratio", "restarts", "rollbacks", "seconds_lost"}` (see the
-    module docstring); `ratio` and `seconds_lost` are None when they cannot be known.
-    `seconds_lost` is the wall time less the productive time of `breakdown` (the sum of its
-    lost buckets) over the supervision in `journal` up to `end`, or over the log alone."""
-    run, kept = _updates(sessions), _kept(sessions)
-    split = breakdown(sessions, journal, end=end)
+    """The run's goodput (see the module docstring): `ratio` the time ratio of `breakdown` over
+    the supervision in `journal` up to `end` (or over the log alone), `steps_ratio` beside it;
+    `ratio`, `steps_ratio` and `seconds_lost` are None when they cannot be known."""
+    run, kept = _updates(sessions), _kept(sessions, journal)
+    kept = min(kept, run) if run else kept
+    split = breakdown(sessions, journal, end=end, exited=exited)
     wall, productive = split["wall_seconds"], split["productive_seconds"]
     lost = None
     if wall is not None and productive is not None:
@@ -397,11 +441,30 @@ def goodput(
     return {
         "steps_kept": kept,
         "steps_run": run,
-        "ratio": round(kept / run, 4) if run else None,
+        "ratio": split["ratio"],
+        "steps_ratio": round(min(1.0, kept / run), 4) if run else None,
         "restarts": restarts,
         "rollbacks": rollbacks,
         "seconds_lost": lost,
+        "wall_seconds": wall,
+        "productive_seconds": productive,
     }
+
+
+def goodput_line(g: Mapping[str, Any]) -> str:
+    """The goodput in one line, as `supervise` prints it and `status` shows it."""
+    ratio = "n/a" if g.get("ratio") is None else f"{g['ratio']:.3f}"
+    steps = "n/a" if g.get("steps_ratio") is None else f"{g['steps_ratio']:.3f}"
+    wall = g.get("wall_seconds")
+    time_part = (
+        f"{_seconds(g.get('productive_seconds'))} productive of {_seconds(wall)} wall"
+        if wall is not None
+        else "no times to split"
+    )
+    return (
+        f"goodput {ratio}: {time_part}; steps {steps} ({fmt_step(g.get('steps_kept') or 0)} kept of "
+        f"{fmt_step(g.get('steps_run') or 0)} run); {g.get('restarts', 0)} restarts, {g.get('rollbacks', 0)} rollbacks"
+    )
 
 
 # --- runwatch goodput RUN_DIR ---------------------------------------------------------------------
@@ -451,35 +514,65 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the breakdown as JSON")
 
 
+def run_goodput(run_dir: str) -> tuple[Goodput, Breakdown, int]:
+    """The goodput of the run in `run_dir`, its breakdown and its number of attempts, from its
+    journal (the latest supervision), its log (read as the run directory recorded, or as the
+    journal's launch records say) and the last attempt's `exit.json`. UsageError when there is
+    neither a journal nor a log."""
+    from ..errors import InvalidRunError, UsageError
+    from ..files.rundir import recorded_reading
+    from ..procs.process import read_exit
+    from ..reading.readers import ReadOptions
+    from ..reading.records import load_sessions, resolve_target
+    from .supervision import read_journal
+
+    journal = supervision(read_journal(run_dir))
+    read = ReadOptions()
+    if recorded_reading(run_dir)[2] is None:  # nothing in launch.json: the journal's launch records
+        spec: dict[str, Any] = next((r["log"] for r in reversed(journal) if isinstance(r.get("log"), dict)), {})
+        log = spec.get("target")
+        try:
+            read = ReadOptions(
+                format=spec.get("format"),
+                pattern=tuple(spec.get("pattern") or ()),
+                run=spec.get("run"),
+                log=log if type(log) is str and log != "." else None,
+            )
+        except (UsageError, TypeError, ValueError):
+            read = ReadOptions()
+    try:  # the log the supervisor watched, read as it read it
+        target = resolve_target(run_dir, read)
+        sessions = load_sessions(target) if os.path.exists(target.log_path) else []
+    except (InvalidRunError, UsageError) as exc:
+        raise UsageError(f"goodput: {run_dir}: cannot read the log: {exc}") from None
+    if not journal and not sessions:
+        raise UsageError(f"goodput: {run_dir}: no supervise.jsonl and no log")
+    launches = [r for r in journal if r.get("event") in _LAUNCHES and type(r.get("pid")) is int]
+    ended = read_exit(run_dir, launches[-1]["pid"]) if launches else None
+    exited = ended.time if ended is not None and ended.time > 0 else None
+    c: dict[str, Any] = next((r for r in reversed(journal) if type(r.get("restarts")) is int), {})
+    g = goodput(sessions, journal, restarts=c.get("restarts", 0), rollbacks=c.get("rollbacks", 0), exited=exited)
+    split = breakdown(sessions, journal, exited=exited)
+    return g, split, len(_attempts(journal)) if journal else len(live_sessions(sessions))
+
+
 def run(args: argparse.Namespace) -> int:
     """`runwatch goodput RUN_DIR [--json]`: the wall time of the supervision broken down."""
     import json
 
-    from ..errors import InvalidRunError, UsageError
-    from ..procs.process import read_exit
-    from ..reading.readers import ReadOptions
-    from ..reading.records import load_sessions, parse_maps, resolve_target
-    from .supervision import read_journal
+    from ..errors import UsageError
 
     run_dir = os.path.abspath(args.run_dir)
     if not os.path.isdir(run_dir):
         raise UsageError(f"goodput: {args.run_dir}: no such run directory")
-    journal = supervision(read_journal(run_dir))
-    spec: dict[str, Any] = next((r["log"] for r in reversed(journal) if isinstance(r.get("log"), dict)), {})
-    try:  # the log the supervisor watched, read as it read it
-        read = ReadOptions(format=spec.get("format"), pattern=tuple(spec.get("pattern") or ()), run=spec.get("run"))
-        target = resolve_target(os.path.join(run_dir, str(spec.get("target") or ".")), read)
-        maps = parse_maps(tuple(spec.get("map") or ()))
-        sessions = load_sessions(target, maps=maps) if os.path.exists(target.log_path) else []
-    except (InvalidRunError, UsageError, TypeError) as exc:
-        raise UsageError(f"goodput: {args.run_dir}: cannot read the log: {exc}") from None
-    if not journal and not sessions:
-        raise UsageError(f"goodput: {args.run_dir}: no supervise.jsonl and no log")
-    launches = [r for r in journal if r.get("event") in _LAUNCHES and type(r.get("pid")) is int]
-    ended = read_exit(run_dir, launches[-1]["pid"]) if launches else None
-    split = breakdown(sessions, journal, exited=ended.time if ended is not None and ended.time > 0 else None)
+    g, split, attempts = run_goodput(run_dir)
     if args.json:
-        print(json.dumps(split, indent=2, allow_nan=False))
+        steps = {"steps_kept": g["steps_kept"], "steps_run": g["steps_run"], "steps_ratio": g["steps_ratio"]}
+        print(json.dumps({**split, **steps}, indent=2, allow_nan=False))
     else:
-        print("\n".join(report_lines(split, len(_attempts(journal)) if journal else len(live_sessions(sessions)))))
+        lines = report_lines(split, attempts)
+        if split["wall_seconds"] is not None:
+            lines[0] += f"; steps {'n/a' if g['steps_ratio'] is None else format(g['steps_ratio'], '.3f')} "
+            lines[0] += f"({fmt_step(g['steps_kept'])} kept of {fmt_step(g['steps_run'])} run)"
+        print("\n".join(lines))
     return 0

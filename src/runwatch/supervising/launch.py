@@ -5,14 +5,17 @@ appended to `RUN_DIR/stdout.log`, with the environment a supervised run wants (u
 no progress bars, `RUNWATCH_RUN_DIR`, and `RUNWATCH_ATTEMPT_ID`, which marks every process of this
 launch for `proctree`). A small waiter (`waiter.py`) starts it, stays its parent, and writes how it
 ended to `RUN_DIR/exit.json`, so that any later watch knows exit 0 from a kill. Its pid goes to
-`RUN_DIR/pid`, how it was started to `RUN_DIR/launch.json` (both atomically). With `--watch` the watchdog then follows it in the
-foreground: exit 7 on an anomaly, 0 on completion. Standard library only.
+`RUN_DIR/pid`, how it was started to `RUN_DIR/launch.json` (both atomically), with how its log is
+read and judged (`read`, `rules`: every later reader of RUN_DIR reads it so, `reading.target`).
+With `--watch` the watchdog then follows it in the foreground: exit 7 on an anomaly, 0 on
+completion. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -24,15 +27,26 @@ from typing import Any
 from ..errors import UsageError
 from ..files.journal import atomic_write_text
 from ..files.provenance import capture
-from ..files.rundir import ENV_ATTEMPT_ID, ENV_RUN_DIR, EXIT, LAUNCH_HEADER, RunDir
-from ..options import add_command_arguments, split_command
+from ..files.rundir import ENV_ATTEMPT_ID, ENV_RUN_DIR, EXIT, LAUNCH_HEADER, STDOUT, RunDir
+from ..options import add_command_arguments, option_fields, split_command
 from ..procs import waiter
 from ..procs.process import launched_here
 from ..procs.proctree import start_ticks
 from ..reading.readers import TEXT_FORMATS, ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
+from ..reading.target import NOT_RECORDED
 
-__all__ = ["launch", "log_target", "LAUNCH_ENV", "WAITER", "TEXT_FORMATS", "add_arguments", "run"]
+__all__ = [
+    "launch",
+    "watch_read",
+    "reading_record",
+    "LAUNCH_ENV",
+    "WAITER",
+    "TEXT_FORMATS",
+    "NOT_RECORDED",
+    "add_arguments",
+    "run",
+]
 
 # Added to the command's environment: line-buffered logs, no progress bars in stdout.log,
 # quiet transformers, no tokenizers fork warnings, and where the run directory is.
@@ -94,8 +108,11 @@ def _start_waiter(spec: dict[str, Any], stderr_fd: int) -> dict[str, Any]:
     return reply
 
 
-def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Start `cmd` detached for `run_dir`; return what went to launch.json (with `pid`, `pgid`).
+def launch(
+    run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None, reading: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Start `cmd` detached for `run_dir`; return what went to launch.json (with `pid`, `pgid`,
+    and `reading`'s fields: how the log is read and judged, `reading_record`).
 
     The command runs under a waiter (`waiter.py`) that writes `RUN_DIR/exit.json` when it ends;
     its environment carries `RUNWATCH_ATTEMPT_ID`, which marks every process it starts."""
@@ -143,21 +160,42 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
         "start_ticks": start_ticks(pid),
         "waiter_start_ticks": start_ticks(waiter) if waiter is not None else None,
         "provenance": provenance,
+        **(reading or {}),
     }
     atomic_write_text(RunDir(run_dir).pid, f"{pid}\n")
     atomic_write_text(RunDir(run_dir).launch, json.dumps(info, indent=2) + "\n")
     return info
 
 
-def log_target(run_dir: str, read: ReadOptions) -> str:
-    """What a watch of a launched program follows: `--log` (relative to RUN_DIR), stdout.log for a
-    text log (`--format text/nanogpt/megatron`, `--pattern`), else the run directory itself, where
-    `metrics.jsonl` or the one log of another tool is found (as `runwatch watch RUN_DIR` finds it)."""
-    if read.log:
-        return os.path.join(run_dir, read.log)
-    if read.text:  # a program's printed records: its own output
-        return RunDir(run_dir).stdout
-    return run_dir
+def watch_read(read: ReadOptions) -> ReadOptions:
+    """How a watch of a launched program reads RUN_DIR: `--log` as given (relative to RUN_DIR, or
+    absolute), stdout.log for a text log (`--format text/nanogpt/megatron`, `--pattern`), else
+    RUN_DIR itself, where `metrics.jsonl` or the one log of another tool is found (as `runwatch
+    watch RUN_DIR` finds it)."""
+    if read.log or not read.text:
+        return read
+    return dataclasses.replace(read, log=STDOUT)  # a program's printed records: its own output
+
+
+def reading_record(read: ReadOptions, rules: Any, by: str) -> dict[str, Any]:
+    """launch.json's `read` (`log`, `format`, `pattern`, `run`, `map`), `rules` (the watch's
+    options that differ from their defaults, less `NOT_RECORDED`) and `by` (docs/FORMAT.md)."""
+    changed = {
+        f.name: list(v) if isinstance(v, tuple) else v
+        for f in option_fields(type(rules))
+        if f.name not in NOT_RECORDED and (v := getattr(rules, f.name)) != f.default
+    }
+    return {
+        "read": {
+            "log": read.log,
+            "format": read.format,
+            "pattern": list(read.pattern),
+            "run": read.run,
+            "map": list(getattr(rules, "map", ())),
+        },
+        "rules": changed,
+        "by": by,
+    }
 
 
 def _declare(p: argparse.ArgumentParser) -> None:
@@ -183,12 +221,13 @@ def run(args: argparse.Namespace) -> int:
     opts = None
     read = read_options(args)
     if args.watch:  # validate the watch options before starting anything
-        from ..judging.watchdog import options_from_args
+        from ..judging.watchoptions import options_from_args
 
         opts = options_from_args(args, os.path.abspath(args.run_dir), "watch")
     elif any(getattr(args, k, None) not in (None, []) for k in ("format", "pattern", "run", "log")):
         raise UsageError("launch: --format, --pattern, --run and --log say how to watch: add --watch")
-    info = launch(args.run_dir, cmd)
+    read = watch_read(read)
+    info = launch(args.run_dir, cmd, reading=reading_record(read, opts, "launch") if opts is not None else None)
     d = args.run_dir
     print(
         f"launched pid {info['pid']} (process group {info['pgid']}); output in {os.path.join(d, 'stdout.log')}",
@@ -202,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     from ..judging.watchdog import Watcher
 
     opts = dataclasses.replace(opts, pid=info["pid"])
-    verdict = Watcher(log_target(os.path.abspath(d), read), opts, read=read).run()
+    verdict = Watcher(os.path.abspath(d), opts, read=read).run()
     print(verdict.line(), flush=True)
     from ..judging.verdict import exit_status
 

@@ -48,14 +48,14 @@ from ..options import add_command_arguments, add_flags, given_options, split_com
 from ..procs import process as _proc
 from ..procs import proctree
 from ..procs.waiter import reap, subreaper
-from ..reading.history import latest_checkpoint, rollback_target
+from ..reading.history import checkpoints, latest_checkpoint, rollback_target
 from ..reading.readers import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.records import Session, load_sessions, resolve_target
 from ..reading.resume import RESUME_ENV
 from .deadman import DeadMan
-from .goodput import goodput
-from .launch import launch, log_target
+from .goodput import goodput, goodput_line
+from .launch import launch, reading_record, watch_read
 from .notify import Notifier, mask_url
 from .preemption import PREEMPT_SIGNALS, StopSignals
 from .scheduler import SlurmJob, requeue
@@ -119,8 +119,8 @@ class Supervisor:
         self.cmd = list(cmd)
         self.watch = watch or Options()
         self.opts = opts or SuperviseOptions()
-        self.read = read or ReadOptions()
-        self.target = log_target(self.run_dir, self.read)  # the log the watch follows
+        self.read = watch_read(read or ReadOptions())  # how the watch reads RUN_DIR's log (--log, ...)
+        self.target = self.run_dir  # what the watch follows: RUN_DIR owns the run, whatever --log names
         self.stop_grace = stop_grace
         self.out = out or (lambda line: print(line, flush=True))
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -220,7 +220,7 @@ class Supervisor:
         self.counters.stale_sessions = frozenset(b.session_id for b in beats.values())
         cmd = self._command(resumed=event != "launch" or self._continues())
         reap(self.waiters)
-        info = launch(self.run_dir, cmd, env=full)
+        info = launch(self.run_dir, cmd, env=full, reading=reading_record(self.read, self.watch, "supervise"))
         self.pid = info["pid"]
         if type(info.get("waiter")) is int:
             self.waiters.add(info["waiter"])
@@ -245,13 +245,9 @@ class Supervisor:
         """What a launch record holds besides the action: the Slurm job, and the log watched (for
         `runwatch goodput`)."""
         facts = self.slurm.facts() if self.slurm is not None else {}
-        facts["log"] = {
-            "target": os.path.relpath(self.target, self.run_dir),
-            "format": self.read.format,
-            "pattern": list(self.read.pattern),
-            "run": self.read.run,
-            "map": list(self.watch.map),
-        }
+        reading = reading_record(self.read, self.watch, "supervise")
+        facts["log"] = {"target": self.read.log or ".", **reading["read"]}
+        facts["rules"] = reading["rules"]
         return facts
 
     def _command(self, resumed: bool) -> list[str]:
@@ -339,13 +335,7 @@ class Supervisor:
         append(self.run_dir, rec)
         if self.notifier is not None:
             self._notify(self.notifier, event, rec, verdict)
-        ratio = "n/a" if figures["ratio"] is None else f"{figures['ratio']:.3f}"
-        lost = "n/a" if figures["seconds_lost"] is None else f"{figures['seconds_lost']:.1f} s"
-        self.log(
-            f"runwatch supervise: goodput {ratio}: {fmt_step(figures['steps_kept'])} steps kept of "
-            f"{fmt_step(figures['steps_run'])} run; {self.counters.restarts} restarts, {self.counters.rollbacks} rollbacks, "
-            f"{lost} lost"
-        )
+        self.log(f"runwatch supervise: {goodput_line(figures)}")
         self.out(line)
         return code
 
@@ -434,7 +424,9 @@ class Supervisor:
             rb = rollback_target(sessions, v.kind, v.step, v.onset, cwd=cwd)
             if rb is None:
                 onset = v.step if v.onset is None else v.onset
-                return self._give_up(v, f"no checkpoint before step {fmt_step(onset)} to roll back to")
+                named = checkpoints(sessions, on_path=False)
+                why = "the log names no checkpoints to roll back to" if not named else None
+                return self._give_up(v, why or f"no checkpoint before step {fmt_step(onset)} to roll back to")
             self.counters.rollbacks += 1
             env = {
                 ENV_RESUME_FROM: rb.checkpoint.path,
@@ -563,7 +555,8 @@ class Supervisor:
                     how = (
                         None if ended is None else {"status": ended.status, "signal": ended.signal, "time": ended.time}
                     )
-                    self._record("verdict", verdict, line=verdict.line(), exit=how)
+                    lrt = self.watcher.last_record_time if self.watcher is not None else None
+                    self._record("verdict", verdict, line=verdict.line(), exit=how, last_record_time=lrt)
                 code = self._act(verdict)
                 if code is not None:
                     return code

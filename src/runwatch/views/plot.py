@@ -36,6 +36,7 @@ from ..options import add_flags, build, given_options
 from ..reading.readers import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.records import resolve_target
+from ..reading.target import recorded_rule_options
 from .plotdata import RunView, SessionSeries, load_run
 
 if TYPE_CHECKING:  # matplotlib loads only when a picture is drawn
@@ -548,7 +549,9 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.exists(args.target):
         raise UsageError(f"plot: {args.target}: no such run directory or log")
     read = read_options(args)
-    opts = build(RuleOptions, resolve_target(args.target, read).run_dir, given_options(args, RuleOptions), "plot")
+    run_dir = resolve_target(args.target, read).run_dir
+    recorded = recorded_rule_options(run_dir, RuleOptions, "plot")  # the run's own, under those given
+    opts = build(RuleOptions, run_dir, {**recorded, **given_options(args, RuleOptions)}, "plot")
     info = snapshot(args.target, args.output, opts, read)
     if args.json:
         print(json.dumps(info, indent=2, allow_nan=False, ensure_ascii=False))

@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
@@ -23,15 +24,18 @@ from ..files.hardware import GpuInfo, gpu_info
 from ..files.rundir import RunDir
 from ..judging.liveness import is_local_host, last_error, process_host, watchdog_liveness
 from ..judging.ranks import rank_status_lines
-from ..judging.rules import RuleOptions, fmt_step, verdict_class
+from ..judging.rules import fmt_step, verdict_class
 from ..judging.verdict import read_verdict
-from ..options import add_flags
+from ..judging.watchoptions import Options, load_options
+from ..options import add_flags, given_options
 from ..procs.process import alive, launch_info, read_pid_file
 from ..reading.readers import READER_FORMATS, ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.records import Record, Target, parse_maps, resolve_target
 from ..reading.source import RecordSource, reached
-from ..supervising.supervision import ENDS, supervise_status
+from ..reading.target import recorded_rule_options
+from ..supervising.goodput import goodput_line
+from ..supervising.supervision import ENDS, last_record, supervise_status
 
 __all__ = [
     "status",
@@ -52,6 +56,10 @@ __all__ = [
 
 # Records read back from the end: enough for a rate over the last windows and the last eval.
 TAIL_RECORDS = 200
+# At most this many records are read back to cover --throughput-span (a log of one record an update).
+MAX_TAIL_RECORDS = 51200
+# What a program prints when its supervisor stops it (SIGTERM): not the run's own error.
+_STOPPED = re.compile(r"SIGTERM|\bTerminated\b|KeyboardInterrupt|signal 15\b|interrupted")
 
 # A number as a check-in shows it: a non-finite one as its text (strict JSON has no NaN).
 Shown = float | str | None
@@ -68,6 +76,10 @@ class StatusHead(TypedDict):
     max_steps: int | None
     torn_tail: bool
     loss_key: NotRequired[str | None]  # the key the loss is read from when the log has no `loss`
+    read_as: NotRequired[str | None]  # how the log is read when the run directory recorded it: "nanogpt, as supervised"
+    stall_seconds: NotRequired[float]  # --stall: a run with no record past half of it is `stalled`
+    throughput_span: NotRequired[float]  # --throughput-span: the rate is over the records of the last S seconds
+    tokens_are_samples: NotRequired[bool]  # run.json's recipe counts samples, not tokens (HF without seq_len)
 
 
 class GradNorm(TypedDict):
@@ -108,10 +120,11 @@ class Status(StatusHead):
     loss: Shown
     lr: Shown
     grad_norm: GradNorm | None
-    tokens_per_second: Shown  # null unless the log counts tokens (schema v1)
+    tokens_per_second: Shown  # null unless the log counts tokens (schema v1, with a sequence length)
     steps_per_second: float | None  # updates a second, from the records' times (a text log: its ms an iteration)
     samples_per_second: Shown  # the log's own `sps` (minimal telemetry), when it is not an iteration rate
     eta_seconds: int | None
+    stalled_seconds: float | None  # no record for this long, past half the stall limit (the ETA then says so)
     ended: Ended | None
     last_eval: LastEval | None
     process: ProcessInfo | None
@@ -120,6 +133,7 @@ class Status(StatusHead):
     gpus: list[GpuInfo] | str | None  # a str: why there is no list ("no GPU"); None: not asked
     ranks: list[str]
     supervise: Mapping[str, Any] | None  # supervision.supervise_status
+    goodput: dict[str, Any] | None  # the journal's end record's goodput (the figure every surface shows)
 
 
 def status(
@@ -129,12 +143,21 @@ def status(
     now: float | None = None,
     read: ReadOptions | None = None,
     maps: dict[str, str] | None = None,
+    stall: float | None = None,
+    throughput_span: float | None = None,
 ) -> Status:
-    """The facts of one check-in as a dict (what `runwatch status --json` prints)."""
+    """The facts of one check-in as a dict (what `runwatch status --json` prints). The reading
+    options, `stall` and `throughput_span` not given are those the run directory recorded at
+    launch, else `runwatch.toml`'s, else the defaults."""
     if not os.path.exists(run_dir):
         raise UsageError(f"status: {run_dir}: no such run directory or log")
     now = time.time() if now is None else now
     t = resolve_target(run_dir, read)
+    given = {k: v for k, v in (("stall", stall), ("throughput_span", throughput_span)) if v is not None}
+    opts = load_options(
+        t.run_dir if os.path.isdir(t.run_dir) else None,
+        {**recorded_rule_options(t.run_dir, Options, "status"), **given},
+    )
     out: StatusHead = {
         "run_dir": t.run_dir,
         "log": t.log_path,
@@ -143,6 +166,9 @@ def status(
         "sessions": None,
         "max_steps": None,
         "torn_tail": False,
+        "read_as": _read_as(t) if read is None or not (read.format or read.pattern) else None,
+        "stall_seconds": opts.stall,
+        "throughput_span": opts.throughput_span,
     }
     recs: list[Record] = []
     torn = False
@@ -150,6 +176,10 @@ def status(
     if os.path.exists(t.log_path):
         source = RecordSource(t, maps=maps)
         recs, torn = source.tail(TAIL_RECORDS)
+        n = TAIL_RECORDS
+        while not source.v1 and len(recs) == n and n < MAX_TAIL_RECORDS and _covered(recs) < opts.throughput_span:
+            n *= 4  # a log of one record an update (a v1 log's are windows): read back until the span is covered
+            recs, torn = source.tail(n)
         parser = source.parser
         if source.v1 and parser is not None and parser.manifest is not None:
             manifest = parser.manifest
@@ -160,6 +190,8 @@ def status(
                     "sessions": len(manifest["sessions"]),
                 }
             )
+            recipe = manifest["sessions"][-1].get("recipe")
+            out["tokens_are_samples"] = isinstance(recipe, dict) and recipe.get("tokens") == "samples"
         out["max_steps"] = source.max_steps()
         if parser is not None and parser.mode == "minimal":
             out["loss_key"] = parser.loss_key or None
@@ -189,22 +221,28 @@ def describe(
     )
     tps: float | None = None
     sps: float | None = None
-    if t.schema_v1():  # tokens are counted: tokens / s
+    span = out.get("throughput_span") or 30.0
+    if t.schema_v1():  # tokens are counted: tokens / s (the HF callback without seq_len counts samples)
         if last is not None and last.raw and isinstance(last.raw.get("session"), dict):
             tps = last.raw["session"].get("tokens_per_second")
         if tps is None and lt is not None:
             tps = lt.throughput
+        if out.get("tokens_are_samples"):
+            tps, sps = None, tps
     elif lt is not None:
-        sps = lt.throughput  # the log's `sps`: samples a second, or a text log's iterations a second
-    steps_per_second = _rate(trains)
+        sps = _span_rate(trains, span)  # the log's `sps`: samples a second, or a text log's iterations a second
+    steps_per_second = _rate(trains, span)
     if sps is not None and _iteration_rate(t):
         steps_per_second = steps_per_second or sps
         sps = None
-    eta = None
-    if out["max_steps"] and steps_per_second and step is not None:
-        eta = max(0.0, (out["max_steps"] - step) / steps_per_second)
     end = next((r for r in reversed(recs) if r.kind == "end"), None)
     ended: Ended | None = {"reason": end.reason, "error": end.error} if end else None
+    age = round(now - when, 1) if last is not None and when is not None else None
+    stall = out.get("stall_seconds") or 360.0
+    stalled = age if age is not None and age > stall / 2 and ended is None else None
+    eta = None
+    if out["max_steps"] and steps_per_second and step is not None and stalled is None:
+        eta = max(0.0, (out["max_steps"] - step) / steps_per_second)
     ev = evals[-1] if evals else None
     last_eval: LastEval | None = (
         {"step": ev.step, "loss": _num(ev.eval_loss), "metrics": {k: _num(v) for k, v in (ev.metrics or {}).items()}}
@@ -222,13 +260,19 @@ def describe(
         process = {"pid": pid, "alive": None, "host": host}
     watchdog = watchdog_facts(t.run_dir, now)
     error: str | None = watchdog.get("last_error") if watchdog is not None else None
+    supervised = supervise_status(t.run_dir)
     if error is None and process and process["alive"] is False and not (ended and ended["reason"] == "normal"):
         error = last_error(RunDir(t.run_dir).stdout)
+        if error is not None and supervised and supervised["event"] in ("stop", *ENDS) and _STOPPED.search(error):
+            error = None  # what the supervisor's own stop made it print: not the run's error
+    finished = (ended is not None and ended["reason"] == "normal") or (watchdog or {}).get("verdict") == "done"
+    ranks = [x for x in rank_status_lines(t.run_dir, now) if not (finished and x.startswith("most behind"))]
+    journal_end = last_record(t.run_dir) if supervised else None
+    good = journal_end.get("goodput") if journal_end is not None else None
     return {
-        **out,
-        "loss_key": out.get("loss_key"),
+        **{k: out.get(k) for k in StatusHead.__annotations__},  # type: ignore[typeddict-item]
         "step": step,
-        "age_seconds": round(now - when, 1) if last is not None and when is not None else None,
+        "age_seconds": age,
         "loss": _num(lt.loss) if lt else None,
         "lr": _num(lt.lr) if lt else None,
         "grad_norm": grad_norm,
@@ -236,15 +280,25 @@ def describe(
         "steps_per_second": steps_per_second,
         "samples_per_second": _num(sps),
         "eta_seconds": round(eta) if eta is not None else None,
+        "stalled_seconds": stalled,
         "ended": ended,
         "last_eval": last_eval,
         "process": process,
         "watchdog": watchdog,
         "last_error": error,
         "gpus": gpu_info() if gpus else None,
-        "ranks": rank_status_lines(t.run_dir, now),  # multi-rank runs: at most 4 lines; else []
-        "supervise": supervise_status(t.run_dir),  # a supervised run: attempt, restarts, rollbacks; else None
+        "ranks": ranks,  # multi-rank runs: at most 4 lines (a finished run names no rank most behind); else []
+        "supervise": supervised,  # a supervised run: attempt, restarts, rollbacks; else None
+        "goodput": good if isinstance(good, dict) else None,
     }
+
+
+def _read_as(t: Target) -> str | None:
+    """How the run directory recorded its log is read: `nanogpt, as supervised`."""
+    if t.recorded_by is None:
+        return None
+    how = {"supervise": "as supervised", "launch": "as launched"}.get(t.recorded_by, f"as {t.recorded_by} recorded")
+    return f"{t.read.format or t.format}, {how}"
 
 
 def watchdog_facts(run_dir: str, now: float) -> dict[str, Any] | None:
@@ -284,14 +338,38 @@ def _iteration_rate(t: Target) -> bool:
     return t.format == "text" and not any("(?P<batch_size>" in p for p in t.read.patterns())
 
 
-def _rate(trains: list[Record]) -> float | None:
-    """Steps per second over the train records of the tail that carry a time."""
+def _rate(trains: list[Record], span: float) -> float | None:
+    """Steps per second over the train records of the last `span` seconds that carry a time (at
+    least the last two)."""
     timed = [(r.time, r.step) for r in trains if r.time is not None]
     if len(timed) < 2:
         return None
-    (a_time, a_step), (b_time, b_step) = timed[0], timed[-1]
+    b_time, b_step = timed[-1]
+    inside = [x for x in timed if x[0] >= b_time - span]
+    a_time, a_step = inside[0] if len(inside) >= 2 else timed[-2]
     dt = b_time - a_time
     return (b_step - a_step) / dt if dt > 0 and b_step > a_step else None
+
+
+def _covered(recs: list[Record]) -> float:
+    """The seconds the records' times span (0 without times)."""
+    times = [r.time for r in recs if r.time is not None]
+    return max(times) - min(times) if len(times) >= 2 else 0.0
+
+
+def _span_rate(trains: list[Record], span: float) -> float | None:
+    """The log's own rate (`sps`) over its last `span` seconds: records taken back from the last
+    until their seconds (1 / sps each) cover the span, the rate their count over those seconds
+    (a text log's `time X ms` of one line is no rate of the run: an eval's iteration is slow)."""
+    seconds, n = 0.0, 0
+    for r in reversed(trains):
+        if r.throughput is None or not math.isfinite(r.throughput) or r.throughput <= 0:
+            continue
+        seconds += 1.0 / r.throughput
+        n += 1
+        if seconds >= span:
+            break
+    return n / seconds if n else None
 
 
 def _dur(s: float) -> str:
@@ -313,7 +391,7 @@ def format_status(st: Status) -> list[str]:
     if st["run_id"]:
         lines.append(f"run      {st['run_id']}  session {st['session_id']} ({st['sessions']} in run.json)")
     else:
-        lines.append(f"log      {st['log']}")
+        lines.append(f"log      {st['log']}" + (f" ({st['read_as']})" if st.get("read_as") else ""))
     if st["step"] is None:
         lines.append("step     no records yet")
     else:
@@ -329,11 +407,17 @@ def format_status(st: Status) -> list[str]:
     # the rate as measured: tokens when the log counts them, else updates, else the log's samples
     if st["tokens_per_second"] is not None:
         lines.append(f"rate     {_v(st['tokens_per_second'])} tokens/s")
+    elif st.get("tokens_are_samples") and st["samples_per_second"] is not None:  # (HF without seq_len)
+        lines.append(f"rate     {_v(st['samples_per_second'])} samples/s")
     elif st["steps_per_second"] is not None:
         lines.append(f"rate     {_v(st['steps_per_second'])} updates/s")
     elif st["samples_per_second"] is not None:
         lines.append(f"rate     {_v(st['samples_per_second'])} samples/s")
-    if st["eta_seconds"] is not None:
+    if st.get("stalled_seconds") is not None:
+        lines.append(
+            f"eta      stalled for {_dur(st['stalled_seconds'] or 0)} (no record; --stall {_v(st.get('stall_seconds'))})"
+        )
+    elif st["eta_seconds"] is not None:
         lines.append(f"eta      {_dur(st['eta_seconds'])} ({_v(st['steps_per_second'])} steps/s)")
     if st["ended"]:
         err = f": {st['ended']['error']}" if st["ended"]["error"] else ""
@@ -377,6 +461,8 @@ def format_status(st: Status) -> list[str]:
             f"supervise attempt {sv['attempt']}, restarts {sv['restarts']}/{sv['max_restarts']}, "
             f"rollbacks {sv['rollbacks']}/{sv['max_rollbacks']}{state}"
         )
+    if st.get("goodput"):
+        lines.append(goodput_line(st["goodput"] or {}))
     g = st["gpus"]
     if isinstance(g, list):
         for d in g[:8]:
@@ -398,12 +484,19 @@ def format_status(st: Status) -> list[str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (or a JSONL log / trainer_state.json)")
     p.add_argument("--json", action="store_true", help="print the check-in as JSON")
-    add_flags(p, RuleOptions, "status")  # --map
+    add_flags(p, Options, "status")  # --map, --stall, --throughput-span
     add_read_arguments(p)  # --format, --pattern, --run (readers)
 
 
 def run(args: argparse.Namespace) -> int:
-    st = status(args.run_dir, read=read_options(args), maps=parse_maps(getattr(args, "map", None)))
+    given = given_options(args, Options)
+    st = status(
+        args.run_dir,
+        read=read_options(args),
+        maps=parse_maps(getattr(args, "map", None)),
+        stall=given.get("stall"),
+        throughput_span=given.get("throughput_span"),
+    )
     if args.json:
         print(json.dumps(st, indent=2, allow_nan=False))
     else:

@@ -188,6 +188,9 @@ class ReadOptions:
         metavar="PATH",
         commands=("launch", "supervise"),
     )
+    # Not an option: the log is a run directory's (named by --log, or found in it), so a TensorBoard
+    # folder's launch subfolders are the sessions of one run rather than its newest subfolder alone.
+    sessions: bool = False
 
     def __post_init__(self) -> None:
         validate(self, "read")

@@ -12,9 +12,11 @@ that file cannot be framed and is not read). Scalars are `simple_value` (what
 plugin (TF2 `tf.summary.scalar`; the metadata comes with a tag's first value only).
 
 A directory is read through its event files, or, when it holds none, those of the subdirectory
-with the newest one (Lightning's `version_N/`, the HF Trainer's `runs/<date>_<host>/`). Files are
-read in order of the timestamp in their name; every file after the first starts a new session
-(a relaunch writes a new file).
+with the newest one (Lightning's `version_N/`, the HF Trainer's `runs/<date>_<host>/`). A run
+directory's folder (`ReadOptions.sessions`: named by `--log`, or lying in a run directory) is one
+run whose launches each wrote a subdirectory: all of them are read, ordered by their first event's
+wall time, and the newest followed. Files are read in order of the timestamp in their name; every
+file after the first starts a new session (a relaunch writes a new file).
 
 The CRCs and the Event messages are decoded by `tfrecord` (standard library, with optional
 accelerators).
@@ -67,6 +69,7 @@ class EventFile:
         self.mtime = 0.0
         self.broken: str | None = None  # the invalid_log message once a record fails its CRC
         self.scalar_tags: set[str] = set()
+        self.events = 0  # records framed (any event: a graph, an image, a scalar)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +78,7 @@ class EventFile:
             "inode": list(self.inode) if self.inode else None,
             "broken": self.broken,
             "scalar_tags": sorted(self.scalar_tags),
+            "events": self.events,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -82,6 +86,7 @@ class EventFile:
         self.inode = tuple(state["inode"]) if state["inode"] else None
         self.broken = state["broken"]
         self.scalar_tags = set(state["scalar_tags"])
+        self.events = int(state.get("events") or 0)
 
     def pending_bytes(self) -> int:
         return max(0, self.size_seen - self.offset) if self.broken is None else 0
@@ -166,13 +171,16 @@ class EventFile:
                 return self._break(base + pos, f"record is not a TensorBoard Event ({exc})")
             if scalars:
                 events.append((base + pos, wall, step, scalars))
+            self.events += 1
             pos = end
         self.offset = base + pos
         return None
 
     def _break(self, offset: int, what: str) -> str:
         self.offset = offset
-        self.broken = f"{self.name}: {what} at byte {offset}"
+        # a file whose very first record fails is no event file at all: say which format was expected
+        kind = "not a TensorBoard event file: " if offset == 0 and self.events == 0 else ""
+        self.broken = f"{self.name}: {kind}{what} at byte {offset}"
         return self.broken
 
 
@@ -191,8 +199,25 @@ def _order(path: str) -> tuple[int, str]:
     return (int(ts) if ts.isdigit() else 0, os.path.basename(path))
 
 
-def event_files(target: str) -> list[str]:
-    """The event files to read for `target` (a file, or a directory: its own or one level down's)."""
+def _first_wall(path: str) -> float:
+    """The wall time of a file's first event (TensorBoard writes its version event at creation),
+    else the timestamp in its name."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEADER + 256)
+        length = _U64.unpack_from(head, 0)[0]
+        if _HEADER + length <= len(head):
+            wall = decode_event(head, _HEADER, _HEADER + length, set())[0]
+            if wall > 0:
+                return float(wall)
+    except (OSError, ValueError, struct.error):
+        pass
+    return float(_order(path)[0])
+
+
+def event_files(target: str, sessions: bool = False) -> list[str]:
+    """The event files to read for `target` (a file, or a directory: its own, or one level down's:
+    the newest subdirectory's, or with `sessions` every subdirectory's, by first event wall time)."""
     if not os.path.isdir(target):
         return [target]
     try:
@@ -215,18 +240,28 @@ def event_files(target: str) -> list[str]:
             groups.append(sorted(files, key=_order))
     if not groups:
         return []
+    if sessions:  # one run's launches: every one, the newest last
+        return [p for g in sorted(groups, key=lambda g: (_first_wall(g[0]), g[0])) for p in g]
     return max(groups, key=lambda g: _order(g[-1]))
 
 
 def open_reader(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None = None) -> TensorBoardReader:
-    return TensorBoardReader(path, keys, chunk_bytes or READ_CHUNK_BYTES)
+    return TensorBoardReader(path, keys, chunk_bytes or READ_CHUNK_BYTES, sessions=read.sessions)
 
 
 class TensorBoardReader(GroupedReader):
     """Records of an event file or a directory of them (see the module docstring)."""
 
-    def __init__(self, path: str, keys: KeyMap, chunk_bytes: int = READ_CHUNK_BYTES, decoder: str = "auto") -> None:
+    def __init__(
+        self,
+        path: str,
+        keys: KeyMap,
+        chunk_bytes: int = READ_CHUNK_BYTES,
+        decoder: str = "auto",
+        sessions: bool = False,
+    ) -> None:
         self.path = path
+        self.sessions = sessions  # every launch subdirectory is a session (a run directory's folder)
         self.decode = event_decoder(decoder)
         self.name = os.path.basename(os.path.normpath(path))
         self.keys = keys
@@ -238,11 +273,11 @@ class TensorBoardReader(GroupedReader):
         self._started: set[str] = set()  # files whose records were read (each new one: a new session)
 
     def _scan(self) -> list[Item]:
-        paths = event_files(self.path)
+        paths = event_files(self.path, self.sessions)
         known = {f.path for f in self.files}
         if not paths:
             return []
-        if not self.files or known & set(paths):  # the same files, maybe a new one beside them
+        if not self.files or known & set(paths) or self.sessions:  # the same files, maybe a new one beside them
             self.files += [EventFile(p, self.chunk_bytes, self.decode) for p in paths if p not in known]
             return []
         # another directory holds the newest file (a relaunch): read it from its start
@@ -288,6 +323,15 @@ class TensorBoardReader(GroupedReader):
         if not chunk.grew and not chunk.more:
             chunk.items.extend(self.grouper.idle())
         return chunk
+
+    def seen(self) -> str:
+        """What the files held when no record came of them: `412 events, no scalar`."""
+        if not self.files:
+            return "no event file (in the folder or one level down)"
+        n = sum(ef.events for ef in self.files)
+        tags = sorted({t for ef in self.files for t in ef.scalar_tags})
+        what = f"{n} event{'s' if n != 1 else ''} in {len(self.files)} file{'s' if len(self.files) != 1 else ''}"
+        return f"{what}, {'scalar tags ' + ', '.join(tags[:8]) if tags else 'no scalar'}"
 
     def torn(self) -> str | None:
         for ef in self.files:

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from typing import Any, NotRequired, TypedDict
 
 from ...errors import InvalidRunError, UsageError
-from ...files.rundir import RunDir
+from ...files.rundir import RunDir, recorded_reading
 from ...judging.liveness import watchdog_liveness
 from ...judging.rules import Finding, Replay, RuleOptions
 from ...options import build
@@ -40,7 +40,7 @@ from ...procs.process import launch_info
 from ...reading.readers import ReadOptions, detect, sniff_log
 from ...reading.records import Record, RecordParser, Target, resolve_target
 from ...reading.source import RecordSource, reached
-from ...reading.target import NOT_LOGS
+from ...reading.target import NOT_LOGS, recorded_rule_options
 from ..status import TAIL_RECORDS, Status, StatusHead, describe, format_status
 from .bests import Best, BestMetric, GoodputSteps, best_point, origin_facts, task_metric
 from .export import record_values, session_cut
@@ -81,7 +81,7 @@ class RunSummary(Status):
     version: int
     best_eval_loss: Best | None  # the lowest eval loss on the path to the final step, and its step
     best_metric: BestMetric | None  # the best value of the run's task metric (bests.task_metric)
-    goodput: float | None  # steps kept / steps run, for a supervised run (else None)
+    goodput_ratio: float | None  # steps kept / steps run of a supervised run (`goodput`'s, else so far); else None
     finding_kinds: list[str]  # the kinds of the findings so far (stops and warnings)
     warning_kinds: list[str]  # the kinds of those that warn
 
@@ -157,6 +157,8 @@ def run_target(path: str) -> Target | None:
         return None
     name = os.path.basename(path)
     if stat.S_ISDIR(st.st_mode):
+        if recorded_reading(path)[2] is not None:
+            return resolve_target(path)  # a run directory whose launch recorded how to read it: one run, read so
         if not any(os.path.lexists(os.path.join(path, n)) for n in ("metrics.jsonl", "run.json", "trainer_state.json")):
             # a HF output folder (checkpoint-N/trainer_state.json), TensorBoard or MLflow logs
             t = resolve_target(path)
@@ -260,7 +262,10 @@ class RunView:
         self.opts = RuleOptions()
         self.options_error: str | None = None
         try:
-            self.opts = build(RuleOptions, target.run_dir, {}, "check")  # runwatch.toml, as `check` reads it
+            # runwatch.toml and the options the run directory recorded at launch, as `check` reads them
+            self.opts = build(
+                RuleOptions, target.run_dir, recorded_rule_options(target.run_dir, RuleOptions, "check"), "check"
+            )
         except UsageError as exc:
             self.options_error = f"{exc} (the rules use their defaults)"
         self.supervision = SupervisionView(RunDir(target.run_dir).journal)
@@ -475,9 +480,8 @@ class RunView:
             if best is not None:
                 best_metric = {**best, "name": metric[0][5:], "direction": metric[1]}
         goodput = None
-        if self.supervision.present:
-            journal = self.supervision.goodput  # the supervisor's own, once an allocation ended
-            ratio = journal.get("ratio") if journal is not None and self.supervision.finished() else None
+        if self.supervision.present:  # the journal's end record's figure (status's `goodput`), else so far
+            ratio = (st.get("goodput") or {}).get("ratio")
             goodput = ratio if type(ratio) in (int, float) else self.goodput.ratio(self.reached)
         return {
             **st,
@@ -495,7 +499,7 @@ class RunView:
             "version": self.version,
             "best_eval_loss": best_point(eval_loss.points(), "min") if eval_loss is not None else None,
             "best_metric": best_metric,
-            "goodput": goodput,
+            "goodput_ratio": goodput,
             "finding_kinds": sorted(kinds),
             "warning_kinds": sorted(k for k, warned in kinds.items() if warned),
         }

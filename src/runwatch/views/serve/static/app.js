@@ -68,7 +68,7 @@
     { key: "loss", head: "Loss", cls: "num", value: function (r) { return r.loss; } },
     { key: "best_eval", head: "Best eval loss", cls: "num best", value: function (r) { return r.best_eval_loss ? r.best_eval_loss.value : null; } },
     { key: "best_metric", head: "Best metric", cls: "num best", value: function (r) { return r.best_metric ? r.best_metric.value : null; } },
-    { key: "goodput", head: "Goodput", cls: "num", value: function (r) { return typeof r.goodput === "number" ? r.goodput : null; } },
+    { key: "goodput", head: "Goodput", cls: "num", value: function (r) { return typeof r.goodput_ratio === "number" ? r.goodput_ratio : null; } },
     { key: "tps", head: "Tokens/s", cls: "num", value: function (r) { return r.tokens_per_second; } },
     { key: "eta", head: "ETA", cls: "num", value: function (r) { return r.eta_seconds; } },
     { key: "age", head: "Last record", cls: "num", value: function (r) { return r.age_seconds; } },
@@ -77,7 +77,7 @@
   ];
   function bestText(b) { return b ? num(b.value) + " @ " + num(b.step) : "–"; }
   function metricText(b) { return b ? txt(b.name) + " " + num(b.value) + " @ " + num(b.step) : "–"; }
-  function goodputText(r) { return typeof r.goodput === "number" ? num(Math.round(r.goodput * 1000) / 10) + " %" : ""; }
+  function goodputText(r) { return typeof r.goodput_ratio === "number" ? num(Math.round(r.goodput_ratio * 1000) / 10) + " %" : ""; }
 
   // The filter: `verdict:ok|anomaly|running|none`, `kind:<kind>` (the verdict's kind or any
   // finding's), `warn:<kind>` (a warning's kind), and plain words (a substring of the path); every
