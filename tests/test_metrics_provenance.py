@@ -60,6 +60,8 @@ def run_logger_in(cwd, run_dir, data: list[str] | None = None) -> None:
 def test_a_clean_and_a_dirty_tree_the_versions_and_the_host(repo, tmp_path):
     run_logger_in(repo, tmp_path / "clean")
     p = session(tmp_path / "clean")["provenance"]
+    manifest = json.loads((tmp_path / "clean" / "run.json").read_text())
+    assert manifest["provenance"] == p  # the run's provenance is its latest session's
     head = git(repo, "rev-parse", "HEAD").decode().strip()
     empty = hashlib.sha256(b"").hexdigest()
     assert p["git"] == {"commit": head, "dirty": False, "diff_bytes": 0, "diff_sha256": empty}

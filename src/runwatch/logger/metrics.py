@@ -200,6 +200,7 @@ class RunLogger:
             hw = detect_hardware() if hardware is None else hardware
             if not self._group.solo:
                 hw = rank_hardware(hw, self._peers, detected=hardware is None)
+            provenance = capture(data=data)
             manifest["sessions"].append(
                 {
                     "session_id": self.session_id,
@@ -208,9 +209,12 @@ class RunLogger:
                     "recipe": self.recipe,
                     "optimizers": optimizers,
                     "hardware": hw,
-                    "provenance": capture(data=data),
+                    "provenance": provenance,
                 }
             )
+            # The run's provenance is its latest session's: a relaunch may run other code, and each
+            # session keeps its own beside its recipe.
+            manifest["provenance"] = provenance
             validate_manifest(manifest, "RunLogger manifest")
             self._journal.write_manifest(manifest)
         except BaseException:
