@@ -31,6 +31,8 @@ __all__ = [
     "LOCK",
     "HEARTBEATS",
     "CONFIG",
+    "SUPERVISE_LOG",
+    "SIDE_FILES",
     "LAUNCH_HEADER",
     "ENV_RUN_DIR",
     "ENV_WINDOW",
@@ -53,6 +55,10 @@ JOURNAL = "supervise.jsonl"  # the supervisor's journal
 LOCK = "supervise.lock"  # held by the one supervisor of the run directory
 HEARTBEATS = "heartbeats"  # a folder: one heartbeat file per rank
 CONFIG = "runwatch.toml"  # the run's options for watch and supervise
+SUPERVISE_LOG = "supervise.log"  # a supervisor's own output, when `runwatch mcp` started it
+# Every file runwatch reads or writes in a run directory besides the log: none may lead out of the
+# folder a server was given (docs/RELIABILITY.md).
+SIDE_FILES = (METRICS, MANIFEST, PID, LAUNCH, EXIT, STDOUT, VERDICT, JOURNAL, LOCK, HEARTBEATS, CONFIG, SUPERVISE_LOG)
 # The line `runwatch launch` writes into stdout.log before each start: `--- runwatch launch <time>: <command>`.
 LAUNCH_HEADER = "--- runwatch launch "
 

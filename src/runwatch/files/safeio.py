@@ -273,12 +273,12 @@ def _refused(exc: OSError, path: str) -> OSError:
     return exc
 
 
-def open_append(path: str, mode: int = 0o644) -> int:
-    """A descriptor open for appending to `path` (created when missing; blocking writes), which
-    must be a regular file with one link, reached without a symlink. Raises OSError (UnsafeWrite,
-    NotRegularFile among them)."""
+def open_append(path: str, mode: int = 0o644, *, readable: bool = False) -> int:
+    """A descriptor open for appending to `path` (created when missing; blocking writes; also for
+    reading when `readable`), which must be a regular file with one link, reached without a
+    symlink. Raises OSError (UnsafeWrite, NotRegularFile among them)."""
     try:
-        fd = os.open(path, _APPEND_FLAGS, mode)
+        fd = os.open(path, _APPEND_FLAGS & ~os.O_WRONLY | os.O_RDWR if readable else _APPEND_FLAGS, mode)
     except OSError as exc:
         raise _refused(exc, path) from None
     try:
@@ -299,7 +299,7 @@ def _write_all(fd: int, data: bytes) -> None:
 def append_line(path: str, line: bytes, *, sync: bool = True) -> None:
     """Append `line` (ending in a newline) to `path` as `open_append` opens it; a torn last line
     (a writer killed mid-line) is closed with a newline first, so `line` stays a line of its own."""
-    fd = open_append(path)
+    fd = open_append(path, readable=True)
     try:
         size = os.fstat(fd).st_size
         if size > 0 and os.pread(fd, 1, size - 1) != b"\n":

@@ -232,6 +232,8 @@ def stop(
     say in its own name. A pid read from the run directory (`where`, RUN_DIR/pid by default) is
     signalled only when runwatch can prove it launched it there (`launched`); else nothing is and
     the note is the refusal. `given`: the user named the pid himself (`watch --pid`)."""
+    if not alive(pid):
+        return f"process {pid} had already exited"
     if given:
         tree: ProcessTree | None = ProcessTree.given(pid)
     else:
