@@ -307,6 +307,9 @@ def append_line(path: str, line: bytes, *, sync: bool = True) -> None:
         _write_all(fd, line)
         if sync:
             os.fsync(fd)
+    except OSError as exc:  # a full disk: say which file
+        exc.filename = exc.filename or path
+        raise
     finally:
         os.close(fd)
 

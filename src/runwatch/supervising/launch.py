@@ -152,11 +152,12 @@ def launch(run_dir: str, cmd: Sequence[str], env: dict[str, str] | None = None) 
         "start_ticks": start_ticks(pid),
         "waiter_start_ticks": start_ticks(waiter) if waiter is not None else None,
     }
-    try:
-        atomic_write_text(RunDir(run_dir).launch, json.dumps(info, indent=2) + "\n")
-        atomic_write_text(RunDir(run_dir).pid, f"{pid}\n")
-    except OSError as exc:  # a full disk, a deleted run directory: never leave the training unrecorded
-        raise UsageError(f"launch: {abandon(info, run_dir, exc)}") from None
+    for path, text in ((RunDir(run_dir).launch, json.dumps(info, indent=2) + "\n"), (RunDir(run_dir).pid, f"{pid}\n")):
+        try:
+            atomic_write_text(path, text)
+        except OSError as exc:  # a full disk, a deleted run directory: never leave the training unrecorded
+            exc.filename = exc.filename or path
+            raise UsageError(f"launch: {abandon(info, run_dir, exc)}") from None
     return info
 
 
