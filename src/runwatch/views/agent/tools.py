@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from ...errors import InsufficientRunError, RunwatchError, UsageError
+from ...errors import InsufficientRunError, InvalidRunError, RunwatchError, UsageError
 from ...files.rundir import JOURNAL, SIDE_FILES
 from ...files.safeio import escaping
 from ...judging.verdict import exit_status
@@ -196,8 +196,11 @@ class Tools:
         read, maps = self.reading("run_status", path, options)
         doc: dict[str, Any] = {"run": self.rel(path), **status(path, gpus=True, read=read, maps=maps)}
         view = SupervisionView(os.path.join(doc["run_dir"], JOURNAL))
-        view.refresh()
-        facts = view.facts()
+        try:
+            view.refresh()
+        except InvalidRunError:  # a FIFO, a device, a directory: skipped, with a note
+            doc["supervision"] = {"error": f"{JOURNAL} is not a regular file"}
+        facts = view.facts() if "supervision" not in doc else None
         if facts is not None:
             shown = dict(facts)
             shown["attempts"] = facts["attempts"][-STATUS_ATTEMPTS:]

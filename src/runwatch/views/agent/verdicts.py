@@ -17,6 +17,7 @@ import os
 import time
 from typing import Any
 
+from ...errors import InvalidRunError
 from ...files.rundir import JOURNAL, LOCK
 from ...judging.verdict import Verdict
 from ...procs.process import alive, read_pid_file
@@ -58,7 +59,10 @@ def live_supervisor(run_dir: str, supervision: dict[str, Any] | None = None) -> 
 def _journal_end(run_dir: str) -> dict[str, Any]:
     """The journal's last record (`done`, `gave_up` or `preempted`), read as the run page reads the journal."""
     view = SupervisionView(os.path.join(run_dir, JOURNAL))
-    view.refresh()
+    try:
+        view.refresh()
+    except InvalidRunError:  # not a regular file: no end to read
+        return {}
     facts = view.facts()
     return facts["last_event"] if facts is not None and facts["last_event"] is not None else {}
 
