@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import stat
 from collections.abc import Iterator
@@ -175,11 +176,18 @@ def _reject_constant(token: str) -> Any:
     raise ValueError(f"{token} is not a valid JSON number")
 
 
-_STRICT = json.JSONDecoder(parse_constant=_reject_constant)
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if value in (math.inf, -math.inf):  # 1e400: no NaN token, yet no number either
+        raise ValueError(f"{token[:20]} is out of range")
+    return value
+
+
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def loads_value(raw: bytes | str) -> Any:
-    """`raw` as a JSON value, strictly (UTF-8, no NaN or Infinity); None for anything else: a
+    """`raw` as a JSON value, strictly (UTF-8, no NaN, Infinity or 1e400); None for anything else: a
     torn line, a nested bomb, invalid UTF-8, a number with more digits than Python converts."""
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw

@@ -29,7 +29,6 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from ... import __file__ as runwatch_file
 from ...errors import RunwatchError, UsageError
 from ...version import __version__
 from . import act
@@ -317,7 +316,7 @@ async def _check(tools: Tools, run: str, options: list[str] | None, timeout_s: f
         return _error(str(exc))
     timeout = min(max(0.0, timeout_s), MAX_CHECK_SECONDS) if timeout_s == timeout_s else 0.0  # NaN: 0
     env = dict(os.environ)
-    src = os.path.dirname(os.path.dirname(os.path.abspath(runwatch_file)))
+    src = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # where runwatch is imported from
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     proc = await anyio.open_process(
         [sys.executable, "-c", _CHECK_CHILD],
