@@ -456,6 +456,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from ..errors import InvalidRunError, UsageError
+    from ..files.safeio import inside
     from ..procs.process import read_exit
     from ..reading.readers import ReadOptions
     from ..reading.records import load_sessions, parse_maps, resolve_target
@@ -468,7 +469,10 @@ def run(args: argparse.Namespace) -> int:
     spec: dict[str, Any] = next((r["log"] for r in reversed(journal) if isinstance(r.get("log"), dict)), {})
     try:  # the log the supervisor watched, read as it read it
         read = ReadOptions(format=spec.get("format"), pattern=tuple(spec.get("pattern") or ()), run=spec.get("run"))
-        target = resolve_target(os.path.join(run_dir, str(spec.get("target") or ".")), read)
+        named = os.path.join(run_dir, str(spec.get("target") or "."))
+        if not inside(os.path.realpath(run_dir), named):  # the journal is anyone's to write: its log stays inside
+            raise UsageError(f"the journal names a log outside the run directory ({spec.get('target')})")
+        target = resolve_target(named, read)
         maps = parse_maps(tuple(spec.get("map") or ()))
         sessions = load_sessions(target, maps=maps) if os.path.exists(target.log_path) else []
     except (InvalidRunError, UsageError, TypeError) as exc:

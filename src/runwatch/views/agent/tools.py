@@ -141,7 +141,9 @@ class Tools:
         if not os.path.isdir(base):
             raise UsageError(f"list_runs: {under}: not a folder")
         real = os.path.realpath(base)
-        with self._list_lock:
+        if not self._list_lock.acquire(timeout=LIST_READ_SECONDS * 2):  # never queued behind a stuck call for good
+            raise UsageError("list_runs: another list_runs is still reading the runs; try again")
+        try:
             catalog = self._catalogs.get(real)
             if catalog is None:
                 catalog = self._catalogs[real] = Catalog(real)
@@ -151,6 +153,8 @@ class Tools:
             while catalog.refresh() and time.monotonic() < deadline:
                 pass
             summaries = catalog.summaries()
+        finally:
+            self._list_lock.release()
         alone = run_target(real) is not None  # the folder is itself a run: listed alone, under its own name
         rows = [self._row(real if alone else os.path.join(real, s["path"]), s) for s in summaries]
         doc: dict[str, Any] = {"under": self.rel(real), "total": len(rows), "runs": rows[:MAX_LIST_RUNS]}
