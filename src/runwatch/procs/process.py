@@ -234,13 +234,12 @@ def stop(
     the note is the refusal. `given`: the user named the pid himself (`watch --pid`)."""
     if not alive(pid):
         return f"process {pid} had already exited"
-    if given:
-        tree: ProcessTree | None = ProcessTree.given(pid)
-    else:
-        tree = ProcessTree.of_launch(run_dir, pid)
-        if tree is None or not tree.root_proven:
+    tree = ProcessTree.of_launch(run_dir, pid)
+    if tree is None or not tree.root_proven:
+        if not given:
             reason = tree.refused if tree is not None and tree.refused else "launch.json does not record it"
             return refusal(pid, where or RunDir(run_dir).pid, reason)
+        tree = ProcessTree.given(pid)  # the user's own word: that process and its descendants
     done = _tree_stop(tree, grace) if tree is not None else None
     if done is None or done.count == 0:
         return f"process {pid} had already exited"
