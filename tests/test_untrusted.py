@@ -410,3 +410,26 @@ def test_a_full_disk_after_the_launch_stops_the_training(tmp_path, tiny_fs, monk
     assert message.startswith(f"launch: cannot write {run}/launch.json: No space left on device; "), message
     assert "stopped the process just launched (pid " in message, message
     assert _sleeps_of(run) == []
+
+
+def test_launch_supervised_through_a_symlinked_lock_starts_nothing_and_writes_nothing_outside(tmp_path):
+    outside, root = tmp_path / "outside.txt", tmp_path / "root"
+    (root / "run").mkdir(parents=True)
+    beside = root / "notes.txt"  # inside ROOT, but not the run's
+    for f in (outside, beside):
+        f.write_text("precious\n")
+    os.symlink(outside, root / "run" / LOCK)
+    tools = Tools(str(root))
+    with pytest.raises(UsageError) as exc:
+        act.launch_supervised(tools, "run", ["sleep", "60"])
+    assert str(exc.value) == f"launch_supervised: run/supervise.lock leads outside {tools.root}: refused"
+    os.unlink(root / "run" / LOCK)
+    os.symlink(beside, root / "run" / LOCK)
+    with pytest.raises(UsageError) as exc:
+        act.launch_supervised(tools, "run", ["sleep", "60"])
+    assert str(exc.value) == (
+        f"launch_supervised: supervise exited at once: supervise: cannot write to {tools.root}/run: "
+        "supervise.lock is a symbolic link: runwatch does not write through one"
+    )
+    assert outside.read_text() == beside.read_text() == "precious\n"
+    assert not (root / "run" / "pid").exists()

@@ -19,7 +19,10 @@ and start time) finds
   `launch` and inherited by every process started from the training (the orphans of a killed
   waiter).
 
-Zombies count as gone, and the waiter is never a member. A cgroup per attempt would find the same
+Zombies count as gone, and the waiter is never a member. Only what runwatch can prove it started
+is a member (`launched.py`, docs/RELIABILITY.md): the launched process and the waiter are taken
+only when their start time is launch.json's and their environment carries the launch's marker
+for the run directory; launch.json itself is anyone's to write. A cgroup per attempt would find the same
 processes where one can be created (root, or a delegated systemd slice); a Slurm job, a pod or an
 unprivileged user has none, and the subreaper needs no privilege, so this is the one way (the
 measurements are in benchmarks/README.md, "Stopping a process tree"). Without `/proc` (macOS) the
