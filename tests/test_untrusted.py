@@ -293,7 +293,7 @@ def test_dev_zero_as_stdout_log_is_read_within_its_bound(tmp_path):
     run.mkdir()
     nan_log(run)
     os.symlink("/dev/zero", run / "stdout.log")
-    with pytest.raises(safeio.NotRegularFile, match=r"^stdout.log is not a regular file \(a device\)$"):
+    with pytest.raises(safeio.NotRegularFileError, match=r"^stdout.log is not a regular file \(a device\)$"):
         safeio.read_tail(str(run / "stdout.log"), 1 << 20)
     done = _run_cli("status", str(run), "--json")
     assert done.returncode in (0, 7) and "Traceback" not in done.stderr, done.stderr

@@ -8,7 +8,7 @@
 
 A run directory is written by a training program, by whoever can write beside it, and by crashes
 (docs/RELIABILITY.md, "What runwatch trusts"). So every read opens with O_NONBLOCK and reads only
-a regular file (a FIFO, a device or a socket in a file's place is `NotRegularFile`, never a hang,
+a regular file (a FIFO, a device or a socket in a file's place is `NotRegularFileError`, never a hang,
 never /dev/zero's endless bytes), within a byte bound; and every write of runwatch's own files
 opens with O_NOFOLLOW (a symlink in a file's place is refused: ELOOP), writes only a regular file
 with one link (a hard link to a file elsewhere is refused too), and never truncates what it did
@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import NotRegularFileError, UnsafeWriteError
+
 __all__ = [
-    "NotRegularFile",
-    "UnsafeWrite",
     "Records",
     "open_regular",
     "read_bounded",
@@ -58,24 +58,6 @@ _APPEND_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NO
 _LOCK_BYTES = 32
 
 
-class NotRegularFile(OSError):
-    """A FIFO, a device, a socket or a directory where a regular file should be."""
-
-    def __init__(self, path: str, what: str = "not a regular file") -> None:
-        super().__init__(errno.EINVAL, f"{os.path.basename(path)} is {what}")
-        self.path = path
-
-    def __str__(self) -> str:
-        return str(self.strerror)
-
-
-class UnsafeWrite(OSError):
-    """A write runwatch refuses: a symlink, a hard link or something else than its own file."""
-
-    def __str__(self) -> str:
-        return str(self.strerror)
-
-
 def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a directory, not a regular file"
@@ -92,7 +74,7 @@ def open_regular(path: str, *, follow: bool = True) -> int:
     """A descriptor open for reading on `path`, a regular file (the caller closes it); never blocks.
 
     Raises what os.open raises (FileNotFoundError, ELOOP for a symlink when not `follow`), else
-    NotRegularFile."""
+    NotRegularFileError."""
     fd = os.open(path, _READ_FLAGS | (0 if follow else os.O_NOFOLLOW))
     try:
         mode = os.fstat(fd).st_mode
@@ -101,7 +83,7 @@ def open_regular(path: str, *, follow: bool = True) -> int:
         raise
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise NotRegularFile(path, _kind(mode))
+        raise NotRegularFileError(path, _kind(mode))
     return fd
 
 
@@ -118,7 +100,7 @@ def _read_upto(fd: int, limit: int) -> bytes:
 
 def read_bounded(path: str, limit: int) -> bytes:
     """The first `limit` bytes of the regular file `path` (all of it when smaller). Raises OSError
-    (NotRegularFile among them)."""
+    (NotRegularFileError among them)."""
     fd = open_regular(path)
     try:
         return _read_upto(fd, limit)
@@ -127,7 +109,7 @@ def read_bounded(path: str, limit: int) -> bytes:
 
 
 def read_tail(path: str, limit: int) -> bytes:
-    """The last `limit` bytes of the regular file `path`. Raises OSError (NotRegularFile among them)."""
+    """The last `limit` bytes of the regular file `path`. Raises OSError (NotRegularFileError among them)."""
     fd = open_regular(path)
     try:
         size = os.fstat(fd).st_size
@@ -140,7 +122,7 @@ def read_tail(path: str, limit: int) -> bytes:
 def tail_lines(path: str, n: int, limit: int) -> tuple[list[bytes], bool]:
     """The last `n` complete, non-empty lines of `path` (without newlines), read back from its end
     over at most `limit` bytes, in time linear in what is read; `torn` when the file ends in a line
-    without its newline (left out). Raises OSError (NotRegularFile among them)."""
+    without its newline (left out). Raises OSError (NotRegularFileError among them)."""
     if n <= 0:
         return [], False
     fd = open_regular(path)
@@ -229,7 +211,7 @@ def read_records(path: str, limit: int) -> Records:
     out = Records()
     try:
         fd = open_regular(path)
-    except NotRegularFile as exc:
+    except NotRegularFileError as exc:
         out.problem = str(exc)
         return out
     except OSError:
@@ -265,9 +247,9 @@ def read_records(path: str, limit: int) -> Records:
 def _check_own(fd: int, path: str) -> os.stat_result:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
-        raise NotRegularFile(path, _kind(st.st_mode))
+        raise NotRegularFileError(path, _kind(st.st_mode))
     if st.st_nlink > 1:
-        raise UnsafeWrite(errno.EPERM, f"{os.path.basename(path)} has {st.st_nlink} hard links: not written")
+        raise UnsafeWriteError(errno.EPERM, f"{os.path.basename(path)} has {st.st_nlink} hard links: not written")
     return st
 
 
@@ -275,16 +257,16 @@ def _refused(exc: OSError, path: str) -> OSError:
     """ELOOP (O_NOFOLLOW met a symlink) and ENXIO (a FIFO without a reader) in words."""
     name = os.path.basename(path)
     if exc.errno == errno.ELOOP:
-        return UnsafeWrite(errno.ELOOP, f"{name} is a symbolic link: runwatch does not write through one")
+        return UnsafeWriteError(errno.ELOOP, f"{name} is a symbolic link: runwatch does not write through one")
     if exc.errno == errno.ENXIO:
-        return NotRegularFile(path, "not a regular file (a FIFO)")
+        return NotRegularFileError(path, "not a regular file (a FIFO)")
     return exc
 
 
 def open_append(path: str, mode: int = 0o644, *, readable: bool = False) -> int:
     """A descriptor open for appending to `path` (created when missing; blocking writes; also for
     reading when `readable`), which must be a regular file with one link, reached without a
-    symlink. Raises OSError (UnsafeWrite, NotRegularFile among them)."""
+    symlink. Raises OSError (UnsafeWriteError, NotRegularFileError among them)."""
     try:
         fd = os.open(path, _APPEND_FLAGS & ~os.O_WRONLY | os.O_RDWR if readable else _APPEND_FLAGS, mode)
     except OSError as exc:
@@ -334,7 +316,7 @@ def open_new(path: str, mode: int = 0o644) -> int:
 def open_lock(path: str) -> tuple[int, bool]:
     """(descriptor, created) of the lock file `path`, open for reading and writing: created when
     missing, else runwatch's own (a regular file, one link, no symlink, holding at most a pid), so
-    that its holder may rewrite it. Raises OSError (UnsafeWrite, NotRegularFile among them)."""
+    that its holder may rewrite it. Raises OSError (UnsafeWriteError, NotRegularFileError among them)."""
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     created = False
     try:
@@ -349,7 +331,9 @@ def open_lock(path: str) -> tuple[int, bool]:
         st = _check_own(fd, path)
         text = os.pread(fd, _LOCK_BYTES + 1, 0)
         if st.st_size > _LOCK_BYTES or not text.strip().isdigit() and text.strip():
-            raise UnsafeWrite(errno.EPERM, f"{os.path.basename(path)} holds something else than a pid: not written")
+            raise UnsafeWriteError(
+                errno.EPERM, f"{os.path.basename(path)} holds something else than a pid: not written"
+            )
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)

@@ -319,8 +319,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _export(self, view: RunView, head: bool) -> None:
         """The run's CSV, streamed (chunked) from its log as `export.csv_chunks` reads it; at most
-        `MAX_EXPORTS` at once and one a client (503 and 429 beyond them: a client that never reads
-        holds no slot for long), each written within `EXPORT_SEND_SECONDS` a chunk and
+        `MAX_EXPORTS` at once and one a client (503 and 429 after `EXPORT_WAIT_SECONDS`: a client
+        that never reads holds no slot for long), each written within `EXPORT_SEND_SECONDS` a chunk and
         `EXPORT_SECONDS` in all, else cut."""
         client = self.client_address[0] if isinstance(self.client_address, tuple) else str(self.client_address)
         if not self.server.exporting(client, +1):
@@ -389,21 +389,25 @@ class Server(ThreadingHTTPServer):
         self.verbose = verbose
         self.exports = threading.BoundedSemaphore(MAX_EXPORTS)
         self._exporting: dict[str, int] = {}  # exports under way, by client address
-        self._exporting_lock = threading.Lock()
+        self._exporting_lock = threading.Condition()
         files = resources.files("runwatch.views.serve") / "static"
         self.static = {name: (files / name).read_bytes() for name, _ in STATIC_FILES.values()}
         super().__init__((host.strip("[]"), port), Handler)
 
     def exporting(self, client: str, delta: int) -> bool:
-        """Count an export of `client` in (+1: False when it has `MAX_EXPORTS_PER_CLIENT` already) or out (-1)."""
+        """Count an export of `client` in (+1: waiting up to `EXPORT_WAIT_SECONDS` while it has
+        `MAX_EXPORTS_PER_CLIENT` already, then False) or out (-1)."""
         with self._exporting_lock:
-            n = self._exporting.get(client, 0)
-            if delta > 0 and n >= MAX_EXPORTS_PER_CLIENT:
+            if delta > 0 and not self._exporting_lock.wait_for(
+                lambda: self._exporting.get(client, 0) < MAX_EXPORTS_PER_CLIENT, timeout=EXPORT_WAIT_SECONDS
+            ):
                 return False
-            if n + delta > 0:
-                self._exporting[client] = n + delta
+            n = self._exporting.get(client, 0) + delta
+            if n > 0:
+                self._exporting[client] = n
             else:
                 self._exporting.pop(client, None)
+            self._exporting_lock.notify_all()
             return True
 
     @property
