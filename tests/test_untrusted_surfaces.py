@@ -190,10 +190,14 @@ def test_serve_names_runs_leading_out_and_bounds_exports_per_client(tmp_path, mo
         assert srv.get("/run/leak")[0] == 404
         stalled = _stalled_export(srv.port, "big")
         try:
-            time.sleep(0.3)
+            deadline = time.monotonic() + 60
+            while not srv.srv._exporting and time.monotonic() < deadline:  # the stalled export has its slot
+                time.sleep(0.01)
             assert srv.get("/api/run/big.csv")[0] == 429  # one export a client at a time
-            time.sleep(2.0)  # the stalled client is cut off after EXPORT_SEND_SECONDS
-            code, _, body = srv.get("/api/run/big.csv")
+            deadline = time.monotonic() + 60  # the stalled client is cut off after EXPORT_SEND_SECONDS
+            while (got := srv.get("/api/run/big.csv"))[0] == 429 and time.monotonic() < deadline:
+                pass
+            code, _, body = got
             assert code == 200 and body.count(b"\n") == 60_001
         finally:
             stalled.close()
