@@ -89,7 +89,7 @@ def test_the_mcp_tools_trust_nothing_in_a_run_directory(tmp_path):
             order: list[str] = []
 
             async def wait() -> None:
-                await c.call("wait_for_verdict", run="runs/watched", timeout_s=3)
+                await c.call("wait_for_verdict", run="runs/watched", timeout_s=5)
                 order.append("wait")
 
             async def explain() -> None:
