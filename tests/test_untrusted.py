@@ -450,3 +450,21 @@ def test_launch_supervised_through_a_symlinked_lock_starts_nothing_and_writes_no
     )
     assert outside.read_text() == beside.read_text() == "precious\n"
     assert not (root / "run" / "pid").exists()
+
+
+def test_the_page_reads_about_its_per_pass_bound_of_a_long_log(tmp_path, monkeypatch):
+    from runwatch.views.serve.runs import RunView, run_target
+
+    path = tmp_path / "metrics.jsonl"
+    line = json.dumps({"step": 0, "t": 1000.0, "loss": 0.5, "lr": 1e-3, "note": "x" * 60})
+    with open(path, "w") as f:
+        f.writelines(line.replace('"step": 0', f'"step": {s}') + "\n" for s in range(1, 200_001))
+    assert os.path.getsize(path) > 20 << 20
+    target = run_target(str(path))
+    assert target is not None
+    view = RunView("run", target)
+    read: list[int] = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: read.append(len(data := real(fd, n, off))) or data)
+    assert view.refresh(max_bytes=4 << 20)  # more is waiting: the run is catching up
+    assert 4 << 20 <= sum(read) <= 5 << 20  # a pass reads about its bound, never a 16 MiB read a poll

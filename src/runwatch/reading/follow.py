@@ -165,8 +165,11 @@ class LogFollower:
         if self._fd is None:
             self._fd = open_regular(self.path, self.path)
         start = self.offset
-        want = min(st.st_size - start, max(self.chunk_bytes, self.max_line_bytes + 1))
-        data = os.pread(self._fd, want, start)
+        data = os.pread(self._fd, min(st.st_size - start, self.chunk_bytes), start)
+        if b"\n" not in data and start + len(data) < st.st_size and not self._skipping:
+            # a line longer than a chunk: read on to its end (at most the longest line allowed); a
+            # poll otherwise reads about `chunk_bytes`, which the page's per-pass bound counts on
+            data = os.pread(self._fd, min(st.st_size - start, self.max_line_bytes + 1), start)
         self._split(data, batch)
         # More complete lines may wait beyond this read: say so, and do not mark the size as seen,
         # so the next poll reads on at once. A lone uncommitted tail waits for the file to grow.
