@@ -35,6 +35,20 @@ def _watching(run: Any) -> None:
     write_verdict(str(run), watching_record(os.getpid(), time.time(), time.time(), 3, 1.0, {}, []))
 
 
+def _check_children() -> list[int]:
+    """The check_run replays running now (the server's child processes that import the tools)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if b"runwatch.views.agent.tools import Tools" in f.read():
+                        out.append(int(name))
+            except OSError:
+                continue
+    return [p for p in out if alive(p)]
+
+
 def test_the_mcp_tools_trust_nothing_in_a_run_directory(tmp_path):
     root = tmp_path / "root"
     outside = tmp_path / "outside"
@@ -61,6 +75,10 @@ def test_the_mcp_tools_trust_nothing_in_a_run_directory(tmp_path):
     with open(tiny / "metrics.jsonl", "w") as f:
         for s in range(1, 401):
             f.write(json.dumps({"step": s, "t": 1000.0 + s, "loss": 6e-05, "lr": 6e-05, "grad_norm": 6e-05}) + "\n")
+    long = root / "long"  # (outside the folder list_runs reads)
+    long.mkdir()
+    with open(long / "metrics.jsonl", "w") as f:
+        f.writelines(f'{{"step": {s}, "t": {s}.0, "loss": 0.5}}\n' for s in range(1, 300_001))
     watched = runs / "watched"
     minimal_log(str(watched / "metrics.jsonl"), range(1, 4))
     _watching(watched)
@@ -89,7 +107,7 @@ def test_the_mcp_tools_trust_nothing_in_a_run_directory(tmp_path):
             order: list[str] = []
 
             async def wait() -> None:
-                await c.call("wait_for_verdict", run="runs/watched", timeout_s=5)
+                await c.call("wait_for_verdict", run="runs/watched", timeout_s=4)
                 order.append("wait")
 
             async def explain() -> None:
@@ -102,6 +120,17 @@ def test_the_mcp_tools_trust_nothing_in_a_run_directory(tmp_path):
                 tg.start_soon(explain)
             out["order"] = order
             out["check_timeout"] = await c.error("check_run", run="runs/ok", timeout_s=0.01)
+            seen = []
+            with anyio.move_on_after(1.5):  # the client gives up: the server kills the replay
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(c.session.call_tool, "check_run", {"run": "long", "timeout_s": 600})
+                    while True:
+                        await anyio.sleep(0.05)
+                        seen += _check_children()
+            end = time.monotonic() + 30
+            while _check_children() and time.monotonic() < end:
+                await anyio.sleep(0.1)
+            out["cancelled"] = (bool(seen), _check_children())
             out["check"] = await c.call("check_run", run="runs/ok")
             out["huge"] = [
                 await c.error("plan_run", run="runs/ok", samples=10**30, window="1h"),
@@ -137,6 +166,7 @@ def test_the_mcp_tools_trust_nothing_in_a_run_directory(tmp_path):
     assert out["order"] == ["explain", "wait"]
     assert out["check_timeout"] == "check_run: runs/ok: the replay took longer than 0.01 s (timeout_s); stopped"
     assert out["check"]["exit"] == 0
+    assert out["cancelled"][1] == []  # no replay left running after the cancelled call
     assert out["huge"][0] == "plan_run: samples must be an int from 1 to 1e+15, got " + str(10**30)
     assert out["huge"][1] == "plan_run: window must be > 0 and at most 1e+09 seconds, got 1e+300"
     assert out["huge"][2] == "run_status: options: at most 256 strings, got 40000"
