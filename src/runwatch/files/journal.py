@@ -23,7 +23,7 @@ from ..errors import ConfigError, InvalidRunError, LogWriteError, RunLockedError
 from .hardware import device_name
 from .jsonio import dumps
 from .rundir import RunDir
-from .safeio import open_new
+from .safeio import open_new, open_regular
 from .schema import SCHEMA_VERSION, read_manifest
 
 __all__ = [
@@ -173,7 +173,7 @@ class Journal:
 
     def _set_torn_tail_aside(self) -> None:
         """Move an uncommitted final line (a crash mid-write) to `metrics.jsonl.torn-<ms>`."""
-        with open(self._metrics_path, "rb") as f:
+        with os.fdopen(open_regular(self._metrics_path, follow=False), "rb") as f:  # the file locked above
             size = f.seek(0, os.SEEK_END)
             if size == 0:
                 return
@@ -208,7 +208,7 @@ class Journal:
                 raise LogWriteError(
                     exc.errno, f"{aside}: cannot set aside the torn final line of metrics.jsonl: {exc.strerror or exc}"
                 ) from None
-        os.truncate(self._metrics_path, cut)
+        os.ftruncate(self._fd, cut)  # the locked descriptor, never a name someone could have swapped
         _log.warning("runwatch: moved a torn final line (%d bytes) of %s to %s", size - cut, self._metrics_path, aside)
 
     def load_or_create_manifest(self, resume_from: dict[str, Any] | None) -> dict[str, Any]:
