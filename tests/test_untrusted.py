@@ -468,3 +468,12 @@ def test_the_page_reads_about_its_per_pass_bound_of_a_long_log(tmp_path, monkeyp
     monkeypatch.setattr(os, "pread", lambda fd, n, off: read.append(len(data := real(fd, n, off))) or data)
     assert view.refresh(max_bytes=4 << 20)  # more is waiting: the run is catching up
     assert 4 << 20 <= sum(read) <= 5 << 20  # a pass reads about its bound, never a 16 MiB read a poll
+
+
+def test_a_fifo_as_runwatch_toml_is_one_line_never_a_hang(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    nan_log(run)
+    os.mkfifo(run / "runwatch.toml")
+    code, _, err = _run_cli("check", str(run))
+    assert (code, err) == (2, "runwatch.toml: runwatch.toml is not a regular file (a FIFO)\n")

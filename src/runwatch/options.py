@@ -262,7 +262,7 @@ def read_toml(directory: str | None, cls: type, command: str, table: str = "watc
     ConfigError; the values are validated when the options are built.
     """
     path = os.path.join(directory, CONFIG) if directory else None
-    if not path or not os.path.isfile(path):
+    if not path or not os.path.lexists(path):
         return {}
     import tomllib
 
