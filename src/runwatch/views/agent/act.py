@@ -23,7 +23,7 @@ from ...errors import UsageError
 from ...files.rundir import JOURNAL, LOCK, PID, RunDir
 from ...files.safeio import inside, open_append
 from ...procs import process as _proc
-from ...procs.launched import not_supervisor, refusal
+from ...procs.launched import not_launched, not_supervisor, refusal
 from ...procs.proctree import start_ticks
 from ...reading.follow import tail_lines
 from ...reading.records import resolve_target
@@ -145,8 +145,11 @@ def stop_run(tools: Tools, run: str) -> Result:
             refused.append(refusal(sup, where, why))
     pid = _proc.read_pid_file(RunDir(run_dir).pid)
     if pid is not None and _proc.alive(pid):  # unsupervised, or left behind by a killed supervisor
-        note = _proc.stop(pid, run_dir, why="stop_run", where=os.path.join(tools.rel(run_dir), PID))
-        (refused if note.startswith(f"pid {pid} in ") else done).append(note)
+        why = not_launched(run_dir, pid)
+        if why is None:
+            done.append(_proc.stop(pid, run_dir, why="stop_run"))
+        else:
+            refused.append(refusal(pid, os.path.join(tools.rel(run_dir), PID), why))
     if refused:
         raise UsageError("stop_run: " + "; ".join([*done, *refused]))
     if not done:

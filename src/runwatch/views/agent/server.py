@@ -7,9 +7,11 @@ Each tool is a thin binding: it validates nothing itself beyond what the SDK doe
 hints, calls `Tools` (or `act`), and answers a `CallToolResult` whose text block is the result's
 JSON and whose structured content is the same object (both within the 8 KB bound). A refusal or a
 run error (any `RunwatchError`) is an error result (`isError`) of one line; anything unexpected is
-one line too, never a traceback, and the server keeps serving. `wait_for_verdict` is the one
-asynchronous tool: it polls two small files four times a second (their stat; a re-read only when
-they change, and a liveness re-check every few seconds) and never holds a worker thread.
+one line too, never a traceback, and the server keeps serving. The synchronous tools run in the
+SDK's worker threads. `wait_for_verdict` is asynchronous: it polls two small files four times a
+second (their stat; a re-read only when they change, and a liveness re-check every few seconds),
+each look in a worker thread, so that nothing a run directory holds can stop the event loop.
+`check_run` replays in a child process, killed at its `timeout_s` or when the call is cancelled.
 Needs `runwatch[mcp]`; imported only when `runwatch mcp` runs.
 """
 
@@ -311,7 +313,7 @@ async def _check(tools: Tools, run: str, options: list[str] | None, timeout_s: f
     """check_run: `Tools.check_run` in a child process, killed at `timeout_s` or when the call is cancelled."""
     try:
         opts = _bounded("check_run", options)
-        tools.path("check_run", "run", run)  # refused at once when outside ROOT
+        await anyio.to_thread.run_sync(tools.path, "check_run", "run", run)  # refused at once when outside ROOT
     except RunwatchError as exc:
         return _error(str(exc))
     timeout = min(max(0.0, timeout_s), MAX_CHECK_SECONDS) if timeout_s == timeout_s else 0.0  # NaN: 0
