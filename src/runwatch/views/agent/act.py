@@ -64,6 +64,7 @@ def launch_supervised(tools: Tools, run_dir: str, command: list[str], options: l
     except UsageError as exc:
         raise UsageError(f"launch_supervised: {exc}") from None
     live = live_supervisor(path) if os.path.isdir(path) else None
+    live = live if live is not None and not_supervisor(path, live) is None else None  # (a forged pid is none)
     if live is not None:
         raise UsageError(f"launch_supervised: {tools.rel(path)}: supervisor {live} is already running there")
     os.makedirs(path, exist_ok=True)

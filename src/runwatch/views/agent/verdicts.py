@@ -20,6 +20,7 @@ from typing import Any
 from ...errors import InvalidRunError
 from ...files.rundir import JOURNAL, LOCK
 from ...judging.verdict import Verdict
+from ...procs.launched import not_supervisor
 from ...procs.process import alive, read_pid_file
 from ...supervising.supervise import supervise_status
 from ...supervising.supervision import ENDS
@@ -97,6 +98,8 @@ def watch_state(run_dir: str, now: float | None = None) -> dict[str, Any]:
     sup = supervise_status(run_dir)
     watchdog = watchdog_facts(run_dir, now)
     pid = live_supervisor(run_dir, sup)
+    if pid is not None and not_supervisor(run_dir, pid) is not None:
+        pid = None  # a pid written into the journal or the lock, not a supervisor holding the run
     if pid is not None:
         return {
             "state": "watching",
