@@ -6,6 +6,7 @@ stdio with the SDK's own client and against live runs, is tests/test_mcp.py."""
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import math
 import os
@@ -413,14 +414,18 @@ def test_watch_state_of_every_case(tmp_path):
         json.dump({"pid": 1, "time": now + 5}, f)  # launched again after that verdict
     assert watch_state(d)["state"] == "unwatched"
     # a live supervisor (this process holds the lock) acting on the verdict: not final
+    _journal(d, ("launch", os.getpid()), ("verdict", os.getpid()))
     with open(os.path.join(d, "supervise.lock"), "w") as f:
         f.write(f"{os.getpid()}\n")
-    _journal(d, ("launch", os.getpid()), ("verdict", os.getpid()))
-    state = watch_state(d)
-    assert (state["state"], state["by"], state["supervisor_pid"]) == ("watching", "supervise", os.getpid())
-    _journal(d, ("done", os.getpid()))  # its end written: final, though it has not exited yet
-    state = watch_state(d)
-    assert (state["state"], state["by"], state["line"]) == ("final", "supervise", "OK done step=30")
+        f.flush()
+        state = watch_state(d)  # the pid is written there, but the lock is not held: no supervisor
+        assert (state["state"], state["by"]) == ("unwatched", None)
+        fcntl.flock(f, fcntl.LOCK_EX)
+        state = watch_state(d)
+        assert (state["state"], state["by"], state["supervisor_pid"]) == ("watching", "supervise", os.getpid())
+        _journal(d, ("done", os.getpid()))  # its end written: final, though it has not exited yet
+        state = watch_state(d)
+        assert (state["state"], state["by"], state["line"]) == ("final", "supervise", "OK done step=30")
     os.remove(os.path.join(d, "supervise.lock"))
     _watching(d, os.getpid(), time.time() + 20)  # a watch begun after the supervision ended is the news
     assert (watch_state(d)["state"], watch_state(d)["by"]) == ("watching", "watch")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,9 +84,17 @@ def test_launch_watch_completes_with_exit_0(tmp_path):
 def test_launch_refuses_a_running_one_and_bad_commands(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "pid").write_text(f"{os.getpid()}\n")
-    assert main(["launch", str(run), "--", "true"]) == 2
-    assert capsys.readouterr().err == f"launch: {run}: the process {os.getpid()} launched there is still running\n"
+    (run / "pid").write_text(f"{os.getpid()}\n")  # a pid runwatch did not launch there stops nothing
+    assert main(["launch", str(run), "--", "sleep", "30"]) == 0
+    pid = int((run / "pid").read_text())
+    assert pid != os.getpid() and alive(pid)
+    capsys.readouterr()
+    try:
+        assert main(["launch", str(run), "--", "true"]) == 2
+        assert capsys.readouterr().err == f"launch: {run}: the process {pid} launched there is still running\n"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    _wait_gone(pid)
     (run / "pid").unlink()
     assert main(["launch", str(run), "--", "/nonexistent/cmd"]) == 2
     assert capsys.readouterr().err == "launch: cannot start '/nonexistent/cmd': No such file or directory\n"

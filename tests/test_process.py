@@ -14,6 +14,7 @@ import time
 import pytest
 
 from runwatch.procs.process import OOM_TAIL_BYTES, alive, exit_status, oom_line, read_pid_file, stop
+from runwatch.procs.proctree import start_ticks
 
 
 def _wait_for(condition, timeout: float = 30.0) -> bool:
@@ -145,12 +146,23 @@ time.sleep(120)
 
 def test_stop_kills_a_launched_group_that_ignores_sigterm(tmp_path):
     """A training process and its worker both ignore SIGTERM: after the grace, SIGKILL to the group."""
+    marker = {"RUNWATCH_ATTEMPT_ID": "a-1", "RUNWATCH_RUN_DIR": str(tmp_path)}  # what `launch` sets
     with subprocess.Popen(
-        [sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", STUBBORN],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **marker},
     ) as proc:
         try:
             worker = int(proc.stdout.readline())
-            (tmp_path / "launch.json").write_text(json.dumps({"pid": proc.pid, "pgid": os.getpgid(proc.pid)}))
+            info = {
+                "pid": proc.pid,
+                "pgid": os.getpgid(proc.pid),
+                "attempt_id": "a-1",
+                "start_ticks": start_ticks(proc.pid),
+            }
+            (tmp_path / "launch.json").write_text(json.dumps(info))
             note = stop(proc.pid, str(tmp_path), grace=0.5)
             assert note == "stopped after an anomaly: SIGTERM, then SIGKILL after 0.5 s (2 processes)"
             assert exit_status(proc.pid) == "killed by SIGKILL"
@@ -178,8 +190,8 @@ def _sleeper():
 
 def test_stop_a_process_that_obeys_sigterm(tmp_path):
     with _sleeper() as proc:
-        # no launch.json: only the process itself is signalled
-        assert stop(proc.pid, str(tmp_path), grace=30) == "stopped after an anomaly: SIGTERM (1 process)"
+        # a pid the user gave (`watch --pid`), no launch.json: only the process itself is signalled
+        assert stop(proc.pid, str(tmp_path), grace=30, given=True) == "stopped after an anomaly: SIGTERM (1 process)"
         assert exit_status(proc.pid) == "killed by SIGTERM"
 
 
@@ -190,7 +202,11 @@ def test_stop_a_process_already_gone(tmp_path):
 
 
 def test_a_launch_json_of_another_process_is_not_trusted(tmp_path):
-    """A pid reused by an unrelated process: launch.json's group is not signalled."""
+    """A pid written into launch.json and pid by hand is no launch of runwatch's: nothing is signalled."""
     with _sleeper() as proc:
         (tmp_path / "launch.json").write_text(json.dumps({"pid": proc.pid, "pgid": os.getpgid(os.getpid()) + 100000}))
-        assert stop(proc.pid, str(tmp_path), grace=30, why="a stall") == ("stopped after a stall: SIGTERM (1 process)")
+        assert stop(proc.pid, str(tmp_path), grace=30, why="a stall", where="runs/x/pid") == (
+            f"pid {proc.pid} in runs/x/pid was not started by runwatch for this run: not stopped "
+            "(launch.json records no start time or marker for it)"
+        )
+        assert alive(proc.pid)

@@ -130,7 +130,7 @@ def test_the_marker_finds_the_orphans_when_the_waiter_itself_was_killed(family):
     assert not any(alive(p) for p in every)
 
 
-def test_a_tree_without_a_launch_is_the_process_and_its_descendants(tmp_path):
+def test_a_pid_the_user_gives_is_the_process_and_its_descendants_one_without_a_launch_is_nothing(tmp_path):
     import subprocess
 
     with subprocess.Popen(
@@ -145,8 +145,11 @@ def test_a_tree_without_a_launch_is_the_process_and_its_descendants(tmp_path):
     ) as proc:
         try:
             proc.stdout.readline()
-            tree = ProcessTree.of_launch(str(tmp_path), proc.pid)  # no launch.json
-            assert tree is not None and tree.root == proc.pid and tree.waiter is None
+            unproven = ProcessTree.of_launch(str(tmp_path), proc.pid)  # no launch.json: not runwatch's
+            assert unproven is not None and not unproven.root_proven and unproven.members() == {}
+            assert unproven.refused == "launch.json does not record it"
+            tree = ProcessTree.given(proc.pid)  # `watch --pid`: the user named it
+            assert tree.root == proc.pid and tree.waiter is None
             assert _wait(lambda: len(tree.members()) == 2)
             assert stop(tree, grace=10).count == 2
         finally:

@@ -111,6 +111,8 @@ def test_public_api():
             "UsageError",
             "ConfigError",
             "LogWriteError",
+            "NotRegularFileError",
+            "UnsafeWriteError",
             "RanksOutOfStepError",
             "InsufficientRunError",
             "DataError",

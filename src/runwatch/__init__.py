@@ -13,11 +13,13 @@ from .errors import (
     InvalidRunError,
     LogWriteError,
     NonFiniteLossError,
+    NotRegularFileError,
     RanksOutOfStepError,
     RunLockedError,
     RunwatchError,
     StoreLockedError,
     Terminated,
+    UnsafeWriteError,
     UsageError,
 )
 from .files.checkpoint import verify_checkpoint
@@ -40,6 +42,8 @@ __all__ = [
     "RunLockedError",
     "StoreLockedError",
     "LogWriteError",
+    "NotRegularFileError",
+    "UnsafeWriteError",
     "NonFiniteLossError",
     "RanksOutOfStepError",
     "InsufficientRunError",

@@ -8,6 +8,10 @@
     ├── RunLockedError                  a second logger on a run directory in use
     ├── StoreLockedError                an MLflow SQLite store that a writer kept locked too long
     ├── LogWriteError (OSError)         the logger could not write a record (disk full, EFBIG)
+    ├── NotRegularFileError (OSError)   a FIFO, a device, a socket or a directory where a run
+    │                                   directory's file should be (read: skipped, never waited on)
+    ├── UnsafeWriteError (OSError)      a write runwatch refuses: a symlink, a hard link, a lock
+    │                                   file that holds something else than a pid
     ├── NonFiniteLossError              the training loss went NaN/Inf; the session was ended
     ├── RanksOutOfStepError             torch.distributed ranks called RunLogger.step() unequally
     ├── InsufficientRunError            a run too short to judge (`plan`: too few steady windows)
@@ -24,6 +28,7 @@ docs/FORMAT.md, "Exit codes", lists them per command. Every class here is export
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -43,6 +48,8 @@ __all__ = [
     "RunLockedError",
     "StoreLockedError",
     "LogWriteError",
+    "NotRegularFileError",
+    "UnsafeWriteError",
     "NonFiniteLossError",
     "RanksOutOfStepError",
     "InsufficientRunError",
@@ -91,6 +98,26 @@ class StoreLockedError(RunwatchError):
 
 class LogWriteError(RunwatchError, OSError):
     """Writing a record to the run directory failed."""
+
+
+class NotRegularFileError(RunwatchError, OSError):
+    """A FIFO, a device, a socket or a directory where a regular file of a run directory should be
+    (`files.safeio`): never read, never waited on. Its message is `<name> is not a regular file`."""
+
+    def __init__(self, path: str, what: str = "not a regular file") -> None:
+        super().__init__(errno.EINVAL, f"{os.path.basename(path)} is {what}")
+        self.path = path
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class UnsafeWriteError(RunwatchError, OSError):
+    """A write runwatch refuses (`files.safeio`): through a symlink, into a file with other hard
+    links, over a lock file that holds something else than a pid."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class NonFiniteLossError(RunwatchError, FloatingPointError):

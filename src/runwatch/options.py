@@ -30,6 +30,7 @@ from typing import Any
 
 from .errors import ConfigError, UsageError
 from .files.rundir import CONFIG
+from .files.safeio import read_bounded
 
 __all__ = [
     "Parser",
@@ -128,6 +129,9 @@ class Check:
     ok: Callable[[Any], bool]
     arg_type: Any = float  # argparse `type=`; None for a store_true flag; str for a repeatable one
 
+
+# runwatch.toml is a few hundred bytes: 1 MiB bounds what anything else put there costs.
+MAX_CONFIG_BYTES = 1 << 20
 
 POSITIVE = Check("a number > 0", lambda v: _num(v) and v > 0)
 NON_NEGATIVE = Check("a number >= 0", lambda v: _num(v) and v >= 0)
@@ -258,15 +262,19 @@ def read_toml(directory: str | None, cls: type, command: str, table: str = "watc
     ConfigError; the values are validated when the options are built.
     """
     path = os.path.join(directory, CONFIG) if directory else None
-    if not path or not os.path.isfile(path):
+    if not path or not os.path.lexists(path):
         return {}
     import tomllib
 
-    try:
-        with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    try:  # a regular file only, never blocking, bounded: anyone may have put something else there
+        data = read_bounded(path, MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{CONFIG}: larger than {MAX_CONFIG_BYTES} bytes")
+        doc = tomllib.loads(data.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{CONFIG}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{CONFIG}: nested too deeply") from None
     section = doc.get(table, {})
     if not isinstance(section, dict):
         raise ConfigError(f"{CONFIG}: [{table}] must be a table")

@@ -23,6 +23,7 @@ from ..errors import ConfigError, InvalidRunError, LogWriteError, RunLockedError
 from .hardware import device_name
 from .jsonio import dumps
 from .rundir import RunDir
+from .safeio import open_new, open_regular
 from .schema import SCHEMA_VERSION, read_manifest
 
 __all__ = [
@@ -59,8 +60,8 @@ def atomic_write(path: str, mode: str = "w", *, sync_dir: bool = False) -> Itera
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write: mode must be 'w' or 'wb', got {mode!r}")
     tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, mode, encoding="utf-8" if mode == "w" else None) as f:
+    try:  # created afresh, never through a symlink planted at its name (safeio.open_new)
+        with os.fdopen(open_new(tmp), mode, encoding="utf-8" if mode == "w" else None) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -129,11 +130,15 @@ class Journal:
 
         # O_NONBLOCK: opening a FIFO for writing would wait for a reader for ever.
         try:
-            fd = os.open(self._metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+            fd = os.open(
+                self._metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o644
+            )
         except OSError as exc:
             problem = (
                 "not a regular file (a FIFO)"
                 if exc.errno == errno.ENXIO
+                else "a symbolic link: runwatch does not write through one"
+                if exc.errno == errno.ELOOP
                 else f"cannot open for writing: {exc.strerror or exc}"
             )
             raise LogWriteError(exc.errno, f"{self._metrics_path}: {problem}") from None
@@ -168,7 +173,7 @@ class Journal:
 
     def _set_torn_tail_aside(self) -> None:
         """Move an uncommitted final line (a crash mid-write) to `metrics.jsonl.torn-<ms>`."""
-        with open(self._metrics_path, "rb") as f:
+        with os.fdopen(open_regular(self._metrics_path, follow=False), "rb") as f:  # the file locked above
             size = f.seek(0, os.SEEK_END)
             if size == 0:
                 return
@@ -203,7 +208,7 @@ class Journal:
                 raise LogWriteError(
                     exc.errno, f"{aside}: cannot set aside the torn final line of metrics.jsonl: {exc.strerror or exc}"
                 ) from None
-        os.truncate(self._metrics_path, cut)
+        os.ftruncate(self._fd, cut)  # the locked descriptor, never a name someone could have swapped
         _log.warning("runwatch: moved a torn final line (%d bytes) of %s to %s", size - cut, self._metrics_path, aside)
 
     def load_or_create_manifest(self, resume_from: dict[str, Any] | None) -> dict[str, Any]:

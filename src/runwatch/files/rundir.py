@@ -11,11 +11,11 @@ blocking on a FIFO, None when the file is missing or not JSON. Standard library 
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 from dataclasses import dataclass
 from typing import Any
+
+from .safeio import loads_value, read_bounded
 
 __all__ = [
     "RunDir",
@@ -33,6 +33,8 @@ __all__ = [
     "LOCK",
     "HEARTBEATS",
     "CONFIG",
+    "SUPERVISE_LOG",
+    "SIDE_FILES",
     "LAUNCH_HEADER",
     "ENV_RUN_DIR",
     "ENV_WINDOW",
@@ -55,6 +57,10 @@ JOURNAL = "supervise.jsonl"  # the supervisor's journal
 LOCK = "supervise.lock"  # held by the one supervisor of the run directory
 HEARTBEATS = "heartbeats"  # a folder: one heartbeat file per rank
 CONFIG = "runwatch.toml"  # the run's options for watch and supervise
+SUPERVISE_LOG = "supervise.log"  # a supervisor's own output, when `runwatch mcp` started it
+# Every file runwatch reads or writes in a run directory besides the log: none may lead out of the
+# folder a server was given (docs/RELIABILITY.md).
+SIDE_FILES = (METRICS, MANIFEST, PID, LAUNCH, EXIT, STDOUT, VERDICT, JOURNAL, LOCK, HEARTBEATS, CONFIG, SUPERVISE_LOG)
 # The line `runwatch launch` writes into stdout.log before each start: `--- runwatch launch <time>: <command>`.
 LAUNCH_HEADER = "--- runwatch launch "
 
@@ -130,32 +136,14 @@ class RunDir:
 
 
 def read_json(path: str, max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """The JSON value of a small regular file; None when it is missing, not a regular file (a
-    FIFO is never opened for reading), larger than `max_bytes`, or not JSON."""
+    """The JSON value of a small regular file, strictly (no NaN or Infinity); None when it is
+    missing, not a regular file (a FIFO is never waited on), larger than `max_bytes`, or not
+    JSON (invalid UTF-8, nested too deeply)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        data = read_bounded(path, max_bytes + 1)
     except OSError:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
-            return None
-        chunks, size = [], 0
-        while size <= max_bytes:
-            chunk = os.read(fd, max_bytes + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        data = b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        return json.loads(data)
-    except ValueError:
-        return None
+    return loads_value(data) if len(data) <= max_bytes else None
 
 
 def _texts(v: Any) -> tuple[str, ...] | None:

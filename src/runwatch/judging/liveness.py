@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import ConfigError, InvalidRunError
 from ..files.heartbeats import MAX_HEARTBEAT_BYTES, Heartbeat, heartbeat_path, parse_heartbeat, read_heartbeats
 from ..files.rundir import LAUNCH_HEADER
+from ..files.safeio import read_tail
 from ..procs.process import launch_info
 
 __all__ = [
@@ -199,11 +200,8 @@ def last_error(stdout_log: str, *, or_last_line: bool = False) -> str | None:
     `or_last_line`: when there is none of those, the last line that looks like an error
     (`ValueError: ...`, `error: ...`, `Segmentation fault`), else the last line the program printed
     (never `runwatch launch`'s own header): what a person reads first of a job that ended early."""
-    try:
-        with open(stdout_log, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - ERROR_TAIL_BYTES))
-            lines = f.read().decode("utf-8", "replace").splitlines()
+    try:  # a regular file only, never blocking (safeio): a FIFO or /dev/zero in its place is no error line
+        lines = read_tail(stdout_log, ERROR_TAIL_BYTES).decode("utf-8", "replace").splitlines()
     except OSError:
         return None
     for i in range(len(lines) - 1, -1, -1):

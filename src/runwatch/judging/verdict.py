@@ -21,6 +21,7 @@ from ..errors import EXIT_ANOMALY, EXIT_OK, EXIT_TEMPFAIL, ConfigError, InvalidR
 from ..files.journal import atomic_write_text
 from ..files.jsonio import loads
 from ..files.rundir import VERDICT
+from ..files.safeio import loads_value
 from ..files.schema import read_regular_file
 from .rules import Finding, fmt_step, verdict_class
 
@@ -173,9 +174,12 @@ def read_verdict(run_dir: str, *, watching: bool = False) -> tuple[dict[str, Any
     if not os.path.lexists(path):
         return None, None
     try:
-        doc = loads(read_regular_file(path, VERDICT, MAX_VERDICT_BYTES), VERDICT)
+        data = read_regular_file(path, VERDICT, MAX_VERDICT_BYTES)
+        doc = loads(data, VERDICT)
     except InvalidRunError as exc:
         return None, str(exc)
+    if loads_value(data) is None:  # 1e400: strict JSON, yet no finite number
+        return None, f"{VERDICT}: malformed JSON: a number out of range"
     if isinstance(doc, dict) and doc.get("verdict") == "watching":
         return (doc, None) if watching else (None, None)
     if not isinstance(doc, dict) or doc.get("verdict") not in ("done", "anomaly"):

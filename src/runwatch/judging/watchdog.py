@@ -444,7 +444,9 @@ class Watcher:
             if pid is None:
                 self.log("runwatch watch: --stop-on-anomaly: no process to stop (no --pid, no RUN_DIR/pid)")
             else:
-                self.log("runwatch watch: " + _proc.stop(pid, self.run_dir, self.stop_grace, why=f"a {v.kind}"))
+                given = self.opts.pid is not None  # named by the user, not read from the run directory
+                note = _proc.stop(pid, self.run_dir, self.stop_grace, why=f"a {v.kind}", given=given)
+                self.log("runwatch watch: " + note)
         return v
 
     def heartbeat(self) -> None:

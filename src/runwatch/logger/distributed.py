@@ -334,7 +334,10 @@ class HeartbeatWriter:
                 return  # a newer heartbeat is on disk already
             self._written = seq
             try:
-                fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                # a new file: never through a symlink, a hard link or a FIFO planted at the temporary name
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._tmp)
+                fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
                 try:
                     os.write(fd, data)  # ~0.8 KB: one write
                 finally:

@@ -9,23 +9,24 @@ exists (Linux) to tell zombies apart.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..files.rundir import EXIT, RunDir, read_json
+from ..files.safeio import loads_object, read_bounded, read_tail
+from .launched import refusal
 from .proctree import ProcessTree, start_ticks
 from .proctree import stop as _tree_stop
 
 __all__ = [
     "Exit",
     "alive",
+    "valid_pid",
     "exit_status",
     "read_exit",
     "wait_exit",
@@ -47,6 +48,9 @@ OOM_PATTERNS = ("CUDA out of memory", "OutOfMemoryError", "std::bad_alloc", "Mem
 OOM_TAIL_BYTES = 64 * 1024
 # The waiter writes exit.json within milliseconds of the process's end; on a loaded machine allow more.
 EXIT_WAIT_SECONDS = 5.0
+
+# The largest pid Linux gives (PID_MAX_LIMIT, 2**22): a larger number in a file names no process.
+MAX_PID = 2**22
 
 _reaped: dict[int, str] = {}
 
@@ -74,8 +78,16 @@ def _reap(pid: int) -> bool:
     return True
 
 
+def valid_pid(pid: object) -> bool:
+    """Whether `pid` (read from a file anyone may have written) can name a process at all: an int
+    from 1 to the kernel's largest (0 and -1 would name groups, a huge one overflows)."""
+    return type(pid) is int and 0 < pid <= MAX_PID
+
+
 def alive(pid: int) -> bool:
     """Whether process `pid` is running (a zombie is not)."""
+    if not valid_pid(pid):
+        return False
     if _reap(pid) or pid in _reaped:
         return False
     try:
@@ -104,17 +116,11 @@ def exit_status(pid: int) -> str | None:
 
 def read_pid_file(path: str, log: Callable[[str], None] | None = None) -> int | None:
     """The pid in `path` (an int > 0 on the first line), or None with a note when it is not one."""
-    try:  # O_NONBLOCK and fstat: a FIFO named pid must not hang a poll
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            text = os.read(fd, 64).decode("ascii", "replace").strip()
-        finally:
-            os.close(fd)
+    try:  # a FIFO named pid must not hang a poll
+        text = read_bounded(path, 64).decode("ascii", "replace").strip()
     except OSError:
         return None
-    if text.isdigit() and int(text) > 0:
+    if text.isdigit() and valid_pid(int(text)):
         return int(text)
     if log is not None:
         log(f"runwatch watch: {path}: expected a process id, got {text[:20]!r}; ignoring it")
@@ -124,10 +130,7 @@ def read_pid_file(path: str, log: Callable[[str], None] | None = None) -> int | 
 def oom_line(stdout_log: str) -> str | None:
     """The last line in the tail of `stdout_log` that shows an out-of-memory error, else None."""
     try:
-        with open(stdout_log, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - OOM_TAIL_BYTES))
-            tail = f.read().decode("utf-8", "replace")
+        tail = read_tail(stdout_log, OOM_TAIL_BYTES).decode("utf-8", "replace")
     except OSError:
         return None
     for line in reversed(tail.splitlines()):
@@ -191,16 +194,10 @@ class Exit:
 def read_exit(run_dir: str, pid: int) -> Exit | None:
     """`RUN_DIR/exit.json` when it describes `pid`, else None (absent, another pid, not one)."""
     try:
-        fd = os.open(os.path.join(run_dir, EXIT), os.O_RDONLY | os.O_NONBLOCK)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            rec = json.loads(os.read(fd, 4096))
-        finally:
-            os.close(fd)
-    except (OSError, ValueError):
+        rec = loads_object(read_bounded(os.path.join(run_dir, EXIT), 4096))
+    except OSError:
         return None
-    if not isinstance(rec, dict) or rec.get("pid") != pid:
+    if rec is None or rec.get("pid") != pid:
         return None
     status, sig, t = rec.get("status"), rec.get("signal"), rec.get("time")
     if not ((type(status) is int and sig is None) or (status is None and isinstance(sig, str))):
@@ -221,11 +218,28 @@ def wait_exit(run_dir: str, pid: int, timeout: float = EXIT_WAIT_SECONDS) -> Exi
         time.sleep(0.02)
 
 
-def stop(pid: int, run_dir: str, grace: float = STOP_GRACE_SECONDS, why: str = "an anomaly") -> str:
+def stop(
+    pid: int,
+    run_dir: str,
+    grace: float = STOP_GRACE_SECONDS,
+    why: str = "an anomaly",
+    *,
+    where: str | None = None,
+    given: bool = False,
+) -> str:
     """Stop every process of the attempt `pid` leads (`proctree.stop`: SIGTERM, SIGCONT to the
     stopped ones, SIGKILL after `grace` s); a one-line note of what was done, for the caller to
-    say in its own name."""
+    say in its own name. A pid read from the run directory (`where`, RUN_DIR/pid by default) is
+    signalled only when runwatch can prove it launched it there (`launched`); else nothing is and
+    the note is the refusal. `given`: the user named the pid himself (`watch --pid`)."""
+    if not alive(pid):
+        return f"process {pid} had already exited"
     tree = ProcessTree.of_launch(run_dir, pid)
+    if tree is None or not tree.root_proven:
+        if not given:
+            reason = tree.refused if tree is not None and tree.refused else "launch.json does not record it"
+            return refusal(pid, where or RunDir(run_dir).pid, reason)
+        tree = ProcessTree.given(pid)  # the user's own word: that process and its descendants
     done = _tree_stop(tree, grace) if tree is not None else None
     if done is None or done.count == 0:
         return f"process {pid} had already exited"

@@ -19,7 +19,10 @@ and start time) finds
   `launch` and inherited by every process started from the training (the orphans of a killed
   waiter).
 
-Zombies count as gone, and the waiter is never a member. A cgroup per attempt would find the same
+Zombies count as gone, and the waiter is never a member. Only what runwatch can prove it started
+is a member (`launched.py`, docs/RELIABILITY.md): the launched process and the waiter are taken
+only when their start time is launch.json's and their environment carries the launch's marker
+for the run directory; launch.json itself is anyone's to write. A cgroup per attempt would find the same
 processes where one can be created (root, or a delegated systemd slice); a Slurm job, a pod or an
 unprivileged user has none, and the subreaper needs no privilege, so this is the one way (the
 measurements are in benchmarks/README.md, "Stopping a process tree"). Without `/proc` (macOS) the
@@ -41,7 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..files.rundir import ENV_ATTEMPT_ID, RunDir, read_json
+from ..files.rundir import ENV_ATTEMPT_ID, ENV_RUN_DIR, RunDir, read_json
 
 __all__ = [
     "Proc",
@@ -51,6 +54,9 @@ __all__ = [
     "signal_all",
     "stop",
     "start_ticks",
+    "environ",
+    "carries_marker",
+    "unproven",
     "KILL_WAIT_SECONDS",
 ]
 
@@ -63,6 +69,8 @@ KILL_WAIT_SECONDS = 30.0
 STOP_POLL_SECONDS = 0.05
 _STOPPED_STATES = ("T", "t")  # stopped by a signal, or stopped while traced
 _GONE_STATES = ("Z", "X")  # a zombie is gone: it only waits to be reaped
+# /proc/PID/environ of a training holds its whole environment: a few hundred KB at most.
+MAX_ENVIRON_BYTES = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,20 +158,58 @@ def _below(root: int) -> dict[int, Proc] | None:
     return {pid: p for pid, p in found.items() if p.state not in _GONE_STATES}
 
 
-def _has_marker(pid: int, needle: bytes) -> bool:
+def environ(pid: int) -> bytes | None:
+    """The environment `pid` started with (`/proc/PID/environ`, NUL-separated), or None (another
+    user's process, gone, no /proc)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read()
-    except OSError:  # another user's process, or gone
-        return False
-    return needle in b"\0" + data
+            return f.read(MAX_ENVIRON_BYTES)
+    except OSError:
+        return None
+
+
+def carries_marker(pid: int, run_dir: str, attempt_id: str) -> str | None:
+    """None when the environment of `pid` carries the launch's marker for `run_dir`
+    (`RUNWATCH_ATTEMPT_ID=<attempt_id>` and `RUNWATCH_RUN_DIR` naming `run_dir`); else why not."""
+    env = environ(pid)
+    if env is None:
+        return "its environment cannot be read"
+    values: dict[bytes, bytes] = {}
+    for item in env.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep and key in (ENV_ATTEMPT_ID.encode(), ENV_RUN_DIR.encode()):
+            values[key] = value
+    if values.get(ENV_ATTEMPT_ID.encode()) != attempt_id.encode():
+        return f"its environment has no {ENV_ATTEMPT_ID} of the launch that launch.json records"
+    marked = values.get(ENV_RUN_DIR.encode(), b"").decode("utf-8", "replace")
+    if not marked or os.path.realpath(marked) != os.path.realpath(run_dir):
+        return f"its {ENV_RUN_DIR} is not this run directory"
+    return None
+
+
+def unproven(run_dir: str, pid: int, ticks: int | None, marker: str | None) -> str | None:
+    """None when `pid` is a process runwatch launched for `run_dir`: its start time is `ticks` (from
+    launch.json) and its environment carries the launch's `marker` for `run_dir`; else why not."""
+    if ticks is None or marker is None:
+        return "launch.json records no start time or marker for it"
+    now = start_ticks(pid)
+    if now is None:
+        return "it is gone, or its start time cannot be read"
+    if now != ticks:
+        return "its start time is not the one launch.json records"
+    return carries_marker(pid, run_dir, marker)
 
 
 @dataclass
 class ProcessTree:
     """The processes of one launched attempt: `root` (the launched command), found through its
     `waiter` and its `marker` (see the module docstring). `root_start` and `waiter_start` (clock
-    ticks, from launch.json) guard against a reused pid."""
+    ticks, from launch.json) guard against a reused pid.
+
+    Only what runwatch can prove it started is ever a member (docs/RELIABILITY.md): `of_launch`
+    takes the root and the waiter only when their start time is launch.json's and their
+    environment carries the launch's marker for the run directory (`carries_marker`); otherwise
+    `refused` says why the root was not taken, and only processes carrying the marker are found."""
 
     root: int
     waiter: int | None = None
@@ -171,36 +217,63 @@ class ProcessTree:
     root_start: int | None = None
     waiter_start: int | None = None
     group: int | None = None  # the process group to signal where there is no /proc
+    run_dir: str | None = None  # the run directory the marker names (None: the marker alone)
+    root_proven: bool = True  # the root is runwatch's launch (or a pid the user gave)
+    refused: str | None = None  # why the root was not taken, when it was not
     _scan: Callable[[], dict[int, Proc] | None] = field(default=scan, repr=False)
 
     @classmethod
     def of_launch(cls, run_dir: str, pid: int | None = None) -> ProcessTree | None:
-        """The tree `runwatch launch` recorded in RUN_DIR/launch.json (for `pid`, when given);
-        for a pid that launch.json does not describe, the tree of that process alone."""
-        info = read_json(RunDir(run_dir).launch)
-        if not isinstance(info, dict) or type(info.get("pid")) is not int or (pid is not None and info["pid"] != pid):
-            return None if pid is None else cls(pid, group=None)
+        """The tree `runwatch launch` recorded in RUN_DIR/launch.json (for `pid`, when given), with
+        only what can be proven runwatch's (see the class docstring); None when launch.json
+        describes no launch. For a pid it does not describe: a tree that takes nothing but the
+        processes that carry the marker of the launch it does describe, `refused` saying why."""
+        return cls.of_info(read_json(RunDir(run_dir).launch), run_dir, pid)
+
+    @classmethod
+    def of_info(cls, info: object, run_dir: str, pid: int | None = None) -> ProcessTree | None:
+        """`of_launch` from what launch.json holds (`info`, the file's content or the launch's own
+        record of it before the file was written)."""
+        if not isinstance(info, dict) or type(info.get("pid")) is not int:
+            if pid is None:
+                return None
+            return cls(pid, run_dir=run_dir, root_proven=False, refused="launch.json does not record it")
 
         def whole(key: str) -> int | None:
             v = info.get(key)
             return v if type(v) is int else None
 
         marker = info.get("attempt_id")
+        marker = marker if isinstance(marker, str) and marker else None
         root = int(info["pid"])
+        refused = unproven(run_dir, root, whole("start_ticks"), marker)
+        if pid is not None and pid != root:
+            root, refused = pid, "launch.json does not record it"
         group = whole("pgid")
         try:
-            if group is not None and os.getpgid(root) != group:
+            if group is not None and (refused is not None or os.getpgid(root) != group):
                 group = None  # the pid was reused by an unrelated process
         except OSError:
             group = None
+        waiter, waiter_start = whole("waiter"), whole("waiter_start_ticks")
+        if waiter is not None and unproven(run_dir, waiter, waiter_start, marker) is not None:
+            waiter = waiter_start = None  # not the launch's waiter: its children are nobody's to stop
         return cls(
             root,
-            waiter=whole("waiter"),
-            marker=marker if isinstance(marker, str) and marker else None,
+            waiter=waiter,
+            marker=marker,
             root_start=whole("start_ticks"),
-            waiter_start=whole("waiter_start_ticks"),
+            waiter_start=waiter_start,
             group=group,
+            run_dir=run_dir,
+            root_proven=refused is None,
+            refused=refused,
         )
+
+    @classmethod
+    def given(cls, pid: int) -> ProcessTree:
+        """The tree of a pid the user named himself (`watch --pid`): that process and its descendants."""
+        return cls(pid)
 
     def _same(self, procs: dict[int, Proc], pid: int | None, start: int | None) -> bool:
         p = procs.get(pid) if pid is not None else None
@@ -221,12 +294,14 @@ class ProcessTree:
                     return below
         procs = self._scan()
         if procs is None:  # no /proc: the launched process alone stands for its group
+            if not self.root_proven or self.run_dir is not None:
+                return {}  # nothing read from a run directory can be proven without /proc
             return {self.root: Proc(self.root, 0, self.group or self.root, 0, "?", 0)} if _alive(self.root) else {}
         children: dict[int, list[int]] = {}
         for p in procs.values():
             children.setdefault(p.ppid, []).append(p.pid)
         waiter_here = self._same(procs, self.waiter, self.waiter_start)
-        root_here = self._same(procs, self.root, self.root_start)
+        root_here = self.root_proven and self._same(procs, self.root, self.root_start)
         seeds: list[int] = []
         if waiter_here and self.waiter is not None:
             seeds.extend(children.get(self.waiter, ()))
@@ -236,7 +311,11 @@ class ProcessTree:
         if self.marker is not None:
             needle = f"\0{ENV_ATTEMPT_ID}={self.marker}\0".encode()
             floor = self.root_start or 0
-            seeds.extend(pid for pid, p in procs.items() if p.start >= floor and _has_marker(pid, needle))
+            for pid, p in procs.items():
+                if p.start < floor or needle not in b"\0" + (environ(pid) or b""):
+                    continue
+                if self.run_dir is None or carries_marker(pid, self.run_dir, self.marker) is None:
+                    seeds.append(pid)
         found: set[int] = set()
         while seeds:
             pid = seeds.pop()

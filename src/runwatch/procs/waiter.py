@@ -78,7 +78,12 @@ def write_exit(run_dir: str, pid: int, status: int) -> None:
     rec = {"pid": pid, **describe(status), "time": round(time.time(), 3)}
     path = os.path.join(run_dir, EXIT)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    try:  # (a symlink planted at the temporary name is removed, never written through)
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(json.dumps(rec) + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -86,7 +91,9 @@ def write_exit(run_dir: str, pid: int, status: int) -> None:
 
 
 def _spawn(spec: dict[str, Any]) -> int:
-    out_fd = os.open(spec["stdout"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # stdout.log is this script's own stderr, opened by the launcher (no symlink, a regular file):
+    # never opened again by name, which someone could have replaced by a symlink meanwhile
+    out_fd = os.dup(2)
     null_fd = os.open(os.devnull, os.O_RDONLY)
     try:
         # setsid: the command leads a session and process group of its own (pgid == pid), so a

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, InvalidRunError
+from ..files import safeio
 from ..files.rundir import RunDir
 from ..files.schema import MAX_LINE_BYTES, open_regular, read_manifest
 
@@ -32,8 +33,6 @@ __all__ = ["Batch", "LogFollower", "ManifestFollower", "tail_lines", "READ_CHUNK
 # One read per poll of at most this many bytes: big enough that catching up on a 1 GB log takes a
 # few hundred reads, small enough that a batch of lines stays a few MB in memory.
 READ_CHUNK_BYTES = 4 * 1024 * 1024
-# Seeking back from the end for `tail_lines`: a train record is ~500 bytes, so 64 KiB holds ~100.
-_TAIL_CHUNK_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -166,8 +165,11 @@ class LogFollower:
         if self._fd is None:
             self._fd = open_regular(self.path, self.path)
         start = self.offset
-        want = min(st.st_size - start, max(self.chunk_bytes, self.max_line_bytes + 1))
-        data = os.pread(self._fd, want, start)
+        data = os.pread(self._fd, min(st.st_size - start, self.chunk_bytes), start)
+        if b"\n" not in data and start + len(data) < st.st_size and not self._skipping:
+            # a line longer than a chunk: read on to its end (at most the longest line allowed); a
+            # poll otherwise reads about `chunk_bytes`, which the page's per-pass bound counts on
+            data = os.pread(self._fd, min(st.st_size - start, self.max_line_bytes + 1), start)
         self._split(data, batch)
         # More complete lines may wait beyond this read: say so, and do not mark the size as seen,
         # so the next poll reads on at once. A lone uncommitted tail waits for the file to grow.
@@ -243,33 +245,7 @@ def tail_lines(path: str, n: int, max_line_bytes: int = MAX_LINE_BYTES) -> tuple
     """The last `n` complete lines of `path` (without newlines), read back from the end.
 
     Returns (lines, torn): `torn` is True when the file ends in a line without its newline (left
-    out). Reads about n lines' worth of bytes, whatever the file's size.
+    out). Reads about n lines' worth of bytes, whatever the file's size, and at most
+    `max_line_bytes * (n + 1)`, in linear time (`safeio.tail_lines`: a regular file only, never blocking).
     """
-    if n <= 0:
-        return [], False
-    with open(path, "rb") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return [], False
-        pos = size
-        buf = b""
-        torn = False
-        first = True
-        while pos > 0:
-            step = min(_TAIL_CHUNK_BYTES, pos)
-            pos -= step
-            f.seek(pos)
-            buf = f.read(step) + buf
-            if first:
-                torn = not buf.endswith(b"\n")
-                first = False
-            if buf.count(b"\n") > n or size - pos > max_line_bytes * (n + 1):
-                break
-        end = buf.rfind(b"\n")
-        if end < 0:
-            return [], torn
-        body = buf[:end]
-        parts = body.split(b"\n")
-        if pos > 0:
-            parts = parts[1:]  # the first part may be the end of a longer line
-        return [p for p in parts if p][-n:], torn
+    return safeio.tail_lines(path, n, max_line_bytes * (n + 1))

@@ -28,16 +28,20 @@ from ..errors import UsageError
 from ..files.journal import atomic_write_text
 from ..files.provenance import capture
 from ..files.rundir import ENV_ATTEMPT_ID, ENV_RUN_DIR, EXIT, LAUNCH_HEADER, STDOUT, RunDir
+from ..files.safeio import open_append
 from ..options import add_command_arguments, option_fields, split_command
 from ..procs import waiter
-from ..procs.process import launched_here
-from ..procs.proctree import start_ticks
+from ..procs.launched import not_launched
+from ..procs.process import launch_info, launched_here
+from ..procs.proctree import ProcessTree, start_ticks
+from ..procs.proctree import stop as stop_tree
 from ..reading.readers import TEXT_FORMATS, ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.target import NOT_RECORDED
 
 __all__ = [
     "launch",
+    "abandon",
     "watch_read",
     "reading_record",
     "LAUNCH_ENV",
@@ -58,17 +62,21 @@ LAUNCH_ENV = {
 }
 # The script that starts the command, waits for it and writes exit.json (run as a file, not imported).
 WAITER = os.path.abspath(waiter.__file__)  # run as a plain script (it imports nothing of runwatch)
+# A training launched moments ago whose launch cannot be recorded is stopped at once: a short grace.
+ABANDON_GRACE_SECONDS = 5.0
 
 
-def _start_waiter(spec: dict[str, Any], stderr_fd: int) -> dict[str, Any]:
-    """Start `waiter.py` with `spec` on its stdin; its one-line answer (`pid` and `waiter`, or `error`)."""
+def _start_waiter(spec: dict[str, Any], stderr_fd: int, marker: dict[str, str]) -> dict[str, Any]:
+    """Start `waiter.py` with `spec` on its stdin; its one-line answer (`pid` and `waiter`, or `error`).
+    The waiter's own environment carries the launch's `marker` too: that is how a later stop
+    proves it runwatch's (`procs.launched`)."""
     to_w, from_l = os.pipe()  # spec: launcher -> waiter
     from_w, to_l = os.pipe()  # answer: waiter -> launcher
     try:
         pid = os.posix_spawn(
             sys.executable,
             [sys.executable, "-I", "-S", WAITER],  # a plain script: no site-packages, no runwatch import
-            dict(os.environ),
+            {**os.environ, **marker},
             file_actions=[
                 (os.POSIX_SPAWN_DUP2, to_w, 0),
                 (os.POSIX_SPAWN_DUP2, to_l, 1),
@@ -124,7 +132,7 @@ def launch(
     except OSError as exc:
         raise UsageError(f"launch: cannot create {run_dir}: {exc.strerror or exc}") from None
     old = launched_here(run_dir)
-    if old is not None:
+    if old is not None and not_launched(run_dir, old) is None:  # (a pid runwatch did not launch is no reason)
         raise UsageError(f"launch: {run_dir}: the process {old} launched there is still running")
     attempt_id = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns():x}"
     added = dict(LAUNCH_ENV, **{ENV_RUN_DIR: run_dir, ENV_ATTEMPT_ID: attempt_id})
@@ -134,10 +142,14 @@ def launch(
     provenance = capture(argv=cmd)  # the launched command's code (git in the cwd it starts in)
     with contextlib.suppress(FileNotFoundError):  # how the previous attempt ended is in the journal
         os.unlink(os.path.join(run_dir, EXIT))
-    out_fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:  # no symlink followed, no FIFO or device: stdout.log is runwatch's own file
+        out_fd = open_append(out_path)
+    except OSError as exc:
+        raise UsageError(f"launch: cannot write {out_path}: {exc.strerror or exc}") from None
     try:
         os.write(out_fd, f"{LAUNCH_HEADER}{time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {' '.join(cmd)}\n".encode())
-        reply = _start_waiter({"cmd": list(cmd), "env": full_env, "stdout": out_path, "run_dir": run_dir}, out_fd)
+        spec = {"cmd": list(cmd), "env": full_env, "stdout": out_path, "run_dir": run_dir}
+        reply = _start_waiter(spec, out_fd, {ENV_RUN_DIR: run_dir, ENV_ATTEMPT_ID: attempt_id})
     finally:
         os.close(out_fd)
     if "error" in reply or type(reply.get("pid")) is not int:
@@ -162,9 +174,38 @@ def launch(
         "provenance": provenance,
         **(reading or {}),
     }
-    atomic_write_text(RunDir(run_dir).pid, f"{pid}\n")
-    atomic_write_text(RunDir(run_dir).launch, json.dumps(info, indent=2) + "\n")
+    for path, text in ((RunDir(run_dir).launch, json.dumps(info, indent=2) + "\n"), (RunDir(run_dir).pid, f"{pid}\n")):
+        try:
+            atomic_write_text(path, text)
+        except OSError as exc:  # a full disk, a deleted run directory: never leave the training unrecorded
+            exc.filename = exc.filename or path
+            raise UsageError(f"launch: {abandon(info, run_dir, exc)}") from None
     return info
+
+
+def abandon(
+    info: dict[str, Any] | None,
+    run_dir: str,
+    exc: OSError,
+    grace: float = ABANDON_GRACE_SECONDS,
+    pid: int | None = None,
+) -> str:
+    """Stop the process tree just launched (`info`: its launch record, in memory) because `exc`, a
+    write about it, failed; one line saying what failed and what was done. With `pid` (a
+    supervisor's current training), `info` counts only when it is of that pid; else launch.json
+    (an adopted training: what can be proven runwatch's)."""
+    if pid is not None and (info is None or info.get("pid") != pid):
+        info = launch_info(run_dir)
+    what = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc) or type(exc).__name__
+    if info is None or not isinstance(info.get("pid"), int) or start_ticks(info["pid"]) is None:
+        return f"cannot write {what}"
+    tree = ProcessTree.of_info(info, run_dir)
+    done = stop_tree(tree, grace) if tree is not None else None
+    pid = info.get("pid")
+    if done is not None and done.left:
+        return f"cannot write {what}; could not stop the process just launched: pid {pid} still runs"
+    how = f": {done.describe()}" if done is not None and done.count else " (it had already exited)"
+    return f"cannot write {what}; stopped the process just launched (pid {pid}){how}"
 
 
 def watch_read(read: ReadOptions) -> ReadOptions:

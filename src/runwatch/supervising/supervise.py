@@ -47,6 +47,7 @@ from ..judging.watchdog import Options, Verdict, Watcher, load_options
 from ..options import add_command_arguments, add_flags, given_options, split_command
 from ..procs import process as _proc
 from ..procs import proctree
+from ..procs.launched import not_launched, refusal
 from ..procs.waiter import reap, subreaper
 from ..reading.history import checkpoints, latest_checkpoint, rollback_target
 from ..reading.readers import ReadOptions, read_options
@@ -55,7 +56,7 @@ from ..reading.records import Session, load_sessions, resolve_target
 from ..reading.resume import RESUME_ENV
 from .deadman import DeadMan
 from .goodput import goodput, goodput_line
-from .launch import launch, reading_record, watch_read
+from .launch import abandon, launch, reading_record, watch_read
 from .notify import Notifier, mask_url
 from .preemption import PREEMPT_SIGNALS, StopSignals
 from .scheduler import SlurmJob, requeue
@@ -142,6 +143,7 @@ class Supervisor:
         self.deadman = DeadMan(url, self.opts.heartbeat_every) if url else None
         self.waiters: set[int] = set()  # the waiters of this supervisor's attempts, to reap
         self._lock_fd: int | None = None
+        self.launched: dict[str, Any] | None = None  # launch.json of the latest launch, kept in memory
 
     # --- the run directory ---------------------------------------------------------------------
 
@@ -220,7 +222,9 @@ class Supervisor:
         self.counters.stale_sessions = frozenset(b.session_id for b in beats.values())
         cmd = self._command(resumed=event != "launch" or self._continues())
         reap(self.waiters)
-        info = launch(self.run_dir, cmd, env=full, reading=reading_record(self.read, self.watch, "supervise"))
+        self.launched = info = launch(
+            self.run_dir, cmd, env=full, reading=reading_record(self.read, self.watch, "supervise")
+        )
         self.pid = info["pid"]
         if type(info.get("waiter")) is int:
             self.waiters.add(info["waiter"])
@@ -267,6 +271,8 @@ class Supervisor:
         if self.pid is None:
             return
         tree = proctree.ProcessTree.of_launch(self.run_dir, self.pid)
+        if tree is not None and not tree.root_proven and _proc.alive(self.pid):
+            self.log(f"runwatch supervise: {refusal(self.pid, RunDir(self.run_dir).pid, tree.refused or '?')}")
         done = proctree.stop(tree, self.stop_grace if grace is None else grace) if tree is not None else None
         if done is None or done.count == 0:
             return
@@ -474,7 +480,10 @@ class Supervisor:
         if ongoing is not None:
             self.counters = Counters.from_json(ongoing)
         pid = _proc.read_pid_file(RunDir(self.run_dir).pid)
-        if _proc.launched_here(self.run_dir) is not None and pid is not None:
+        if pid is not None and _proc.alive(pid) and (why := not_launched(self.run_dir, pid)) is not None:
+            self.log(f"runwatch supervise: {refusal(pid, RunDir(self.run_dir).pid, why, 'not adopted')}")
+            pid = None  # never adopted, never credited, never signalled
+        if pid is not None and _proc.launched_here(self.run_dir) is not None:
             info = _proc.launch_info(self.run_dir)
             command = info.get("command") if info is not None else None
             if command not in (self.cmd, self._command(resumed=True)):
@@ -503,7 +512,7 @@ class Supervisor:
             return None
         if ongoing is not None and ongoing.get("event") in ("verdict", "stop") and ongoing.get("kind"):
             # The supervisor was stopped between a verdict and its action: take the action up.
-            self.pid = ongoing.get("pid")
+            self.pid = ongoing["pid"] if _proc.valid_pid(ongoing.get("pid")) else None
             self.log(f"runwatch supervise: taking up the action on the recorded verdict {ongoing['kind']}")
             finding = Finding(
                 ongoing["kind"], ongoing.get("step") or 0, ongoing.get("message") or "", onset=ongoing.get("onset")
@@ -552,9 +561,7 @@ class Supervisor:
                     except OSError as exc:
                         self.log(f"runwatch supervise: could not write watchdog.json: {exc.strerror or exc}")
                     ended = _proc.read_exit(self.run_dir, self.pid) if self.pid is not None else None
-                    how = (
-                        None if ended is None else {"status": ended.status, "signal": ended.signal, "time": ended.time}
-                    )
+                    how = None if ended is None else {k: getattr(ended, k) for k in ("status", "signal", "time")}
                     lrt = self.watcher.last_record_time if self.watcher is not None else None
                     self._record("verdict", verdict, line=verdict.line(), exit=how, last_record_time=lrt)
                 code = self._act(verdict)
@@ -563,6 +570,8 @@ class Supervisor:
                 if self.signals.received is not None:
                     return self._interrupted()
                 verdict = None
+        except OSError as exc:  # a write failed (a full disk, the run directory deleted): no orphan left
+            raise UsageError("supervise: " + abandon(self.launched, self.run_dir, exc, pid=self.pid)) from None
         finally:
             self.signals.restore()
             if self._lock_fd is not None:

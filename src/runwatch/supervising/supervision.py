@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, UsageError
+from ..files import safeio
 from ..files.rundir import JOURNAL, LOCK, RunDir
 from ..options import FLAG, INT_0, NON_NEGATIVE, POSITIVE, TEXT, TEXTS, option, read_toml, validate
 from ..procs.process import alive
-from ..reading.follow import tail_lines
 from .notify import mask_url
 
 if TYPE_CHECKING:
@@ -62,6 +62,14 @@ ENDS = ("done", "gave_up", "preempted")
 # Below this much free space the run directory cannot take a checkpoint of even a small model: refuse
 # to start rather than launch a training that fails at its first save.
 MIN_FREE_BYTES = 16 * 2**20
+# The journal is read from its end, whatever anyone wrote into it: its last records (a record is
+# ~600 bytes, a week's supervision a few thousand of them) ...
+JOURNAL_READ_BYTES = 64 * 2**20
+# ... and, for its last record, its last few lines within 1 MiB.
+LAST_LINES = 8
+JOURNAL_TAIL_BYTES = 2**20
+# stdout.log's tail, for a notification: a traceback fits easily.
+STDOUT_TAIL_BYTES = 2**20
 # The lines of stdout.log searched for the last thing a program printed.
 OUTPUT_TAIL_LINES = 20
 
@@ -254,47 +262,29 @@ def journal_entry(
 
 
 def append(run_dir: str, rec: dict[str, Any]) -> None:
-    """Append `rec` to the journal as one line (strict JSON), in one write, and fsync it."""
-    line = json.dumps(rec, allow_nan=False) + "\n"
-    fd = os.open(os.path.join(run_dir, JOURNAL), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Append `rec` to the journal as one line (strict JSON), in one write, and fsync it; never
+    through a symlink, and after closing a torn last line (`safeio.append_line`). Raises OSError."""
+    safeio.append_line(os.path.join(run_dir, JOURNAL), (json.dumps(rec, allow_nan=False) + "\n").encode())
 
 
 def last_record(run_dir: str) -> dict[str, Any] | None:
-    """The last complete record of `supervise.jsonl`, read from the end; None when there is none."""
-    path = os.path.join(run_dir, JOURNAL)
+    """The last readable record of `supervise.jsonl` (of its last few lines), read from the end;
+    None when there is none."""
     try:
-        lines, _ = tail_lines(path, 1)
+        lines, _ = safeio.tail_lines(os.path.join(run_dir, JOURNAL), LAST_LINES, JOURNAL_TAIL_BYTES)
     except OSError:
         return None
-    try:
-        rec = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        return None
-    return rec if isinstance(rec, dict) else None
+    for raw in reversed(lines):
+        rec = safeio.loads_object(raw)
+        if rec is not None:
+            return rec
+    return None
 
 
 def read_journal(run_dir: str) -> list[dict[str, Any]]:
-    """Every complete record of `supervise.jsonl` in order ([] when there is none); a line that is
-    not a JSON object (a torn last line) is left out."""
-    try:
-        with open(os.path.join(run_dir, JOURNAL), "rb") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return []
-    out = []
-    for raw in lines:
-        try:
-            rec = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    """Every complete record of `supervise.jsonl` in order (of its last `JOURNAL_READ_BYTES`; []
+    when there is none); a line that is not a JSON object (a torn last line, garbage) is left out."""
+    return safeio.read_records(os.path.join(run_dir, JOURNAL), JOURNAL_READ_BYTES).records
 
 
 def lock_run_dir(d: str) -> int:
@@ -308,8 +298,8 @@ def lock_run_dir(d: str) -> int:
     if not os.path.isdir(d):
         raise UsageError(f"supervise: {d}: not a directory")
     path = os.path.join(d, LOCK)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:  # runwatch's own lock file, never a symlink or a file it did not create (safeio.open_lock)
+        fd, _created = safeio.open_lock(path)
     except OSError as exc:
         raise UsageError(f"supervise: cannot write to {d}: {exc.strerror or exc}") from None
     try:
@@ -362,7 +352,7 @@ def supervise_status(run_dir: str) -> dict[str, Any] | None:
 def stdout_tail(run_dir: str, n: int) -> list[str]:
     """The last `n` lines of RUN_DIR/stdout.log (each cut at 300 characters)."""
     try:
-        lines, _ = tail_lines(RunDir(run_dir).stdout, n)
+        lines, _ = safeio.tail_lines(RunDir(run_dir).stdout, n, STDOUT_TAIL_BYTES)
     except OSError:
         return ["(no stdout.log)"]
     return [raw.decode("utf-8", "replace")[:300] for raw in lines]

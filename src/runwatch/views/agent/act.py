@@ -20,8 +20,11 @@ import sys
 import time
 
 from ...errors import UsageError
-from ...files.rundir import LOCK, RunDir
+from ...files.rundir import JOURNAL, LOCK, PID, RunDir
+from ...files.safeio import inside, open_append
 from ...procs import process as _proc
+from ...procs.launched import not_launched, not_supervisor, refusal
+from ...procs.proctree import start_ticks
 from ...reading.follow import tail_lines
 from ...reading.records import resolve_target
 from ...supervising.supervise import supervise_status, supervisor_from_args
@@ -54,13 +57,24 @@ def launch_supervised(tools: Tools, run_dir: str, command: list[str], options: l
         supervisor_from_args(args)
     except UsageError as exc:
         raise UsageError(f"launch_supervised: {exc}") from None
+    # (after the parse, which fills `args` from the words up to `--`)
+    for flag in ("log", "done"):  # the files an option names stay inside the run directory, as every path does
+        value = getattr(args, flag, None)
+        if isinstance(value, str) and value:
+            tools.path("launch_supervised", f"--{flag}", os.path.join(path, value), must_exist=False)
+            if not inside(path, os.path.join(path, value), real=False):
+                raise UsageError(f"launch_supervised: --{flag} {value}: must be a path inside {tools.rel(path)}")
     live = live_supervisor(path) if os.path.isdir(path) else None
+    live = live if live is not None and not_supervisor(path, live) is None else None  # (a forged pid is none)
     if live is not None:
         raise UsageError(f"launch_supervised: {tools.rel(path)}: supervisor {live} is already running there")
     os.makedirs(path, exist_ok=True)
     argv = [sys.executable, "-m", "runwatch", "supervise", path, *opts, "--", *command]
     log_path = os.path.join(path, SUPERVISE_LOG)
-    out_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:  # supervise.log: runwatch's own file, never written through a symlink
+        out_fd = open_append(log_path)
+    except OSError as exc:
+        raise UsageError(f"launch_supervised: cannot write {tools.rel(path)}/{SUPERVISE_LOG}: {exc}") from None
     null_fd = os.open(os.devnull, os.O_RDONLY)
     try:
         # setsid: its own session, so the client's teardown of the server's group leaves it running
@@ -113,16 +127,33 @@ def _last_line(path: str) -> str:
 
 def stop_run(tools: Tools, run: str) -> Result:
     """Stop the run's supervisor and its training's process tree (or, unsupervised, the training);
-    once they have exited, the run's final status (`run_status`'s result) and what was stopped."""
+    once they have exited, the run's final status (`run_status`'s result) and what was stopped.
+    Only what runwatch can prove it started is signalled (`procs.launched`): a supervisor that
+    holds the run's lock, a training whose start time and environment marker are launch.json's;
+    any other pid named in the run directory is refused, by name, and nothing is signalled."""
     path = tools.path("stop_run", "run", run)
     run_dir = resolve_target(path).run_dir
     done: list[str] = []
-    sup = live_supervisor(run_dir)
+    refused: list[str] = []
+    sup, where = live_supervisor(run_dir), os.path.join(tools.rel(run_dir), LOCK)
     if sup is not None:
-        done.append(_stop_supervisor(sup, run_dir))
+        why = not_supervisor(run_dir, sup)
+        if why is None:
+            done.append(_stop_supervisor(sup, run_dir))
+        else:
+            recorded = supervise_status(run_dir)
+            if recorded is not None and recorded["supervisor_pid"] == sup:
+                where = os.path.join(tools.rel(run_dir), JOURNAL)
+            refused.append(refusal(sup, where, why))
     pid = _proc.read_pid_file(RunDir(run_dir).pid)
     if pid is not None and _proc.alive(pid):  # unsupervised, or left behind by a killed supervisor
-        done.append(_proc.stop(pid, run_dir, why="stop_run"))
+        why = not_launched(run_dir, pid)
+        if why is None:
+            done.append(_proc.stop(pid, run_dir, why="stop_run"))
+        else:
+            refused.append(refusal(pid, os.path.join(tools.rel(run_dir), PID), why))
+    if refused:
+        raise UsageError("stop_run: " + "; ".join([*done, *refused]))
     if not done:
         done.append("nothing was running")
     _, st = tools.run_status(run)  # the final status, as run_status gives it
@@ -131,7 +162,9 @@ def stop_run(tools: Tools, run: str) -> Result:
 
 def _stop_supervisor(pid: int, run_dir: str) -> str:
     """SIGINT the supervisor (it stops the training's tree and journals `gave_up`); wait for it to
-    exit; SIGKILL it when it has not within the training's stop grace plus a margin."""
+    exit; SIGKILL it when it has not within the training's stop grace plus a margin (and is still
+    the process that held the lock: same start time)."""
+    ticks = start_ticks(pid)
     try:
         os.kill(pid, signal.SIGINT)
     except ProcessLookupError:
@@ -144,6 +177,8 @@ def _stop_supervisor(pid: int, run_dir: str) -> str:
                 f" (journal: {last['event']})" if last else ""
             )
         time.sleep(0.1)
+    if ticks is None or start_ticks(pid) != ticks:
+        return f"supervisor {pid} exited"
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["MAX_RESULT_BYTES", "strict", "fit", "result_bytes"]
@@ -42,14 +43,28 @@ def _text(obj: Any) -> str:
     return json.dumps(obj, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
-def result_bytes(text: str) -> int:
-    """What a result whose JSON text is `text` weighs as an MCP answer: the text, its copy as a
-    JSON string, the envelope."""
+def result_bytes(text: str, doc: Any = None) -> int:
+    """What a result whose JSON text is `text` (of `doc`) weighs as an MCP answer: the text as a
+    JSON string, the structured copy, the envelope. Measured as the SDK writes them (pydantic's
+    serializer: `6e-05` becomes `0.00006`, a few bytes longer) when it is installed, so that the
+    bound holds as the client measures it; else as the standard library writes them."""
+    wire = _wire()
+    if wire is not None and doc is not None:
+        return len(wire(text)) + len(wire(doc)) + ENVELOPE_BYTES
     return len(text.encode()) + len(json.dumps(text, ensure_ascii=False).encode()) + ENVELOPE_BYTES
 
 
+def _wire() -> Callable[[Any], bytes] | None:
+    """pydantic's JSON serializer (what the MCP SDK writes with), or None where it is not installed."""
+    try:
+        from pydantic_core import to_json
+    except ImportError:
+        return None
+    return to_json
+
+
 def _fits(obj: Any, limit: int) -> bool:
-    return result_bytes(_text(obj)) <= limit
+    return result_bytes(_text(obj), obj) <= limit
 
 
 def fit(

@@ -7,15 +7,20 @@ Each tool is a thin binding: it validates nothing itself beyond what the SDK doe
 hints, calls `Tools` (or `act`), and answers a `CallToolResult` whose text block is the result's
 JSON and whose structured content is the same object (both within the 8 KB bound). A refusal or a
 run error (any `RunwatchError`) is an error result (`isError`) of one line; anything unexpected is
-one line too, never a traceback, and the server keeps serving. `wait_for_verdict` is the one
-asynchronous tool: it polls two small files four times a second (their stat; a re-read only when
-they change, and a liveness re-check every few seconds) and never holds a worker thread.
+one line too, never a traceback, and the server keeps serving. The synchronous tools run in the
+SDK's worker threads. `wait_for_verdict` is asynchronous: it polls two small files four times a
+second (their stat; a re-read only when they change, and a liveness re-check every few seconds),
+each look in a worker thread, so that nothing a run directory holds can stop the event loop.
+`check_run` replays in a child process, killed at its `timeout_s` or when the call is cancelled.
 Needs `runwatch[mcp]`; imported only when `runwatch mcp` runs.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -26,7 +31,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from ...errors import RunwatchError
+from ...errors import RunwatchError, UsageError
 from ...version import __version__
 from . import act
 from .bound import fit
@@ -44,6 +49,17 @@ WAIT_RECHECK_SECONDS = 2.0
 WAIT_PROGRESS_SECONDS = 15.0
 # An error result is one line; a message that would flood the context (a huge path) is cut.
 MAX_ERROR_CHARS = 1000
+# check_run's time bound (`timeout_s`): its default, and the most it may be set to.
+CHECK_SECONDS = 60.0
+MAX_CHECK_SECONDS = 600.0
+# An option list (or a command) holds at most this many strings of at most this many characters:
+# a real command line has a few dozen; 40,000 took the parser seconds.
+MAX_OPTIONS = 256
+MAX_OPTION_CHARS = 4096
+# plan_run's numbers: beyond these no projection means anything (and a float would overflow).
+MAX_PLAN_SAMPLES = 10**15
+MAX_PLAN_EPOCHS = 1e6
+MAX_PLAN_WINDOW_SECONDS = 1e9
 
 INSTRUCTIONS = (
     "runwatch supervises long training runs. Check in with run_status (short), never read a whole log: "
@@ -79,6 +95,8 @@ def _answer(tool: str, call: Callable[[], Result]) -> CallToolResult:
         return _error(str(exc))
     except SystemExit:  # argparse asked to exit (a help flag slipped through): not the server's end
         return _error(f"{tool}: the options asked for help or a version; give options only")
+    except (OverflowError, RecursionError) as exc:  # a number too large for a float, a nested bomb
+        return _error(f"{tool}: an argument is out of range: {exc}")
     except Exception as exc:  # noqa: BLE001 - the server must keep serving; the client gets one line
         _log.error("runwatch mcp: %s failed: %s: %s", tool, type(exc).__name__, exc)
         return _error(f"{tool}: internal error: {type(exc).__name__}: {exc}")
@@ -110,7 +128,7 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         """A short check-in on one run (`runwatch status --json`): step, loss, rate, ETA, process, the
         watchdog's verdict with its class and onset (or whether a watch runs), warnings, supervision.
         `options` say how to read a log runwatch did not write (--format, --pattern, --run, --map)."""
-        return _answer("run_status", lambda: tools.run_status(run, options))
+        return _answer("run_status", lambda: tools.run_status(run, _bounded("run_status", options)))
 
     @server.tool(annotations=read_only)
     def tail_records(
@@ -121,15 +139,22 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         """The last n records of a run's log in minimal-telemetry keys (step, t, loss, lr, grad_norm,
         sps, eval_loss, eval_<metric>), whatever its format; read from the end, not the whole log.
         `options` as run_status takes them (--format, --pattern, --run, --map)."""
-        return _answer("tail_records", lambda: tools.tail_records(run, n, options))
+        return _answer("tail_records", lambda: tools.tail_records(run, n, _bounded("tail_records", options)))
 
     @server.tool(annotations=read_only)
-    def check_run(run: Run, options: Options = None) -> CallToolResult:
+    async def check_run(
+        run: Run,
+        options: Options = None,
+        timeout_s: Annotated[
+            float, Field(description=f"seconds the replay may take at most (default 60, at most {MAX_CHECK_SECONDS:g})")
+        ] = CHECK_SECONDS,
+    ) -> CallToolResult:
         """Replay the watchdog's rules over a run's log as it stands (`runwatch check --json`): every
         finding with kind, class, step, onset and message, the verdict line, and `exit`, check's exit
         status (0 clean, 7 findings, or what --exit-code CLASS=N sets). `options` are the watch's rule
-        options (e.g. --chance-loss 0.693, --map loss=train/loss)."""
-        return _answer("check_run", lambda: tools.check_run(run, options))
+        options (e.g. --chance-loss 0.693, --map loss=train/loss). Stops at `timeout_s` and when the
+        call is cancelled."""
+        return await _check(tools, run, options, timeout_s)
 
     @server.tool(annotations=read_only)
     async def wait_for_verdict(
@@ -162,7 +187,12 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
     ) -> CallToolResult:
         """Project a long run's time from a bench or a short run (`runwatch plan`): fits (exit 0), does
         not fit (1, with the `runwatch subsample` command that fits) or cannot project (2, and why)."""
-        return _answer("plan_run", lambda: tools.plan_run(samples, window, run, bench, epochs))
+
+        def planned() -> Result:
+            _plan_numbers(samples, epochs, window)
+            return tools.plan_run(samples, window, run, bench, epochs)
+
+        return _answer("plan_run", planned)
 
     if act_tools:
         acting = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
@@ -180,7 +210,15 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
             """Start `runwatch supervise RUN_DIR [options] -- command` in its own session (it outlives
             this server): it relaunches on transient faults, rolls back on divergence, stops on fatal
             ones. Returns its pid and the run directory; then call wait_for_verdict."""
-            return _answer("launch_supervised", lambda: act.launch_supervised(tools, run_dir, command, options))
+            return _answer(
+                "launch_supervised",
+                lambda: act.launch_supervised(
+                    tools,
+                    run_dir,
+                    _bounded("launch_supervised", command, "command") or [],
+                    _bounded("launch_supervised", options),
+                ),
+            )
 
         @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False))
         def stop_run(run: Run) -> CallToolResult:
@@ -204,18 +242,19 @@ async def _wait(tools: Tools, run: str, timeout_s: float, ctx: Context) -> CallT
 
 
 async def _waited(tools: Tools, run: str, timeout_s: float, ctx: Context) -> dict[str, Any]:
-    run_dir, state = tools.wait_state(run)
+    # every look at the run's files runs in a worker thread: the event loop serves other calls meanwhile
+    run_dir, state = await anyio.to_thread.run_sync(tools.wait_state, run)
     timeout = min(max(0.0, timeout_s), MAX_WAIT_SECONDS) if timeout_s == timeout_s else 0.0  # NaN: 0
     start = time.monotonic()
-    seen = files_signature(run_dir)
+    seen = await anyio.to_thread.run_sync(files_signature, run_dir)
     judged = reported = start
     while state["state"] == "watching" and time.monotonic() - start < timeout:
         await anyio.sleep(min(WAIT_POLL_SECONDS, max(0.0, timeout - (time.monotonic() - start))))
         now = time.monotonic()
-        sig = files_signature(run_dir)
+        sig = await anyio.to_thread.run_sync(files_signature, run_dir)
         if sig != seen or now - judged >= WAIT_RECHECK_SECONDS:
             seen, judged = sig, now
-            state = watch_state(run_dir)
+            state = await anyio.to_thread.run_sync(watch_state, run_dir)
         if now - reported >= WAIT_PROGRESS_SECONDS:
             reported = now
             await ctx.report_progress(now - start, timeout, "waiting for a verdict")
@@ -227,6 +266,93 @@ async def _waited(tools: Tools, run: str, timeout_s: float, ctx: Context) -> dic
     if timeout != timeout_s:
         doc["clamped"] = f"timeout_s {timeout_s!r} clamped to {timeout:g}"
     return doc
+
+
+def _bounded(tool: str, values: list[str] | None, what: str = "options") -> list[str] | None:
+    """`values` (an option list, a command) when within `MAX_OPTIONS` strings of `MAX_OPTION_CHARS`
+    each; else a UsageError of one line naming the tool."""
+    if values is None:
+        return None
+    if len(values) > MAX_OPTIONS:
+        raise UsageError(f"{tool}: {what}: at most {MAX_OPTIONS} strings, got {len(values)}")
+    for v in values:
+        if isinstance(v, str) and len(v) > MAX_OPTION_CHARS:
+            raise UsageError(f"{tool}: {what}: a string of at most {MAX_OPTION_CHARS} characters, got {len(v)}")
+    return values
+
+
+def _plan_numbers(samples: int, epochs: float, window: str | float) -> None:
+    """plan_run's numbers, within what a projection can use; a UsageError of one line otherwise."""
+    if not 1 <= samples <= MAX_PLAN_SAMPLES:
+        raise UsageError(f"plan_run: samples must be an int from 1 to {MAX_PLAN_SAMPLES:.0e}, got {samples}")
+    if not 0 < epochs <= MAX_PLAN_EPOCHS:  # (NaN fails too)
+        raise UsageError(f"plan_run: epochs must be > 0 and at most {MAX_PLAN_EPOCHS:g}, got {epochs}")
+    if isinstance(window, str) and len(window) > MAX_OPTION_CHARS:
+        raise UsageError(f"plan_run: window: at most {MAX_OPTION_CHARS} characters, got {len(window)}")
+    if isinstance(window, float) and not 0 < window <= MAX_PLAN_WINDOW_SECONDS:
+        raise UsageError(f"plan_run: window must be > 0 and at most {MAX_PLAN_WINDOW_SECONDS:g} seconds, got {window}")
+
+
+# check_run replays in a child process, which a timeout or a cancelled call kills: a thread could not be stopped.
+_CHECK_CHILD = """
+import json, sys
+from runwatch.errors import RunwatchError
+from runwatch.views.agent.tools import Tools
+root, run, options = json.loads(sys.stdin.read())
+try:
+    text, _ = Tools(root).check_run(run, options)
+except RunwatchError as exc:
+    text = json.dumps({"error": " ".join(str(exc).split())})
+except (OverflowError, RecursionError, SystemExit) as exc:
+    text = json.dumps({"error": f"check_run: cannot replay: {type(exc).__name__}: {exc}"})
+sys.stdout.write(text)
+"""
+
+
+async def _check(tools: Tools, run: str, options: list[str] | None, timeout_s: float) -> CallToolResult:
+    """check_run: `Tools.check_run` in a child process, killed at `timeout_s` or when the call is cancelled."""
+    try:
+        opts = _bounded("check_run", options)
+        await anyio.to_thread.run_sync(tools.path, "check_run", "run", run)  # refused at once when outside ROOT
+    except RunwatchError as exc:
+        return _error(str(exc))
+    timeout = min(max(0.0, timeout_s), MAX_CHECK_SECONDS) if timeout_s == timeout_s else 0.0  # NaN: 0
+    env = dict(os.environ)
+    src = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # where runwatch is imported from
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    proc = await anyio.open_process(
+        [sys.executable, "-c", _CHECK_CHILD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    out = b""
+    try:
+        with anyio.move_on_after(timeout) as scope:
+            if proc.stdin is not None:
+                await proc.stdin.send(json.dumps([tools.root, run, opts]).encode())
+                await proc.stdin.aclose()
+            if proc.stdout is not None:
+                async for chunk in proc.stdout:
+                    out += chunk
+            await proc.wait()
+    finally:
+        if proc.returncode is None:  # the timeout, or the client cancelled: the replay stops now
+            proc.kill()
+            with anyio.CancelScope(shield=True):
+                await proc.wait()
+    if scope.cancelled_caught:
+        return _error(f"check_run: {run}: the replay took longer than {timeout:g} s (timeout_s); stopped")
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        return _error(f"check_run: {run}: the replay ended without a result (exit status {proc.returncode})")
+    if not isinstance(doc, dict):
+        return _error(f"check_run: {run}: the replay ended without a result")
+    if set(doc) == {"error"}:
+        return _error(str(doc["error"]))
+    return CallToolResult(content=[TextContent(type="text", text=out.decode())], structured_content=doc)
 
 
 def serve_stdio(root: str, *, act_tools: bool = False) -> None:

@@ -28,8 +28,9 @@ import threading
 import time
 from typing import Any
 
-from ...errors import InsufficientRunError, UsageError
-from ...files.rundir import JOURNAL
+from ...errors import InsufficientRunError, InvalidRunError, RunwatchError, UsageError
+from ...files.rundir import JOURNAL, SIDE_FILES
+from ...files.safeio import escaping
 from ...judging.verdict import exit_status
 from ...options import Parser
 from ...reading.readers import ReadOptions, read_options
@@ -111,7 +112,22 @@ class Tools:
             raise UsageError(f"{tool}: {value}: outside {self.root}")
         if must_exist and not os.path.lexists(full):
             raise UsageError(f"{tool}: {value}: no such run under {self.root}")
+        self.confined(tool, full)
         return full
+
+    def confined(self, tool: str, path: str) -> None:
+        """Refuse a run whose side files (watchdog.json, supervise.jsonl, stdout.log, heartbeats, ...)
+        or log lead outside ROOT through a symlink: every file a tool opens stays inside ROOT."""
+        run_dir = path if os.path.isdir(path) else os.path.dirname(path)
+        out = escaping(self.root, run_dir, SIDE_FILES)
+        if out is None and os.path.isdir(path):
+            try:
+                log = resolve_target(path).log_path
+            except (RunwatchError, OSError):
+                log = None
+            out = os.path.relpath(log, run_dir) if log is not None and not inside(self.root, log) else None
+        if out is not None:
+            raise UsageError(f"{tool}: {self.rel(run_dir)}/{out} leads outside {self.root}: refused")
 
     def rel(self, path: str) -> str:
         """`path` as the tools name it: relative to ROOT, "/" separated ("." for ROOT itself)."""
@@ -125,7 +141,9 @@ class Tools:
         if not os.path.isdir(base):
             raise UsageError(f"list_runs: {under}: not a folder")
         real = os.path.realpath(base)
-        with self._list_lock:
+        if not self._list_lock.acquire(timeout=LIST_READ_SECONDS * 2):  # never queued behind a stuck call for good
+            raise UsageError("list_runs: another list_runs is still reading the runs; try again")
+        try:
             catalog = self._catalogs.get(real)
             if catalog is None:
                 catalog = self._catalogs[real] = Catalog(real)
@@ -135,9 +153,13 @@ class Tools:
             while catalog.refresh() and time.monotonic() < deadline:
                 pass
             summaries = catalog.summaries()
+        finally:
+            self._list_lock.release()
         alone = run_target(real) is not None  # the folder is itself a run: listed alone, under its own name
         rows = [self._row(real if alone else os.path.join(real, s["path"]), s) for s in summaries]
         doc: dict[str, Any] = {"under": self.rel(real), "total": len(rows), "runs": rows[:MAX_LIST_RUNS]}
+        if catalog.refused:  # runs whose side files lead outside ROOT: named, never read
+            doc["refused"] = catalog.refused[:MAX_LIST_RUNS]
         return fit(doc, cut="runs", total=len(rows))
 
     def _row(self, path: str, s: Any) -> dict[str, Any]:
@@ -178,8 +200,11 @@ class Tools:
         read, maps = self.reading("run_status", path, options)
         doc: dict[str, Any] = {"run": self.rel(path), **status(path, gpus=True, read=read, maps=maps)}
         view = SupervisionView(os.path.join(doc["run_dir"], JOURNAL))
-        view.refresh()
-        facts = view.facts()
+        try:
+            view.refresh()
+        except InvalidRunError:  # a FIFO, a device, a directory: skipped, with a note
+            doc["supervision"] = {"error": f"{JOURNAL} is not a regular file"}
+        facts = view.facts() if "supervision" not in doc else None
         if facts is not None:
             shown = dict(facts)
             shown["attempts"] = facts["attempts"][-STATUS_ATTEMPTS:]

@@ -17,8 +17,10 @@ import os
 import time
 from typing import Any
 
+from ...errors import InvalidRunError
 from ...files.rundir import JOURNAL, LOCK
 from ...judging.verdict import Verdict
+from ...procs.launched import not_supervisor
 from ...procs.process import alive, read_pid_file
 from ...supervising.supervise import supervise_status
 from ...supervising.supervision import ENDS
@@ -58,7 +60,10 @@ def live_supervisor(run_dir: str, supervision: dict[str, Any] | None = None) -> 
 def _journal_end(run_dir: str) -> dict[str, Any]:
     """The journal's last record (`done`, `gave_up` or `preempted`), read as the run page reads the journal."""
     view = SupervisionView(os.path.join(run_dir, JOURNAL))
-    view.refresh()
+    try:
+        view.refresh()
+    except InvalidRunError:  # not a regular file: no end to read
+        return {}
     facts = view.facts()
     return facts["last_event"] if facts is not None and facts["last_event"] is not None else {}
 
@@ -93,6 +98,8 @@ def watch_state(run_dir: str, now: float | None = None) -> dict[str, Any]:
     sup = supervise_status(run_dir)
     watchdog = watchdog_facts(run_dir, now)
     pid = live_supervisor(run_dir, sup)
+    if pid is not None and not_supervisor(run_dir, pid) is not None:
+        pid = None  # a pid written into the journal or the lock, not a supervisor holding the run
     if pid is not None:
         return {
             "state": "watching",

@@ -28,6 +28,8 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from ...errors import InvalidRunError
+from ...files.rundir import SIDE_FILES
+from ...files.safeio import escaping
 from .export import csv_chunks
 from .runs import RunDetail, RunSummary, RunView, find_runs
 
@@ -57,6 +59,12 @@ _ORDER = {"anomaly": 0, "error": 1, "stale": 2, "watching": 3, "none": 4, "ok": 
 MAX_COMPARE = 50
 # CSV exports read whole logs in request threads: at most this many at once, the others wait.
 MAX_EXPORTS = 2
+# ... and one a client; a request waits at most this long for a slot (then 503) ...
+MAX_EXPORTS_PER_CLIENT = 1
+EXPORT_WAIT_SECONDS = 10.0
+# ... a client that does not take a chunk within this is cut off, and so is an export past the last.
+EXPORT_SEND_SECONDS = 30.0
+EXPORT_SECONDS = 600.0
 
 
 def is_loopback(host: str) -> bool:
@@ -83,11 +91,19 @@ class Catalog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.passes = 0  # reader passes over every run so far
+        self.refused: list[str] = []  # the runs not read, and why (a side file leading out of the folder)
         self.scan()
 
     def scan(self) -> None:
         """List the folder again: add new runs, drop those gone."""
         found = dict(find_runs(self.root))
+        refused = []
+        for rel, target in list(found.items()):  # every file a run's view opens stays inside the folder
+            out = escaping(self.root, target.run_dir, SIDE_FILES)
+            if out is not None:
+                refused.append(f"{rel}: {out} leads outside {self.root}: not read")
+                del found[rel]
+        self.refused = refused
         with self._lock:
             for rel in [r for r in self._runs if r not in found]:
                 del self._runs[rel]
@@ -265,7 +281,8 @@ class Handler(BaseHTTPRequestHandler):
                 head,
             )
         elif path == "/api/runs":
-            self._send(200, to_json({"root": catalog.root, "runs": catalog.summaries()}), "application/json", head)
+            doc = {"root": catalog.root, "runs": catalog.summaries(), "refused": catalog.refused}
+            self._send(200, to_json(doc), "application/json", head)
         elif path in ("/compare", "/api/compare"):
             query = urlsplit(self.path).query
             names = [n for n in parse_qs(query, keep_blank_values=False).get("run", []) if n]
@@ -301,33 +318,54 @@ class Handler(BaseHTTPRequestHandler):
             self._not_found(head)
 
     def _export(self, view: RunView, head: bool) -> None:
-        """The run's CSV, streamed (chunked) from its log as `export.csv_chunks` reads it."""
-        with self.server.exports:
-            try:
-                chunks = csv_chunks(view.target, view.opts.maps)  # the first pass: columns and cuts
-            except (InvalidRunError, OSError) as exc:
-                text = f"422 {view.rel}: cannot export: {getattr(exc, 'strerror', None) or exc}\n"
-                self._send(422, text.encode(), "text/plain; charset=utf-8", head)
-                return
-            name = (view.rel.rstrip("/").rsplit("/", 1)[-1] or "run") + ".csv"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/csv; charset=utf-8")
-            self.send_header("Content-Disposition", f"attachment; filename*=UTF-8''{quote(name)}")
-            self.send_header("Cache-Control", "no-store")
-            for k, v in SECURITY_HEADERS.items():
-                self.send_header(k, v)
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            if head:
+        """The run's CSV, streamed (chunked) from its log as `export.csv_chunks` reads it; at most
+        `MAX_EXPORTS` at once and one a client (503 and 429 after `EXPORT_WAIT_SECONDS`: a client
+        that never reads holds no slot for long), each written within `EXPORT_SEND_SECONDS` a chunk and
+        `EXPORT_SECONDS` in all, else cut."""
+        client = self.client_address[0] if isinstance(self.client_address, tuple) else str(self.client_address)
+        if not self.server.exporting(client, +1):
+            self._send(429, b"429 one CSV export at a time per client\n", "text/plain; charset=utf-8", head)
+            return
+        try:
+            if not self.server.exports.acquire(timeout=EXPORT_WAIT_SECONDS):
+                self._send(503, b"503 every CSV export slot is busy; try again\n", "text/plain; charset=utf-8", head)
                 return
             try:
-                for chunk in chunks:
-                    if chunk:  # an empty chunk would end the body
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            except (InvalidRunError, OSError):
-                self.close_connection = True  # no final chunk: the client sees a cut transfer, not a short CSV
-                return
+                self.connection.settimeout(EXPORT_SEND_SECONDS)
+                self._stream_csv(view, head)
+            finally:
+                self.server.exports.release()
+        finally:
+            self.server.exporting(client, -1)
+
+    def _stream_csv(self, view: RunView, head: bool) -> None:
+        try:
+            chunks = csv_chunks(view.target, view.opts.maps)  # the first pass: columns and cuts
+        except (InvalidRunError, OSError) as exc:
+            text = f"422 {view.rel}: cannot export: {getattr(exc, 'strerror', None) or exc}\n"
+            self._send(422, text.encode(), "text/plain; charset=utf-8", head)
+            return
+        name = (view.rel.rstrip("/").rsplit("/", 1)[-1] or "run") + ".csv"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/csv; charset=utf-8")
+        self.send_header("Content-Disposition", f"attachment; filename*=UTF-8''{quote(name)}")
+        self.send_header("Cache-Control", "no-store")
+        for k, v in SECURITY_HEADERS.items():
+            self.send_header(k, v)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if head:
+            return
+        end = time.monotonic() + EXPORT_SECONDS
+        try:
+            for chunk in chunks:
+                if time.monotonic() > end:
+                    raise TimeoutError(f"the export took longer than {EXPORT_SECONDS:g} s")
+                if chunk:  # an empty chunk would end the body
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
             self.wfile.write(b"0\r\n\r\n")
+        except (InvalidRunError, OSError):
+            self.close_connection = True  # no final chunk: the client sees a cut transfer, not a short CSV
 
 
 class Server(ThreadingHTTPServer):
@@ -350,9 +388,27 @@ class Server(ThreadingHTTPServer):
         self.loopback = is_loopback(host)
         self.verbose = verbose
         self.exports = threading.BoundedSemaphore(MAX_EXPORTS)
+        self._exporting: dict[str, int] = {}  # exports under way, by client address
+        self._exporting_lock = threading.Condition()
         files = resources.files("runwatch.views.serve") / "static"
         self.static = {name: (files / name).read_bytes() for name, _ in STATIC_FILES.values()}
         super().__init__((host.strip("[]"), port), Handler)
+
+    def exporting(self, client: str, delta: int) -> bool:
+        """Count an export of `client` in (+1: waiting up to `EXPORT_WAIT_SECONDS` while it has
+        `MAX_EXPORTS_PER_CLIENT` already, then False) or out (-1)."""
+        with self._exporting_lock:
+            if delta > 0 and not self._exporting_lock.wait_for(
+                lambda: self._exporting.get(client, 0) < MAX_EXPORTS_PER_CLIENT, timeout=EXPORT_WAIT_SECONDS
+            ):
+                return False
+            n = self._exporting.get(client, 0) + delta
+            if n > 0:
+                self._exporting[client] = n
+            else:
+                self._exporting.pop(client, None)
+            self._exporting_lock.notify_all()
+            return True
 
     @property
     def url(self) -> str:

@@ -13,10 +13,10 @@ adds) is left out, not an error. Standard library only.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, TypedDict
 
+from ...files.safeio import loads_object
 from ...reading.follow import LogFollower
 from ...supervising.supervision import ENDS
 
@@ -97,6 +97,7 @@ class SupervisionView:
         self.last: dict[str, Any] | None = None
         self.moves: list[Move] = []
         self.error: str | None = None
+        self.unreadable = 0  # lines that are no supervisor record (the last one is named in `error`)
 
     def refresh(self) -> bool:
         """Read the journal's new lines; True when something changed. InvalidRunError when the
@@ -118,13 +119,11 @@ class SupervisionView:
                 changed = True
                 if not raw.strip():
                     continue
-                try:
-                    rec = json.loads(raw, parse_constant=str)  # NaN stays text: the page's JSON is strict
-                except (ValueError, RecursionError) as exc:
-                    self.error = f"{name}:{lineno}: malformed JSON: {getattr(exc, 'msg', exc)}"
-                    continue
-                if not isinstance(rec, dict) or not isinstance(rec.get("event"), str):
-                    self.error = f"{name}:{lineno}: not a supervisor record"
+                rec = loads_object(raw)  # strictly: NaN, a nested bomb, invalid UTF-8 are unreadable
+                if rec is None or not isinstance(rec.get("event"), str):
+                    self.unreadable += 1
+                    more = f" ({self.unreadable} in all)" if self.unreadable > 1 else ""
+                    self.error = f"{name}:{lineno}: unreadable record skipped{more}"
                     continue
                 if rec["event"] not in EVENTS:
                     continue  # notify_failed, or an event of a later supervisor: not an attempt's
