@@ -7,9 +7,9 @@
         view.summary(time.time())                # the `status --json` facts, and the verdict
 
 A `RunView` keeps one `source.RecordSource` per run (the watchdog's way of reading any log),
-judges every record as `runwatch check` does (`replay.RunReplay`: each session's rules, the log-wide
-signal, a fault a later session went on from recovered) and, once the log has settled (its latest session ended, or it has not grown for
-`SETTLED_SECONDS`), adds what `check` decides at the end of the log (`Replay.finish`, previewed:
+judges every record as `runwatch check` does (`replay.RunReplay`: each session's rules, the
+log-wide signal, a fault a later session went on from recovered) and, once the log has settled
+(its latest session ended, or it has not grown for `SETTLED_SECONDS`), adds what `check` decides at the end of the log (`Replay.finish`, previewed:
 the replay goes on if the log does), keeps the last records of the latest session for the status facts
 (`status.describe`), one downsampled `Series` per value (`export.record_values`) along the path
 to the final step (a session that redoes steps cuts the earlier ones: `export.session_cut`), and
