@@ -108,6 +108,12 @@ def surfaces(root: str, name: str, stderr: str) -> dict[str, Any]:
     return out
 
 
+def _recovered(out: str) -> str:
+    """` (recovered: <kind> step=N, ...)`: the faults `check` lists as recovered by a later session."""
+    found = [" ".join(line.split()[1:3]).rstrip(":") for line in out.splitlines() if line.startswith("RECOVERED ")]
+    return f" (recovered: {', '.join(found)})" if found else ""
+
+
 def scenario(root: str, name: str) -> dict[str, Any]:
     opts, program = SCENARIOS[name]
     run = os.path.join(root, name)
@@ -136,7 +142,9 @@ def scenario(root: str, name: str) -> dict[str, Any]:
         "verdicts": [r.get("kind") or "done" for r in verdicts],
         "detect_seconds": latency[0] if latency else None,
         "wall_seconds": round(wall, 1),
-        "check": f"exit {check.returncode}: " + (check.stdout.strip().splitlines() or [check.stderr.strip()])[-1][:100],
+        "check": f"exit {check.returncode}: "
+        + (check.stdout.strip().splitlines() or [check.stderr.strip()])[-1][:100]
+        + _recovered(check.stdout),
         "goodput": surfaces(root, name, res.stderr),
         "status_ranks": ranks,
     }

@@ -362,6 +362,27 @@ def test_a_rolled_back_run_is_drawn_once_along_its_path_with_its_markers(served,
         shot(b, "rolled")
 
 
+def test_a_fault_a_relaunch_went_on_from_is_listed_as_recovered(tmp_path_factory, chromium, tmp_path):
+    root = tmp_path_factory.mktemp("recovered")
+    supervised(root / "preempted", "sigterm@15")  # its session ends `interrupted`; the relaunch completes
+    with Served(root) as s:
+        listed = s.wait_run("preempted", lambda r: r["ended"] is not None and r["step"] == 60, "ended")
+        assert (listed["findings"], listed["warnings"], listed["verdict"]["state"]) == (1, 1, "ok")
+        with open_page(chromium, s.url, str(tmp_path / "list")) as b:  # nothing that stops: no "1 finding"
+            b.wait_for("document.body.innerText.includes('preempted')")
+            assert "finding" not in b.evaluate("document.body.innerText")
+        with open_page(chromium, s.url + "run/preempted", str(tmp_path / "run")) as b:
+            b.wait_for("!!document.querySelector('ul.findings li')")
+            items = b.evaluate(
+                "Array.from(document.querySelectorAll('ul.findings li')).map(li => [li.className, li.innerText])"
+            )
+            assert len(items) == 1 and items[0][0] == "sev-warn", items
+            assert items[0][1].startswith("interrupted") and "recovered" in items[0][1], items
+            assert "recovered: the run went on in session" in items[0][1]
+            b.wait_for("!!document.querySelector('figure[data-chart=\"loss\"] g.marker-warn')")
+            page_text_is_clean(b)
+
+
 def test_a_thousand_runs_filter_sort_and_select(tmp_path_factory, chromium, tmp_path):
     root = tmp_path_factory.mktemp("many") / "runs"
     for i in range(1000):

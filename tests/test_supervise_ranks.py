@@ -129,5 +129,11 @@ def test_a_killed_worker_is_relaunched_with_nothing_of_the_first_attempt_left(tm
         assert v["class"] == "transient" and v["kind"] in ("process_exit", "rank_stall"), v
         assert len(first.pids) == 3, first.pids
         assert first.alive_at_relaunch == []
+        # `check` judges the run as its supervisor did: how the first attempt's rank 0 ended (gloo's
+        # connection reset, a session_error; or stopped, interrupted) is recovered, the run clean
+        out = subprocess.run([sys.executable, "-m", "runwatch", "check", run], capture_output=True, text=True)
+        lines = out.stdout.splitlines()
+        assert (out.returncode, lines[-1]) == (0, "OK clean step=30"), out.stdout + out.stderr
+        assert all(line.startswith(("RECOVERED session_error", "RECOVERED interrupted")) for line in lines[:-1]), lines
     finally:
         _kill_all(first.pids)

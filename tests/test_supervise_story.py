@@ -203,3 +203,68 @@ def test_a_program_that_printed_nothing_yet_stalls_without_blaming_the_format(tm
     assert res.returncode == 7, res.stderr
     last = res.stdout.splitlines()[-1]
     assert last.startswith("ANOMALY stall step=0: no record ") and "gave no record" not in last
+
+
+# --- a fault a relaunch went on from ------------------------------------------------------------------
+
+
+def test_a_fault_the_supervisor_relaunched_after_is_recovered_on_every_surface(tmp_path, capsys):
+    """A run that SIGTERMs itself at step 15 (its session ends `interrupted`) and is relaunched by
+    `supervise`, which completes it: `check`, `check_run`, `plot` and the page list the first
+    session's `interrupted` as recovered, and the run is clean, as its supervisor said."""
+    run = tmp_path / "p"
+    train = os.path.join(HERE, "supervise_train.py")
+    res = _runwatch(
+        "supervise", str(run), *FAST,
+        "--", sys.executable, train, str(run), "--steps", "40", "--ckpt-every", "10", "--fault", "sigterm@15",
+    )  # fmt: skip
+    assert (res.returncode, res.stdout.splitlines()[-1]) == (0, "OK done step=40"), res.stderr
+    recs = _journal(run)
+    assert [(r["event"], r["kind"], r["class"]) for r in recs if r["event"] == "verdict"] == [
+        ("verdict", "interrupted", "transient"),
+        ("verdict", None, None),
+    ]
+    first, second = [s["session_id"] for s in json.loads((run / "run.json").read_text())["sessions"]]
+    message = f"session ended with reason interrupted: SIGTERM; recovered: the run went on in session {second}"
+
+    assert main(["check", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"RECOVERED interrupted step=15: {message}", "OK clean step=40"]
+    _text, doc = Tools(str(tmp_path)).check_run("p")
+    assert (doc["exit"], doc["verdict"], doc["class"], doc["warnings"], doc["recovered"]) == (
+        0, "OK clean step=40", None, 0, 1,
+    )  # fmt: skip
+    found = doc["findings"][0]
+    assert (found["kind"], found["severity"], found["session"], found["message"]) == (
+        "interrupted", "recovered", first, message,
+    )  # fmt: skip
+
+    # the page: the same finding, recovered; nothing that stops; the watchdog's verdict
+    catalog = Catalog(str(tmp_path))
+    try:
+        while catalog.refresh():
+            pass
+        view = catalog.get("p")
+        assert view is not None
+        with view.lock:
+            detail = json.loads(to_json(view.detail()))
+    finally:
+        catalog.stop()
+    assert [(f["kind"], f["severity"], f["message"]) for f in detail["findings_list"]] == [
+        ("interrupted", "recovered", message)
+    ]
+    assert (detail["findings"], detail["warnings"], detail["warning_kinds"]) == (1, 1, ["interrupted"])
+    assert detail["first_finding"]["severity"] == "recovered" and detail["verdict"]["state"] == "ok"
+    assert [m["type"] for m in detail["markers"] if m.get("kind") == "interrupted"] == ["warn"]
+
+    # status and goodput: the journal's figures, the supervisor's verdict
+    end = recs[-1]["goodput"]
+    st = status(str(run), gpus=False)
+    assert st["goodput"] == end and st["watchdog"]["verdict"] == "done" and detail["supervise"]["goodput"] == end
+    assert main(["goodput", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ratio"] == end["ratio"]
+
+    pytest.importorskip("matplotlib")
+    from runwatch.views.plot import snapshot
+
+    shot = snapshot(str(run), str(tmp_path / "p.png"))
+    assert [(f["kind"], f["severity"]) for f in shot["findings"]] == [("interrupted", "recovered")]

@@ -131,17 +131,46 @@ def test_check_clean(tmp_path, capsys):
     assert cli(capsys, "check", tmp_path) == (0, ["OK clean step=6"], "")
 
 
-def test_check_every_session_and_exit_7(tmp_path, capsys):
+def _sessions(run_dir):
+    return [s["session_id"] for s in json.loads((run_dir / "run.json").read_text())["sessions"]]
+
+
+def test_check_every_session_an_error_a_later_session_went_on_from_is_recovered(tmp_path, capsys):
+    # as `watch` across the relaunch (which drops the replaced session) and `supervise` (which
+    # relaunched) judged it: the run completed
     saved = make_run(tmp_path, end="error")
+    log = RunLogger(tmp_path, recipe=RECIPE, hardware={}, window=2, resume_from=saved)
+    log.step(1.0, 0.1, 1.0)
+    saved = log.state_dict()
+    log.close()
+    first, second = _sessions(tmp_path)
+    recovered = f"RECOVERED session_error step=6: session ended with reason error: boom; recovered: the run went on in session {second}"
+    code, lines, _ = cli(capsys, "check", tmp_path)
+    assert (code, lines) == (0, [recovered, "OK clean step=7"])
+    code = main(["check", str(tmp_path), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (code, doc["verdict"], doc["warnings"], doc["recovered"], doc["class"]) == (0, "OK clean step=7", 0, 1, None)
+    assert doc["findings"][0]["severity"] == "recovered" and doc["findings"][0]["session"] == first
+    # the latest session's error is the run's verdict still
+    log = RunLogger(tmp_path, recipe=RECIPE, hardware={}, window=2, resume_from=saved)
+    log.step(1.0, 0.1, 1.0)
+    log.close("error", "boom again")
+    code, lines, _ = cli(capsys, "check", tmp_path)
+    assert code == 7
+    assert lines == [
+        recovered,
+        "FINDING session_error step=8: session ended with reason error: boom again",
+        "ANOMALY session_error step=8: session ended with reason error: boom again",
+    ]
+
+
+def test_check_a_divergence_stops_in_whichever_session_it_is(tmp_path, capsys):
+    saved = make_run(tmp_path, end="nonfinite_loss")
     log = RunLogger(tmp_path, recipe=RECIPE, hardware={}, window=2, resume_from=saved)
     log.step(1.0, 0.1, 1.0)
     log.close()
     code, lines, _ = cli(capsys, "check", tmp_path)
-    assert code == 7
-    assert lines == [
-        "FINDING session_error step=6: session ended with reason error: boom",
-        "ANOMALY session_error step=6: session ended with reason error: boom",
-    ]
+    assert (code, lines[-1]) == (7, "ANOMALY nonfinite_loss step=6: session ended with reason nonfinite_loss: boom")
 
 
 def test_check_minimal_torn_tail_and_json(tmp_path, capsys):

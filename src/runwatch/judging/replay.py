@@ -1,5 +1,8 @@
 """`runwatch check`: the record rules replayed over a log as it stands (every session).
 
+`RunReplay` is the replay every surface that judges a whole log uses (`check`, the MCP tool
+`check_run`, `plot`, the `serve` page): the rules of each session, and the run's history over
+them — a fault a later session went on from is recovered, not the verdict (`recovered_by`).
 Standard library only. The command line is in `watchdog` (it shares the watch's options).
 """
 
@@ -7,18 +10,87 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRunError, UsageError
 from ..reading.nosignal import holds_something, no_signal_message
 from ..reading.readers import ReadOptions
-from ..reading.records import RecordSource, parser_for, resolve_target
+from ..reading.records import Record, RecordSource, parser_for, resolve_target
 from ..reading.source import reached  # the step a log reached: one definition for check, status and the page
-from .rules import Finding, Replay, RuleOptions, fmt_step
+from .rules import STOP, TRANSIENT, WARN, Finding, Replay, RuleOptions, fmt_step, verdict_class
 from .verdict import exit_status
 
-__all__ = ["CheckResult", "check", "reached", "name_loss_key"]
+__all__ = ["CheckResult", "RunReplay", "check", "reached", "name_loss_key", "recoverable", "finding_line", "RECOVERED"]
+
+# The severity of a finding a later session of the run went on from (`RunReplay.settle`): reported,
+# never the verdict — `supervise` relaunched after it, and `watch` drops a replaced session's findings.
+RECOVERED = "recovered"
+# What each severity's line starts with in `check`'s output (and `plot`'s header).
+PREFIXES = {STOP: "FINDING", WARN: "WARNING", RECOVERED: "RECOVERED"}
+
+
+def recoverable(kind: str) -> bool:
+    """Whether a later session answers a stop of `kind`: a `transient` kind, or `session_error`.
+
+    A session that ended with an error and was followed by another is what a relaunch looks
+    like from the log: a killed rank takes rank 0 down with a collective's error (`watch` judges
+    that `process_exit`, transient, from the heartbeats, which the next session overwrites), or
+    someone fixed the code and resumed. A `divergence` or another `fatal` finding says something
+    about the training itself and stops whichever session it is in."""
+    return kind == "session_error" or verdict_class(kind) == TRANSIENT
+
+
+def finding_line(f: Finding) -> str:
+    """`FINDING`, `WARNING` or `RECOVERED <kind> step=N: <message>`: a finding in `check`'s list."""
+    return f.line(PREFIXES.get(f.severity, "FINDING"))
+
+
+class RunReplay(Replay):
+    """The replay of a run's whole log: the rules of each session (`rules.Replay`), and the
+    sessions in the order the log gave them, by which `settle` judges the run's history."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sessions: list[str] = []  # in the order of their first records
+        self.order: dict[str, int] = {}  # session → its place in `sessions`
+
+    def observe(self, rec: Record) -> tuple[Finding, ...]:
+        if rec.session not in self.order:
+            self.order[rec.session] = len(self.sessions)
+            self.sessions.append(rec.session)
+        return super().observe(rec)
+
+    def recovered_by(self, kind: str, severity: str, session: str | None) -> str | None:
+        """The session the run went on in after a stop of a recoverable kind in `session` (the
+        next one in the log); None when the finding stands (not a recoverable stop, or in the
+        latest session)."""
+        if severity != STOP or session is None or not recoverable(kind):
+            return None
+        at = self.order.get(session)
+        return None if at is None or at + 1 >= len(self.sessions) else self.sessions[at + 1]
+
+    def settle(self, findings: Iterable[Finding]) -> list[Finding]:
+        """`findings` as the run's history judges them: a recovered one is `recovered`, its
+        message naming the session the run went on in."""
+        out = []
+        for f in findings:
+            by = self.recovered_by(f.kind, f.severity, f.session)
+            out.append(f if by is None else dataclasses.replace(f, severity=RECOVERED, message=_went_on(f.message, by)))
+        return out
+
+    def settle_json(self, findings: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`settle` of findings as JSON (`Finding.to_json()` and more keys: the page's)."""
+        out = []
+        for f in findings:
+            by = self.recovered_by(f["kind"], f["severity"], f["session"])
+            out.append(f if by is None else {**f, "severity": RECOVERED, "message": _went_on(f["message"], by)})
+        return out
+
+
+def _went_on(message: str, session: str) -> str:
+    return f"{message}; recovered: the run went on in session {session}"
 
 
 @dataclass(slots=True)
@@ -37,7 +109,12 @@ class CheckResult:
 
     @property
     def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if not f.stops]
+        return [f for f in self.findings if f.severity == WARN]
+
+    @property
+    def recovered(self) -> list[Finding]:
+        """The stops a later session of the run went on from (`RunReplay.settle`)."""
+        return [f for f in self.findings if f.severity == RECOVERED]
 
     @property
     def outcome(self) -> str | None:
@@ -52,12 +129,13 @@ class CheckResult:
         return exit_status(self.outcome)
 
     def to_json(self) -> dict[str, Any]:
-        """What `runwatch check --json` prints: every finding (stops and warnings), the verdict
-        line, and the class and onset of the first stop (null when there is none)."""
+        """What `runwatch check --json` prints: every finding (stops, warnings and recovered), the
+        verdict line, and the class and onset of the first stop (null when there is none)."""
         first = self.first_stop
         return {
             "findings": [f.to_json() for f in self.findings],
             "warnings": len(self.warnings),
+            "recovered": len(self.recovered),
             "last_step": self.last_step,
             "torn_line": self.torn_line,
             "verdict": self.lines()[-1],
@@ -66,8 +144,8 @@ class CheckResult:
         }
 
     def lines(self) -> list[str]:
-        """`FINDING` (a stop) and `WARNING` lines in log order, then the verdict line."""
-        out = [f.line("FINDING" if f.stops else "WARNING") for f in self.findings]
+        """`FINDING` (a stop), `WARNING` and `RECOVERED` lines in log order, then the verdict line."""
+        out = [finding_line(f) for f in self.findings]
         first = self.first_stop
         out.append(first.line() if first is not None else f"OK clean step={fmt_step(self.last_step)}")
         return out
@@ -89,7 +167,7 @@ def check(target: str, options: RuleOptions | None = None, read: ReadOptions | N
     except InvalidRunError as exc:
         return CheckResult([Finding("invalid_log", 0, str(exc))], 0)
     torn: list[int | str] = []
-    rules = Replay(opts, parser.start_step, parser.max_steps)
+    rules = RunReplay(opts, parser.start_step, parser.max_steps)
     last_step: int | float = parser.start_step(parser.latest_session()) or 0 if parser.mode == "v1" else 0
     source = RecordSource(t, parser=parser)
     count = 0
@@ -104,7 +182,8 @@ def check(target: str, options: RuleOptions | None = None, read: ReadOptions | N
         if count == 0 and holds_something(t.log_path):  # a wrong --format, a pattern that never matches
             findings.append(Finding("no_signal", last_step, no_signal_message(t, source.reader)))
         findings.extend(rules.finish(last_step))
-    return CheckResult(name_loss_key(findings, parser.loss_key), last_step, torn[0] if torn else None, parser.notes)
+    findings = rules.settle(name_loss_key(findings, parser.loss_key))
+    return CheckResult(findings, last_step, torn[0] if torn else None, parser.notes)
 
 
 def name_loss_key(findings: list[Finding], loss_key: str | None) -> list[Finding]:

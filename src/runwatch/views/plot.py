@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..errors import InvalidRunError, RunwatchError, UsageError
 from ..files.journal import atomic_write
+from ..judging.replay import RECOVERED, finding_line
 from ..judging.rules import RuleOptions, fmt_step
 from ..options import add_flags, build, given_options
 from ..reading.readers import ReadOptions, read_options
@@ -148,7 +149,10 @@ def _header(view: RunView) -> tuple[str, list[tuple[str, str]]]:
     if view.findings:
         for f in view.findings:
             where = "" if f.session == latest.key else " (earlier session)"
-            lines.append((f"check: {f.line('FINDING')}{where}", _C["alert"]))
+            if f.severity == RECOVERED:  # a fault a later session went on from: not the run's trouble
+                lines.append((f"check: {finding_line(f)}", _C["guide"]))
+            else:
+                lines.append((f"check: {f.line('FINDING')}{where}", _C["alert"]))
     else:
         lines.append((f"check: OK clean step={fmt_step(latest.last_step)}", _C["ok"]))
     if n > 1:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from ..judging.rules import Finding, Replay, RuleOptions, Rules, ThroughputDrop
+from ..judging.replay import RunReplay
+from ..judging.rules import Finding, RuleOptions, Rules, ThroughputDrop
 from ..judging.verdict import read_verdict
 from ..reading.readers import ReadOptions
 from ..reading.records import Record, Target, iter_records, parser_for, resolve_target
@@ -72,7 +73,7 @@ def load_run(target: str, opts: RuleOptions, read: ReadOptions | None = None) ->
         raise UsageError(f"plot: {target}: no metrics.jsonl or trainer_state.json")
     parser = parser_for(t, opts.maps)
     sessions: dict[str, SessionSeries] = {}
-    rules = Replay(opts, parser.start_step)
+    rules = RunReplay(opts, parser.start_step)
     findings: list[Finding] = []
     for rec in iter_records(t, parser=parser):
         s = sessions.get(rec.session)
@@ -85,7 +86,7 @@ def load_run(target: str, opts: RuleOptions, read: ReadOptions | None = None) ->
     v1 = parser.mode == "v1"
     title = parser.manifest["run_id"] if v1 and parser.manifest else os.path.basename(t.log_path)
     verdict, problem = read_verdict(t.run_dir)
-    return RunView(t, title, v1, list(sessions.values()), findings, verdict, problem)
+    return RunView(t, title, v1, list(sessions.values()), rules.settle(findings), verdict, problem)
 
 
 def _add(s: SessionSeries, rec: Record) -> None:

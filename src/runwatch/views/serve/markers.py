@@ -6,7 +6,8 @@
     markers(findings, marks, supervision.moves, watchdog)
 
 A marker is `{"type", "step", "time", "title"}`: `type` one of `stop` and `warn` (a finding of the
-rules, by its severity; absent is `stop`; with its `kind`), `relaunch`, `rollback` and `checkpoint`; `title` says
+rules, by its severity: `warn` also for one a later session recovered; absent is `stop`; with its
+`kind`), `relaunch`, `rollback` and `checkpoint`; `title` says
 what it marks in words (the page shows it as the marker's title and accessible name). Placed at
 the step of the finding, of the checkpoint a relaunch or rollback resumed from, or of the save.
 Standard library only.
@@ -65,13 +66,13 @@ class Checkpoints:
 
 def _finding(f: dict[str, Any]) -> Marker:
     severity = f.get("severity") or "stop"  # findings without a severity are stops
+    said = severity if severity in ("warn", "recovered") else "stop"  # (recovered: a later session went on)
     return {
-        "type": "warn" if severity == "warn" else "stop",
+        "type": "stop" if said == "stop" else "warn",
         "kind": f.get("kind"),
         "step": f.get("step"),
         "time": f.get("time"),
-        "title": f"{f.get('kind')} ({'warn' if severity == 'warn' else 'stop'}) at step {f.get('step')}: "
-        f"{f.get('message')}",
+        "title": f"{f.get('kind')} ({said}) at step {f.get('step')}: {f.get('message')}",
     }
 
 

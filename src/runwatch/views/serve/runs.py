@@ -7,9 +7,9 @@
         view.summary(time.time())                # the `status --json` facts, and the verdict
 
 A `RunView` keeps one `source.RecordSource` per run (the watchdog's way of reading any log),
-judges every record as `runwatch check` does (`rules.Replay`: each session's rules, the log-wide
-signal) and, once the log has settled (its latest session ended, or it has not grown for
-`SETTLED_SECONDS`), adds what `check` decides at the end of the log (`Replay.finish`, previewed:
+judges every record as `runwatch check` does (`replay.RunReplay`: each session's rules, the
+log-wide signal, a fault a later session went on from recovered) and, once the log has settled
+(its latest session ended, or it has not grown for `SETTLED_SECONDS`), adds what `check` decides at the end of the log (`Replay.finish`, previewed:
 the replay goes on if the log does), keeps the last records of the latest session for the status facts
 (`status.describe`), one downsampled `Series` per value (`export.record_values`) along the path
 to the final step (a session that redoes steps cuts the earlier ones: `export.session_cut`), and
@@ -34,7 +34,8 @@ from typing import Any, NotRequired, TypedDict
 from ...errors import InvalidRunError, UsageError
 from ...files.rundir import RunDir, recorded_reading
 from ...judging.liveness import watchdog_liveness
-from ...judging.rules import Finding, Replay, RuleOptions
+from ...judging.replay import RunReplay, recoverable
+from ...judging.rules import STOP, Finding, RuleOptions
 from ...options import build
 from ...procs.process import launch_info
 from ...reading.readers import ReadOptions, detect, sniff_log
@@ -72,7 +73,7 @@ class RunSummary(Status):
     path: str  # relative to the served folder, "/" separated
     verdict: ListVerdict
     findings: int  # the rules' findings so far
-    warnings: int  # those of them of severity warn
+    warnings: int  # those of them that do not stop (severity warn, or recovered by a later session)
     first_finding: dict[str, Any] | None
     records: int
     error: str | None  # the first of `errors`
@@ -83,7 +84,7 @@ class RunSummary(Status):
     best_metric: BestMetric | None  # the best value of the run's task metric (bests.task_metric)
     goodput_ratio: float | None  # steps kept / steps run of a supervised run (`goodput`'s, else so far); else None
     finding_kinds: list[str]  # the kinds of the findings so far (stops and warnings)
-    warning_kinds: list[str]  # the kinds of those that warn
+    warning_kinds: list[str]  # the kinds of those that do not stop
 
 
 class ChartSeries(TypedDict):
@@ -281,7 +282,7 @@ class RunView:
         # the log of any format, read a poll (about POLL_BYTES) at a time
         self.source = RecordSource(self.target, maps=self.opts.maps, chunk_bytes=POLL_BYTES, settle=SETTLE_SECONDS)
         # check's judge: each session's rules from its first record, the log-wide signal
-        self.replay = Replay(self.opts, self._start_step, self._max_steps)
+        self.replay = RunReplay(self.opts, self._start_step, self._max_steps)
         self.reached: int | float | None = None  # the step the log reached (`source.reached`)
         self.last_session: str | None = None  # the session of the latest record
         self.ended_session: str | None = None  # the latest session that ended (an end record)
@@ -290,6 +291,8 @@ class RunView:
         self.findings_total = 0
         self.warnings_total = 0  # those of the findings that warn
         self.kinds: dict[str, bool] = {}  # the findings' kinds: True when one of that kind warned
+        # the stops a later session may recover ((session, kind): how many), beyond MAX_FINDINGS too
+        self.recoverable: dict[tuple[str, str], int] = {}
         self.goodput = GoodputSteps()
         self.path_session: str | None = None  # the session of the last record on the path
         self.first_time: float | None = None
@@ -366,6 +369,9 @@ class RunView:
             self.findings_total += 1
             self.warnings_total += not f.stops
             self.kinds[f.kind] = self.kinds.get(f.kind, False) or not f.stops
+            if f.stops and recoverable(f.kind):
+                at = (rec.session, f.kind)
+                self.recoverable[at] = self.recoverable.get(at, 0) + 1
             if len(self.findings) < MAX_FINDINGS:
                 self.findings.append(finding)
         if rec.kind == "invalid":
@@ -419,6 +425,22 @@ class RunView:
         mtime = self.source.mtime()
         return mtime is not None and mtime <= now - SETTLED_SECONDS
 
+    def settled_findings(self, now: float) -> tuple[list[dict[str, Any]], int, dict[str, bool]]:
+        """The findings as `check` gives them (those of the end added, a fault a later session
+        went on from recovered: `RunReplay.settle`), how many do not stop, and their kinds (True:
+        one of that kind does not stop)."""
+        end = self.end_findings(now)
+        kinds = dict(self.kinds)
+        quiet = self.warnings_total
+        for f in end:
+            kinds[f["kind"]] = kinds.get(f["kind"], False) or f["severity"] != STOP
+            quiet += f["severity"] != STOP
+        for (session, kind), n in self.recoverable.items():
+            if self.replay.recovered_by(kind, STOP, session) is not None:
+                kinds[kind] = True  # (a kind that also stopped in the latest session still counts there)
+                quiet += n
+        return self.replay.settle_json(self.findings + end), quiet, kinds
+
     def end_findings(self, now: float) -> list[dict[str, Any]]:
         """What `check` decides at the end of the log (no_progress on each session's whole length,
         no_signal at the step reached), once the log has settled; else none. A preview: the
@@ -467,11 +489,7 @@ class RunView:
     def _summary(self, now: float, catching_up: bool) -> RunSummary:
         st = self._status(now)
         errors = [e for e in (self.error, self.invalid, self.options_error) if e]
-        end = self.end_findings(now)
-        findings = self.findings + end
-        kinds = dict(self.kinds)
-        for f in end:
-            kinds[f["kind"]] = kinds.get(f["kind"], False) or f["severity"] != "stop"
+        findings, quiet, kinds = self.settled_findings(now)
         eval_loss = self.series.get("eval_loss")
         metric = task_metric(self.series)
         best_metric: BestMetric | None = None
@@ -487,10 +505,10 @@ class RunView:
             **st,
             "path": self.rel,
             "verdict": verdict_of(st["watchdog"], now),
-            "findings": self.findings_total + len(end),
-            "warnings": self.warnings_total + sum(f["severity"] != "stop" for f in end),
-            # the first finding that stops, else the first warning
-            "first_finding": next((f for f in findings if f["severity"] == "stop"), None)
+            "findings": self.findings_total + len(findings) - len(self.findings),  # (and those of the end)
+            "warnings": quiet,
+            # the first finding that stops, else the first warning (or recovered one)
+            "first_finding": next((f for f in findings if f["severity"] == STOP), None)
             or (findings[0] if findings else None),
             "records": self.records,
             "error": errors[0] if errors else None,
@@ -508,7 +526,7 @@ class RunView:
         """The run page's facts: the summary, the status lines, the charts, the findings, supervision."""
         now = time.time() if now is None else now
         summary = self.summary(now)
-        findings = self.findings + self.end_findings(now)
+        findings = self.settled_findings(now)[0]
         p = self.parser
         manifest = p.manifest if p is not None and p.mode == "v1" else None
         origin = origin_facts(manifest, launch_info(self.target.run_dir))  # (as status reads launch.json)

@@ -673,8 +673,9 @@
       if (!d.findings_list.length) add(fs, el("p", "muted", "none: the record rules found nothing"));
       const ul = el("ul", "findings");
       d.findings_list.forEach(function (f) {
-        const sev = f.severity === "warn" ? "warn" : "stop";
-        add(ul, add(el("li", "sev-" + sev), el("b", "", txt(f.kind)), el("span", "sev", sev),
+        // a recovered finding (a later session went on from it) looks like a warning
+        const sev = f.severity === "warn" || f.severity === "recovered" ? "warn" : "stop";
+        add(ul, add(el("li", "sev-" + sev), el("b", "", txt(f.kind)), el("span", "sev", sev === "warn" ? f.severity : sev),
           document.createTextNode(" step=" + num(f.step) + ": " + txt(f.message))));
       });
       const parts = [add(fs, ul), originTable(d)];
