@@ -116,7 +116,7 @@ def test_bench_lightning_fit(tmp_path):
         (
             "silent",
             "runwatch: the command ended (exit status 3) after 0 of 6 updates; last error in {d}/stdout.log:"
-            " (no output)",
+            " (no output); the log, read as --format jsonl: {d}/metrics.jsonl does not exist",
         ),
     ],
 )
