@@ -28,7 +28,19 @@ from runwatch.procs.process import alive  # noqa: E402
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(TESTS), "src")
 TRAIN = os.path.join(TESTS, "supervise_train.py")
-READ_TOOLS = ["list_runs", "run_status", "tail_records", "check_run", "wait_for_verdict", "explain", "plan_run"]
+READ_TOOLS = [
+    "list_runs",
+    "run_status",
+    "tail_records",
+    "check_run",
+    "wait_for_verdict",
+    "explain",
+    "plan_run",
+    "get_series",
+    "incident",
+    "wait_for_event",
+    "compare_runs",
+]
 # Generous: two shared cores, torch starting in a subprocess, a server starting per test.
 WAIT = 240.0
 
