@@ -183,6 +183,7 @@ class _LogTail:
         self.first_time: float | None = None  # when the first record was written (or read)
         self._prev: tuple[int | float, float] | None = None  # (step, time) of the last minimal record
         self._sps_missing = False
+        self.wall_clock = False  # some record was timed by when it was read (no `t`)
         # A text log whose `sps` is iterations/s: a time per iteration and no batch size among its groups.
         patterns = reading.read.patterns()
         self._per_iteration = any("(?P<ms_per_iter>" in x for x in patterns) and not any(
@@ -253,11 +254,23 @@ class _LogTail:
         seconds = max(0.0, t - prev[1])
         sps = rec.throughput if rec.throughput is not None and rec.throughput > 0 else None
         if sps is not None and self._per_iteration:  # iterations/s (a time per iteration): its own clock
-            seconds = n / sps if rec.time is None else seconds
+            if rec.time is None:
+                seconds = n / sps
             sps = sps * self.batch_size if self.batch_size is not None else None
+        elif rec.time is None:
+            # read when it was read: records read together share a clock reading, so the time per
+            # update is measured over the whole steady span (`span_seconds_per_step`)
+            self.wall_clock = True
+            if sps is not None:  # the rate alone (equal samples per update): exact over any span
+                samples = float(n if self.batch_size is None else n * self.batch_size)
+                seconds = samples / sps
+                self.train.append(
+                    {"updates": n, "attempted": n, "train_seconds": seconds, "tokens": samples, "time": t}
+                )
+                return
         if sps is not None and seconds > 0:
-            samples: float = sps * seconds
-        elif sps is not None:  # records read together: the rate alone (equal samples per update)
+            samples = sps * seconds
+        elif sps is not None:
             samples, seconds = float(n), n / sps
         elif self.batch_size is not None:
             samples = float(self.batch_size * n)
@@ -265,6 +278,19 @@ class _LogTail:
             samples = 0.0
             self._sps_missing = True
         self.train.append({"updates": n, "attempted": n, "train_seconds": seconds, "tokens": samples, "time": t})
+
+    def span_seconds_per_step(self, measured: list[dict[str, Any]], warmup: int) -> StepSeconds | None:
+        """Seconds per update over the steady span, by the clock the records were read with (every
+        quantile the same: single updates were not timed); None when the records carry their own times."""
+        if not self.wall_clock:
+            return None
+        steady = _steady_from(measured, warmup)
+        before = measured[len(measured) - len(steady) - 1] if len(measured) > len(steady) else None
+        updates = sum(r["updates"] for r in steady)
+        if before is None or not steady or updates <= 0:
+            return None
+        per = max(0.0, steady[-1]["time"] - before["time"]) / updates
+        return {"median": per, "p10": per, "p90": per}
 
     def check_rates(self) -> None:
         """A log without samples/s needs --batch-size: InsufficientRunError saying so."""
@@ -360,6 +386,9 @@ def bench(
         measured.append(rec)
         total += rec["updates"]
     rates = steady_rates(measured, tail.seq_len, options.warmup)
+    per_step = tail.span_seconds_per_step(measured, options.warmup)
+    if per_step is not None:
+        rates["seconds_per_step"] = per_step
     first = (tail.first_time or info["time"]) - info["time"]
     result: BenchResult = {
         "steps": options.steps,

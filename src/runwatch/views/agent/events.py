@@ -63,7 +63,7 @@ class Cursor:
     checkpoints: int = 0  # the log's checkpoint records given
 
     def text(self) -> str:
-        return f"j{self.journal}.w{self.warnings}-{self.warnings_hash}.v{self.verdict_time:g}.c{self.checkpoints}"
+        return f"j{self.journal}.w{self.warnings}-{self.warnings_hash}.v{self.verdict_time!r}.c{self.checkpoints}"
 
     @classmethod
     def parse(cls, text: str | None) -> Cursor:
@@ -145,6 +145,14 @@ def journal_records(run_dir: str, start: int) -> tuple[list[dict[str, Any]], int
         os.close(fd)
 
 
+def _action(rec: dict[str, Any]) -> str | None:
+    """What a relaunch or a rollback did, in words (its journal record has no message)."""
+    if rec.get("event") not in ("relaunch", "rollback"):
+        return None
+    ckpt = rec.get("checkpoint")
+    return f"attempt {rec.get('attempt')}" + (f" from checkpoint {ckpt}" if ckpt else "")
+
+
 def _finding_key(kind: object, step: object) -> tuple[str, str]:
     return (str(kind), json.dumps(step))
 
@@ -189,8 +197,8 @@ def events_since(
     }
     for rec in journal:
         kind = _JOURNAL_KINDS.get(str(rec.get("event")))
-        if kind is None:
-            continue
+        if kind is None or (kind == "stop" and not rec.get("kind")):
+            continue  # (a `verdict` record of a run that ended well: its `done` record follows)
         out.append(
             {
                 "kind": kind,
@@ -198,8 +206,9 @@ def events_since(
                 "step": rec.get("step"),
                 "what": rec.get("kind"),
                 "class": rec.get("class"),
-                "message": rec.get("message") or rec.get("line"),
+                "message": rec.get("message") or rec.get("line") or _action(rec),
                 "checkpoint": rec.get("checkpoint"),
+                "attempt": rec.get("attempt"),
                 "source": JOURNAL,
             }
         )

@@ -224,6 +224,7 @@ def run_tail(args: argparse.Namespace) -> int:
     tools = Tools(os.sep)
     _, doc = tools.tail_records(os.path.abspath(args.run), args.n, _options_of(args))
     doc["run"] = args.run
+    doc["log"] = os.path.relpath(os.path.join(os.sep, doc.get("log", "")))
     if args.json:
         print(json.dumps(doc, allow_nan=False))
         return 0
