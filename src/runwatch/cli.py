@@ -192,6 +192,7 @@ def _brief_rule_help(p: argparse.ArgumentParser, command: str) -> None:
             action.help = argparse.SUPPRESS
             shown.append(flag)
     if shown:
+        p.formatter_class = argparse.RawDescriptionHelpFormatter  # the epilog stays one line
         p.epilog = (
             f"rule options (each rule's options, defaults, severity and class: runwatch rules): {', '.join(shown)}"
         )

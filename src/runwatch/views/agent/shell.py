@@ -308,16 +308,15 @@ def _options_of_kind(kinds: list[str]) -> dict[str, list[Any]]:
 
 
 def rule_option_names(command: str) -> list[str]:
-    """The flags of the rules' options that `command` takes (`runwatch rules` lists them)."""
-    from ...judging.runbook import kinds
+    """The flags of the record rules' options that `command` takes, in declaration order
+    (`runwatch rules` lists each; the watch's own options, such as `--stall`, are not among them)."""
+    from ...judging.rules import RuleOptions
 
-    by_kind = _options_of_kind(kinds())
-    seen: dict[str, None] = {}
-    for fs in by_kind.values():
-        for f in fs:
-            if command in f.metadata["commands"]:
-                seen["--" + f.name.replace("_", "-")] = None
-    return list(seen)
+    return [
+        "--" + f.name.replace("_", "-")
+        for f in option_fields(RuleOptions, command)
+        if f.name not in ("severity", "map")
+    ]
 
 
 def rules_table() -> list[dict[str, Any]]:
