@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,8 @@ _JOURNAL_KINDS = {
     "gave_up": "gave_up",
     "preempted": "preempted",
 }
+# How long one call reads a log for its checkpoints (a long log is caught up over several calls).
+READ_SECONDS = 2.0
 # The journal is read up to this many bytes from the cursor's record on (a call catches up in steps).
 MAX_JOURNAL_BYTES = 8 << 20
 _CURSOR = re.compile(r"^j(\d+)\.w(\d+)-([0-9a-f]{0,8})\.v([0-9.]+)\.c(\d+)$")
@@ -163,9 +166,16 @@ class CheckpointTail:
     def __init__(self, target: Target, maps: dict[str, str] | None = None) -> None:
         self.source = RecordSource(target, maps=maps)
         self.checkpoints: list[dict[str, Any]] = []
+        self.caught_up = False
 
-    def poll(self) -> list[dict[str, Any]]:
+    def poll(self, seconds: float = READ_SECONDS) -> list[dict[str, Any]]:
+        """The checkpoints read so far, reading for at most `seconds` (`caught_up` says whether the
+        log was read to its end: a 1 GB log takes a few calls)."""
+        deadline = time.monotonic() + seconds
         while True:
+            if time.monotonic() > deadline:
+                self.caught_up = False
+                return self.checkpoints
             polled = self.source.poll()
             if polled.restarted:
                 self.checkpoints = []
@@ -176,6 +186,7 @@ class CheckpointTail:
                         {"step": rec.step, "time": rec.time, "path": raw.get("path"), "verified": raw.get("verified")}
                     )
             if not polled.more:
+                self.caught_up = True
                 return self.checkpoints
 
 
@@ -271,6 +282,8 @@ def events_since(
                 }
             )
         cur.checkpoints = len(found)
+        if not checkpoints.caught_up:
+            notes.append("the log's checkpoints: still reading the log; later calls give the rest")
     out.sort(key=lambda e: e["time"] if e["time"] is not None else float("inf"))
     wanted = [{k: v for k, v in e.items() if v is not None} for e in out if e["kind"] in kinds]
     return Batch(wanted, cur.text(), notes)
