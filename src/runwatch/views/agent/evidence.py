@@ -26,7 +26,17 @@ from ...reading.records import Record, Target
 from ...reading.source import RecordSource
 from .tail import minimal_rows, seq_len_of
 
-__all__ = ["series", "value_of", "incident", "provenance", "differences", "OUTPUT_LINES", "AROUND"]
+__all__ = [
+    "read_points",
+    "series",
+    "bucket",
+    "value_of",
+    "incident",
+    "provenance",
+    "differences",
+    "OUTPUT_LINES",
+    "AROUND",
+]
 
 # Records shown before and after an onset, and lines of the program's output.
 AROUND = 10
@@ -34,6 +44,9 @@ OUTPUT_LINES = 30
 # A line of output is cut to this many characters; the steps of at most this many non-finite values are named.
 LINE_CHARS = 300
 FIRST_NONFINITE = 5
+# `incident` of a run with no recorded verdict replays the rules over a log up to this size (a
+# replay reads every record: a 1 GB log takes a minute); over it, it says so.
+REPLAY_BYTES = 64 << 20
 
 
 def value_of(rec: Record, key: str, seq_len: int | None = None) -> float | None:
@@ -61,16 +74,15 @@ def _finite(v: float) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def series(
+def read_points(
     target: Target,
     keys: list[str],
-    max_points: int,
     min_step: float | None = None,
     max_step: float | None = None,
     maps: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Per key, at most `max_points` ordered buckets covering the step range, each `[step_first,
-    step_last, min, max, last]`; `nonfinite` per key; `steps` the range covered; `records` read."""
+    """One read of the log: per key its finite `(step, value)` points in log order, `nonfinite`
+    per key (count and first steps), `records` read in the step range."""
     points: dict[str, list[tuple[float, float]]] = {k: [] for k in keys}
     nonfinite: dict[str, dict[str, Any]] = {}
     source = RecordSource(target, maps=maps)
@@ -79,7 +91,7 @@ def series(
         for rec in source.records():
             if rec.kind not in ("train", "eval"):
                 continue
-            step = float(rec.step)
+            step = rec.step
             if (min_step is not None and step < min_step) or (max_step is not None and step > max_step):
                 continue
             count += 1
@@ -92,22 +104,35 @@ def series(
                     n = nonfinite.setdefault(k, {"count": 0, "first_steps": []})
                     n["count"] += 1
                     if len(n["first_steps"]) < FIRST_NONFINITE:
-                        n["first_steps"].append(rec.step)
+                        n["first_steps"].append(step)
                     continue
-                points[k].append((rec.step, float(v)))
+                points[k].append((step, float(v)))
     finally:
         source.close()
-    steps = [s for pts in points.values() for s, _ in pts]
-    lo = min_step if min_step is not None else (min(steps) if steps else None)
-    hi = max_step if max_step is not None else (max(steps) if steps else None)
+    return {"points": points, "nonfinite": nonfinite, "records": count}
+
+
+def series(
+    read: dict[str, Any], max_points: int, min_step: float | None = None, max_step: float | None = None
+) -> dict[str, Any]:
+    """Per key of `read_points`'s result, at most `max_points` ordered buckets covering the step
+    range, each `[step_first, step_last, min, max, last]` (values to 6 significant digits);
+    `nonfinite` per key; `steps` the range covered; `records` read."""
+    points: dict[str, list[tuple[float, float]]] = read["points"]
+    lo, hi = min_step, max_step
+    if any(points.values()):
+        lo = lo if lo is not None else min(min(st for st, _ in pts) for pts in points.values() if pts)
+        hi = hi if hi is not None else max(max(st for st, _ in pts) for pts in points.values() if pts)
     return {
         "steps": [lo, hi],
-        "records": count,
-        "series": {k: bucket(points[k], max_points, lo, hi) for k in keys},
-        "nonfinite": nonfinite,
-        "log": target.log_path,
-        "format": target.format,
+        "records": read["records"],
+        "series": {k: bucket(pts, max_points, lo, hi) for k, pts in points.items()},
+        "nonfinite": read["nonfinite"],
     }
+
+
+def _g(v: float) -> float:
+    return float(f"{v:.6g}")
 
 
 def bucket(pts: list[tuple[float, float]], max_points: int, lo: float | None, hi: float | None) -> list[list[Any]]:
@@ -116,7 +141,7 @@ def bucket(pts: list[tuple[float, float]], max_points: int, lo: float | None, hi
     if not pts or lo is None or hi is None:
         return []
     if len(pts) <= max_points:
-        return [[s, s, v, v, v] for s, v in sorted(pts, key=lambda p: p[0])]
+        return [[s, s, _g(v), _g(v), _g(v)] for s, v in sorted(pts, key=lambda p: p[0])]
     width = (hi - lo) / max_points or 1.0
     out: dict[int, list[Any]] = {}
     for s, v in pts:
@@ -129,7 +154,7 @@ def bucket(pts: list[tuple[float, float]], max_points: int, lo: float | None, hi
             b[2] = min(b[2], v)
             b[3] = max(b[3], v)
             b[4] = v
-    return [out[i] for i in sorted(out)]
+    return [[b[0], b[1], _g(b[2]), _g(b[3]), _g(b[4])] for b in (out[i] for i in sorted(out))]
 
 
 # --- incident -------------------------------------------------------------------------------------
@@ -214,13 +239,16 @@ def incident(run_dir: str, target: Target, maps: dict[str, str] | None = None) -
     """The verdict, the records around its onset, the output's tail, the checkpoints at or before
     the onset, and the run's recipe, argv and provenance."""
     verdict = latest_stop(run_dir)
-    if verdict is None:
+    note = None
+    if verdict is None and _size(target.log_path) <= REPLAY_BYTES:
         from ...judging.replay import check
 
         result = check(target.log_path if os.path.isfile(target.log_path) else run_dir)
         first = result.first_stop
         if first is not None:
             verdict = {**first.to_json(), "source": "check"}
+    elif verdict is None:
+        note = f"no verdict recorded, and the log is over {REPLAY_BYTES >> 20} MiB: check_run replays the rules"
     onset = verdict.get("onset") if verdict else None
     doc: dict[str, Any] = {
         "verdict": verdict,
@@ -228,7 +256,19 @@ def incident(run_dir: str, target: Target, maps: dict[str, str] | None = None) -
         "output": output_tail(run_dir),
         **provenance(run_dir),
     }
+    if note is not None:
+        doc["note"] = note
     return doc
+
+
+def _size(path: str) -> int:
+    """The bytes of a log file, or of the files in a log folder (one level), 0 when unreadable."""
+    try:
+        if os.path.isdir(path):
+            return sum(e.stat().st_size for e in os.scandir(path) if e.is_file())
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 # --- provenance -----------------------------------------------------------------------------------

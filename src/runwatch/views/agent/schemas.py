@@ -121,6 +121,7 @@ class Incident(_Bounded, total=False):
     data: Any
     host: str | None
     compare: dict[str, Any]
+    note: str
 
 
 class WaitForEvent(_Bounded, total=False):

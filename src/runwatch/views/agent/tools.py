@@ -299,7 +299,7 @@ class Tools:
     ) -> Result:
         """Per key, at most `max_points` buckets `[step_first, step_last, min, max, last]` over the
         step range; fewer buckets and `truncated` when the result would pass MAX_SERIES_BYTES."""
-        from .evidence import series
+        from .evidence import read_points, series
 
         keys = ["loss", "eval_loss"] if keys is None else keys
         if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
@@ -310,24 +310,20 @@ class Tools:
         read, maps = self.reading("get_series", path, options)
         t = resolve_target(path, read)
         used = min(max_points, MAX_SERIES_POINTS)
-        doc: dict[str, Any] = {
-            "run": self.rel(path),
-            **series(t, list(dict.fromkeys(keys)), used, min_step, max_step, maps),
-        }
-        doc["log"] = self.rel(doc["log"])
+        points = read_points(t, list(dict.fromkeys(keys)), min_step, max_step, maps)  # one read of the log
+        head: dict[str, Any] = {"run": self.rel(path), "log": self.rel(t.log_path), "format": t.format}
         notes = [f"max_points {max_points} clamped to {MAX_SERIES_POINTS}"] if used != max_points else []
         while True:
+            doc = {**head, **series(points, used, min_step, max_step)}
+            if notes:
+                doc["truncated"] = "; ".join(notes)
             text, out = fit(doc, limit=MAX_SERIES_BYTES)
-            if "truncated" not in out or used <= 1:
-                break
+            if out.get("truncated") == doc.get("truncated") or used <= 1:
+                return text, out
             used //= 2  # fewer, wider buckets: each still keeps its min and max
-            doc.update(series(t, list(dict.fromkeys(keys)), used, min_step, max_step, maps), log=doc["log"])
             notes = [n for n in notes if "buckets" not in n] + [
                 f"{used} buckets a key to stay within {MAX_SERIES_BYTES} bytes"
             ]
-        if notes:
-            return fit({**doc, "truncated": "; ".join(notes)}, limit=MAX_SERIES_BYTES)
-        return text, out
 
     def incident(self, run: str, compare: str | None = None, options: list[str] | None = None) -> Result:
         """The verdict, the records around its onset, the output's tail, the checkpoints, the recipe
