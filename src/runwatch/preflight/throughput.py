@@ -332,7 +332,7 @@ def measure(
     """The steady samples/s of `path` (a bench or run directory, or a log file) and how it was
     measured; `reading`: how to read its log (`check`'s reading options)."""
     reading = reading or Reading()
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, "bench.json")) and not reading.given():
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "bench.json")):  # (read as bench was told)
         return _from_bench(path, min_steady)
     if os.path.isdir(path) and os.path.lexists(RunDir(path).manifest) and not reading.given():
         return _from_run(path, warmup, min_steady)
