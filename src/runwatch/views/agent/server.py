@@ -110,11 +110,21 @@ def _tool(server: MCPServer[Any], annotations: ToolAnnotations) -> Callable[[Any
 
 
 def _untitled(schema: Any) -> None:
-    """Drop the `title` pydantic gives every schema and property (the property's name again): a
-    quarter of the tool definitions' bytes an agent reads at every session's start."""
+    """Say the same in fewer bytes, in place: drop the `title` pydantic gives every schema and
+    property (the property's name again) and `additionalProperties: true` (the default), and write
+    `anyOf: [{"type": T, ...}, {"type": "null"}]` as `type: [T, "null"]`: a third of the tool
+    definitions' bytes, which an agent reads at the start of every session."""
     if isinstance(schema, dict):
         if isinstance(schema.get("title"), str):
             del schema["title"]
+        if schema.get("additionalProperties") is True:
+            del schema["additionalProperties"]
+        options = schema.get("anyOf")
+        if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
+            other = options[0] if options[1] == {"type": "null"} else options[1]
+            if isinstance(other, dict) and isinstance(other.get("type"), str):
+                del schema["anyOf"]
+                schema.update({**other, "type": [other["type"], "null"]})
         for key, value in schema.items():
             if key == "properties" and isinstance(value, dict):
                 for prop in value.values():
