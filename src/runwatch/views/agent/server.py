@@ -204,10 +204,12 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         run: Annotated[str | None, Field(description="a run with timing (or give bench)")] = None,
         bench: Annotated[str | None, Field(description="a `runwatch bench` directory (or give run)")] = None,
         epochs: Annotated[float, Field(description="epochs (default 1)")] = 1.0,
+        options: ReadingOptions = None,
     ) -> Annotated[CallToolResult, schemas.PlanRun]:
         """Project a long run's time from a bench or a short run (`runwatch plan`): fits (exit 0), does
-        not fit (1, with the `runwatch subsample` command that fits) or cannot project (2, and why)."""
-        return _answer("plan_run", lambda: tools.plan_run(samples, window, run, bench, epochs))
+        not fit (1, with the `runwatch subsample` command that fits) or cannot project (2, and why).
+        `options` read a run's log as run_status reads it."""
+        return _answer("plan_run", lambda: tools.plan_run(samples, window, run, bench, epochs, options))
 
     @_tool(server, read_only)
     def get_series(

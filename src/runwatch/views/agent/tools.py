@@ -263,16 +263,20 @@ class Tools:
         run: str | None = None,
         bench: str | None = None,
         epochs: float = 1.0,
+        options: list[str] | None = None,
     ) -> Result:
-        """`runwatch plan RUN --samples N --epochs E --window W`: the projection and its exit meaning."""
+        """`runwatch plan RUN --samples N --epochs E --window W [OPTIONS]`: the projection and its
+        exit meaning; `options` read the run's log (as `run_status` takes them)."""
+        from ...preflight.logs import Reading
         from ...preflight.plan import PlanOptions, exit_code, parse_duration, plan, verdict_line
 
         if (run is None) == (bench is None):
             raise UsageError("plan_run: give either run (a run or a log) or bench (a runwatch bench directory)")
         path = self.path("plan_run", "run" if run is not None else "bench", run if run is not None else bench)
         opts = PlanOptions(samples=samples, window_seconds=parse_duration(str(window), "window"), epochs=epochs)
+        read, maps = self.reading("plan_run", path, options)
         try:
-            report = plan(path, opts)
+            report = plan(path, opts, Reading(read, maps or {}))
         except InsufficientRunError as exc:
             return fit({"run": self.rel(path), "exit": 2, "meaning": "cannot project", "reason": str(exc)})
         code = exit_code(report)
