@@ -1,6 +1,7 @@
 """The workflow the skill teaches, end to end, on a program that only prints text, with only the
 commands the skill names: bench → plan → subsample → audit-data → smoke (catching an inverted
-metric, then passing) → supervise through a crash → wait (the verdict, then the events)."""
+metric, then passing) → supervise through a crash → wait (the verdict, then the events) → the
+evidence (incident, series, compare)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def test_the_skill_names_every_command_used_here():
     from runwatch.views.agent import skill_text
 
     text = skill_text()
-    for command in ("bench", "plan", "subsample", "audit-data", "smoke", "launch", "supervise", "wait"):
+    for command in ("bench", "plan", "subsample", "audit-data", "smoke", "launch", "supervise", "wait", "incident"):
         assert f"runwatch {command} " in text, command
 
 
@@ -187,6 +188,20 @@ def test_workflow_on_a_program_that_prints_text(tmp_path):
     # nothing new after the cursor: exit 3
     r = rw(d, "wait", "runs/main", "--events", "--since", doc["cursor"], "--timeout", "0.5")
     assert r.returncode == 3 and r.stdout.splitlines()[-1] == f"cursor {doc['cursor']}"
+    # the evidence in one call each: why it stopped, its curve, what differs from the smoke run
+    r = rw(d, "incident", "runs/main", *READ, "--json")
+    assert r.returncode == 0, r.stderr
+    inc = json.loads(r.stdout)
+    assert inc["verdict"]["kind"] == "process_exit" and "lost the node at step 70" in inc["verdict"]["message"]
+    assert [x["step"] for x in inc["before"]][-1] == 68 and inc["after"][0]["step"] == 69
+    assert inc["after"][1]["step"] == 61  # the relaunch resumed from the checkpoint of step 60
+    assert inc["argv"][-1] == "--resume" and inc["output"]
+    r = rw(d, "series", "runs/main", *READ, "--key", "loss", "--key", "eval_auroc", "--points", "10", "--json")
+    series = json.loads(r.stdout)
+    assert series["steps"] == [1, 150] and len(series["series"]["loss"]) == 10
+    assert all(b[2] <= b[4] <= b[3] for b in series["series"]["loss"])
+    r = rw(d, "compare", "runs/main", "runs/smoke2", "--json")
+    assert "argv" in json.loads(r.stdout)["differs"]
     with open(os.path.join(d, "runs", "main", "stdout.log")) as f:
         out = f.read()
     assert "resumed from" in out and "at step 60" in out  # the relaunch continued from its checkpoint

@@ -158,7 +158,7 @@ def _add_mcp(sub: _Subcommands) -> None:
 
 
 def _add_agent_shell(sub: _Subcommands) -> None:
-    """The MCP tools as commands: wait, tail, explain, runs; and `rules`."""
+    """The MCP tools as commands: wait, tail, explain, runs, series, incident, compare; and `rules`."""
     from .views.agent import shell
 
     for name, add, run, help_text in (
@@ -172,6 +172,24 @@ def _add_agent_shell(sub: _Subcommands) -> None:
         ("tail", shell.add_tail_arguments, shell.run_tail, "the last records of a run in minimal-telemetry keys"),
         ("explain", shell.add_explain_arguments, shell.run_explain, "what a verdict kind means and what to do"),
         ("runs", shell.add_runs_arguments, shell.run_runs, "every run under a folder: verdict, step, loss, warnings"),
+        (
+            "series",
+            shell.add_series_arguments,
+            shell.run_series,
+            "a run's series in buckets that keep min, max and last, non-finite values counted",
+        ),
+        (
+            "incident",
+            shell.add_incident_arguments,
+            shell.run_incident,
+            "why a run stopped: the verdict, the records around its onset, the output's end, checkpoints, argv",
+        ),
+        (
+            "compare",
+            shell.add_compare_arguments,
+            shell.run_compare,
+            "what differs between runs: recipe, argv, git, data",
+        ),
         ("rules", shell.add_rules_arguments, shell.run_rules, "every rule: its options, defaults, severity and class"),
     ):
         p = sub.add_parser(name, help=help_text)

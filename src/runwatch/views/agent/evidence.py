@@ -192,8 +192,9 @@ def latest_stop(run_dir: str) -> dict[str, Any] | None:
 
 
 def around(target: Target, onset: float | None, maps: dict[str, str] | None = None) -> dict[str, Any]:
-    """The AROUND records before the onset and the AROUND from it on (minimal rows), and the
-    checkpoints the log names at or before the onset (the last five)."""
+    """The AROUND records before the first record that reaches the onset and the AROUND from it on,
+    in log order (after a relaunch, the relaunched session's records follow), as minimal rows; and
+    the checkpoints the log names before that record at or before the onset (the last five)."""
     before: deque[dict[str, Any]] = deque(maxlen=AROUND)
     after: list[dict[str, Any]] = []
     ckpts: deque[dict[str, Any]] = deque(maxlen=5)
@@ -201,17 +202,21 @@ def around(target: Target, onset: float | None, maps: dict[str, str] | None = No
     try:
         for rec in source.records():
             if rec.kind == "checkpoint":
-                if onset is None or rec.step <= onset:
+                if not after and (onset is None or rec.step <= onset):
                     raw = rec.raw or {}
                     ckpts.append({"step": rec.step, "path": raw.get("path"), "verified": raw.get("verified")})
                 continue
             if rec.kind not in ("train", "eval", "fatal"):
                 continue
             rows = minimal_rows(rec, seq_len_of(source.parser, rec))
-            if onset is None or rec.step < onset:
-                before.extend(rows)
-            elif len(after) < AROUND:
+            if onset is not None and (
+                after or rec.step >= onset
+            ):  # from the first record at the onset on, in log order
+                if len(after) >= AROUND:
+                    break
                 after.extend(rows)
+            else:
+                before.extend(rows)
     finally:
         source.close()
     if onset is None:  # no onset: the last records

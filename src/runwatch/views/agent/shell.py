@@ -8,6 +8,9 @@
     runwatch tail RUN [-n N]                          # the last records (tail_records)
     runwatch explain KIND                             # the runbook entry (explain)
     runwatch runs [DIR]                               # every run under DIR (list_runs)
+    runwatch series RUN [--key K] [--points N]        # a series in buckets (get_series)
+    runwatch incident RUN [--compare RUN]             # the evidence of a stop in one call (incident)
+    runwatch compare RUN RUN ...                      # what differs: code, config, data (compare_runs)
     runwatch rules                                    # every rule: options, defaults, severity, class
 
 Each takes `--json` (the MCP tool's structured result). They call the same `Tools` methods and
@@ -46,6 +49,12 @@ __all__ = [
     "add_runs_arguments",
     "run_runs",
     "add_rules_arguments",
+    "add_series_arguments",
+    "run_series",
+    "add_incident_arguments",
+    "run_incident",
+    "add_compare_arguments",
+    "run_compare",
     "run_rules",
     "rules_table",
     "rule_option_names",
@@ -275,6 +284,107 @@ def run_runs(args: argparse.Namespace) -> int:
         step = f"{r.get('step')}" + (f"/{r['max_steps']}" if r.get("max_steps") else "")
         extra = f"  warnings {r['warnings']}" if r.get("warnings") else ""
         print(f"{r['path']:<32} {r['verdict']:<12} step {step:<12} loss {loss_text}{extra}")
+    return 0
+
+
+def add_series_arguments(p: argparse.ArgumentParser) -> None:
+    from ...judging.rules import RuleOptions
+    from ...options import add_flags
+
+    p.add_argument("run", metavar="RUN", help="a run directory or a log")
+    p.add_argument(
+        "--key",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="a key to read (repeatable; default loss and eval_loss; also lr, grad_norm, sps, eval_<metric>)",
+    )
+    p.add_argument("--points", type=int, default=200, metavar="N", help="buckets a key (default 200, at most 500)")
+    p.add_argument("--min-step", type=float, default=None, metavar="STEP", help="the first step to cover")
+    p.add_argument("--max-step", type=float, default=None, metavar="STEP", help="the last step to cover")
+    p.add_argument("--json", action="store_true", help="print the series as JSON (as get_series gives it)")
+    add_flags(p, RuleOptions, "status")  # --map
+    add_read_arguments(p)  # --format, --pattern, --run
+
+
+def run_series(args: argparse.Namespace) -> int:
+    tools = Tools(os.sep)
+    _, doc = tools.get_series(
+        os.path.abspath(args.run), args.key, args.points, args.min_step, args.max_step, _options_of(args)
+    )
+    doc["run"], doc["log"] = args.run, os.path.relpath(os.path.join(os.sep, doc.get("log", "")))
+    if args.json:
+        print(json.dumps(doc, allow_nan=False))
+        return 0
+    print(f"{args.run}: steps {doc['steps'][0]}..{doc['steps'][1]}, {doc['records']} records of {doc['log']}")
+    for key, buckets in doc["series"].items():
+        bad = doc["nonfinite"].get(key)
+        extra = f"; non-finite {bad['count']} (first at steps {bad['first_steps']})" if bad else ""
+        print(f"{key}: {len(buckets)} buckets [step_first, step_last, min, max, last]{extra}")
+        for b in buckets:
+            print(f"  {b[0]}-{b[1]}  min {b[2]:.6g}  max {b[3]:.6g}  last {b[4]:.6g}")
+    if "truncated" in doc:
+        print(f"({doc['truncated']})")
+    return 0
+
+
+def add_incident_arguments(p: argparse.ArgumentParser) -> None:
+    from ...judging.rules import RuleOptions
+    from ...options import add_flags
+
+    p.add_argument("run", metavar="RUN", help="a run directory")
+    p.add_argument("--compare", default=None, metavar="RUN", help="another run: what differs from it")
+    p.add_argument("--json", action="store_true", help="print the incident as JSON (as the MCP tool gives it)")
+    add_flags(p, RuleOptions, "status")  # --map
+    add_read_arguments(p)  # --format, --pattern, --run
+
+
+def run_incident(args: argparse.Namespace) -> int:
+    tools = Tools(os.sep)
+    compare = os.path.abspath(args.compare) if args.compare is not None else None
+    _, doc = tools.incident(os.path.abspath(args.run), compare, _options_of(args))
+    doc["run"] = args.run
+    if args.json:
+        print(json.dumps(doc, allow_nan=False))
+        return 0
+    v = doc.get("verdict")
+    if v:
+        print(f"{v.get('kind')} ({v.get('class')}) step={v.get('step')} onset={v.get('onset')}: {v.get('message')}")
+    else:
+        print(f"no verdict: {doc.get('note', 'nothing stopped this run')}")
+    for name in ("before", "after"):
+        print(f"{name} the onset:" if v else f"{name}:")
+        for r in doc.get(name, []):
+            print("  " + _row(r))
+    for c in doc.get("checkpoints", []):
+        print(f"checkpoint step={c.get('step')} {c.get('path')}")
+    print(f"argv: {' '.join(doc['argv']) if doc.get('argv') else None}")
+    if doc.get("output"):
+        print("output (last lines):")
+        for line in doc["output"]:
+            print("  " + line)
+    for key, values in (doc.get("compare") or {}).get("differs", {}).items():
+        print(f"differs {key}: {values[0]!r} here, {values[1]!r} in {args.compare}")
+    return 0
+
+
+def add_compare_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", metavar="RUN", nargs="+", help="2 to 8 run directories")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON (as compare_runs gives it)")
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    tools = Tools(os.sep)
+    _, doc = tools.compare_runs([os.path.abspath(r) for r in args.runs])
+    for row, given in zip(doc.get("runs", []), args.runs):
+        row["run"] = given
+    if args.json:
+        print(json.dumps(doc, allow_nan=False))
+        return 0
+    differs = doc.get("differs", {})
+    print(f"{len(args.runs)} runs; {len(differs)} keys differ" + ("" if differs else " (code, config and data alike)"))
+    for key, values in differs.items():
+        print(f"  {key}: " + " | ".join(json.dumps(v, default=str) for v in values))
     return 0
 
 
