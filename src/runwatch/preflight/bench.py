@@ -51,6 +51,8 @@ __all__ = [
 # autotuning, the data loader's start and allocator growth.
 DEFAULT_STEPS = 15
 DEFAULT_WARMUP = 3
+# Without a terminal, a progress line this often (an agent reading the output sees the job move).
+PROGRESS_SECONDS = 30.0
 # A job that logged no update for this long is stopped: a real step takes seconds, a start minutes.
 DEFAULT_TIMEOUT = 600.0
 # How often the log and the process are looked at: a step of a real job takes 50 ms to seconds.
@@ -334,17 +336,22 @@ def run(args: argparse.Namespace) -> int:
     run_dir, cmd = _parse(args)
     options = BenchOptions(steps=args.steps, warmup=args.warmup, timeout=args.timeout, batch_size=args.batch_size)
     reading = reading_from_args(args)
-    progress = None
-    if sys.stderr.isatty():
+    tty = sys.stderr.isatty()
+    said = {"at": time.monotonic(), "done": 0}
 
-        def progress(done: int, total: int) -> None:
+    def progress(done: int, total: int) -> None:
+        if tty:
             sys.stderr.write(f"\rbench: {min(done, total)}/{total} updates logged")
+            sys.stderr.flush()
+        elif time.monotonic() - said["at"] >= PROGRESS_SECONDS:  # a log or an agent: a line now and then
+            said["at"] = time.monotonic()
+            sys.stderr.write(f"bench: {min(done, total)}/{total} updates logged\n")
             sys.stderr.flush()
 
     try:
         result = bench(run_dir, cmd, options, progress, reading)
     finally:
-        if progress is not None:
+        if tty:
             sys.stderr.write("\n")
     print(json.dumps(result, indent=2, allow_nan=False) if args.json else render(run_dir, result), flush=True)
     return 0
