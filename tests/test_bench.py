@@ -253,7 +253,7 @@ def test_bench_a_printed_log_read_as_check_reads_it(tmp_path, capsys):
     assert result["format"] == "text" and result["log"] == os.path.join(d, "stdout.log")
     assert result["samples_per_second"] == pytest.approx(400.0)
     assert result["tokens_per_second"] is None and result["seq_len"] is None
-    assert 0.015 < result["seconds_per_step"]["median"] < 0.2
+    assert 0.015 < result["seconds_per_step"]["median"] < 1.0
     assert main(["plan", d, "--samples", "4000", "--window", "20s"]) == 0  # 10 s at 400 samples/s: fits
 
 

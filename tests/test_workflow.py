@@ -27,7 +27,7 @@ pytestmark = pytest.mark.xdist_group("workflow")
 
 
 def write_rows(path: str, n: int = 3000, seed: int = 3) -> None:
-    """`{"text", "label"}` reviews with 10 % label noise; 1 % each truncated, empty text, no label."""
+    """`{"text", "label"}` reviews with 10 % label noise; 1 % truncated, 3 % empty texts, 1 % no label."""
     rng = random.Random(seed)
     pos = ["great", "good", "wonderful", "fun", "loved", "best", "excellent"]
     neg = ["bad", "awful", "boring", "worst", "hated", "poor", "dull"]
@@ -43,9 +43,9 @@ def write_rows(path: str, n: int = 3000, seed: int = 3) -> None:
             u = rng.random()
             if u < 0.01:
                 line = line[:20]
-            elif u < 0.02:
+            elif u < 0.04:
                 line = json.dumps({**row, "text": ""})
-            elif u < 0.03:
+            elif u < 0.05:
                 line = json.dumps({"text": row["text"]})
             f.write(line + "\n")
 
@@ -88,8 +88,9 @@ def test_workflow_on_a_program_that_prints_text(tmp_path):
     assert r.returncode == 0, r.stderr
     with open(os.path.join(d, "runs", "bench", "bench.json")) as f:
         bench = json.load(f)
-    assert bench["format"] == "text" and 100 < bench["samples_per_second"] < 1000  # 8 samples a 20 ms step
-    assert 0.015 < bench["seconds_per_step"]["median"] < 0.1
+    # 8 samples a step of 20 ms and more (a loaded machine makes it longer, never shorter)
+    assert bench["format"] == "text" and 10 < bench["samples_per_second"] < 400
+    assert 0.015 < bench["seconds_per_step"]["median"] < 1.0
 
     # plan: 3 epochs of 3000 samples in 10 s does not fit; it names the subsample that does
     r = rw(d, "plan", "runs/bench", "--samples", "3000", "--epochs", "3", "--window", "10s", "--data", "data.jsonl",

@@ -65,6 +65,9 @@ __all__ = [
 WAIT_EXIT = {"done": 0, "stop": 7, "gave_up": 7, "preempted": 75, "timed_out": 3, "unwatched": 1}
 # How often `runwatch wait` looks at the run's files.
 WAIT_POLL_SECONDS = 0.25
+# How long `runwatch wait` gives a supervisor or a watch started just before it to begin (a Python
+# process and runwatch's imports, on a loaded machine) before it says that nothing watches the run.
+UNWATCHED_GRACE_SECONDS = 15.0
 
 
 class EventTails:
@@ -171,7 +174,16 @@ def run_wait(args: argparse.Namespace) -> int:
     path = tools.path("wait", "run", run)
     run_dir = resolve_target(path).run_dir
     state = watch_state(run_dir)
-    while state["state"] == "watching" and time.monotonic() - start < timeout:
+
+    def waiting() -> bool:
+        waited = time.monotonic() - start
+        if waited >= timeout:
+            return False
+        # a supervisor started just before (`nohup runwatch supervise ... &`) takes a moment to
+        # hold its run directory: nothing watching is the answer only once that moment has passed
+        return state["state"] == "watching" or (state["state"] == "unwatched" and waited < UNWATCHED_GRACE_SECONDS)
+
+    while waiting():
         time.sleep(min(WAIT_POLL_SECONDS, max(0.0, timeout - (time.monotonic() - start))))
         state = watch_state(run_dir)
     doc = {"run": args.run, **state, "waited_seconds": round(time.monotonic() - start, 2)}
