@@ -14,7 +14,8 @@ restart of the server, of the agent, or of the supervisor:
   an anomaly; the cursor holds the verdict's time).
 - the log's checkpoint records (the cursor holds how many were given).
 
-A warning (or a stop) seen in two files, the journal and watchdog.json, is one event: the journal's.
+A warning (or a stop) seen in two files, the journal and watchdog.json, is one event: the journal's
+(under a supervisor, whose journal has them all, watchdog.json is not read for events).
 Each event is `{"kind", "time", "step", "what", "message", "source"}`; `what` is the finding's kind
 (`loss_spike`) where there is one. The cursor is an opaque string (`j3.w2-5f1c.v0.c1`). Standard
 library only.
@@ -224,7 +225,10 @@ def events_since(
             }
         )
     cur.journal = seen
-    doc = read_json(os.path.join(run_dir, VERDICT))
+    # Under a supervisor, the journal has every warning and stop (its watch's too, written a moment
+    # after watchdog.json: reading both would give one twice); watchdog.json speaks for a plain watch.
+    supervised = bool(everything) or os.path.lexists(os.path.join(run_dir, JOURNAL))
+    doc = None if supervised else read_json(os.path.join(run_dir, VERDICT))
     if isinstance(doc, dict):
         warnings = [w for w in doc.get("warnings") or [] if isinstance(w, dict)]
         start = (
@@ -269,7 +273,10 @@ def events_since(
             cur.verdict_time = vtime
     if checkpoints is not None:
         found = checkpoints.poll()
-        start = cur.checkpoints if cur.checkpoints <= len(found) else 0
+        if cur.checkpoints <= len(found):
+            start = cur.checkpoints
+        else:  # fewer than given: still catching up (after a restart), or the log was rewritten
+            start = len(found) if not checkpoints.caught_up else 0
         for c in found[start:]:
             out.append(
                 {
@@ -281,7 +288,7 @@ def events_since(
                     "source": "log",
                 }
             )
-        cur.checkpoints = len(found)
+        cur.checkpoints = max(len(found), cur.checkpoints) if not checkpoints.caught_up else len(found)
         if not checkpoints.caught_up:
             notes.append("the log's checkpoints: still reading the log; later calls give the rest")
     out.sort(key=lambda e: e["time"] if e["time"] is not None else float("inf"))
