@@ -14,6 +14,10 @@ Driven by the MCP Python SDK's own client over stdio, as an agent's client drive
   `watchdog.json` holds a live `watching` record (its pid a `sleep` process), a verdict written
   atomically (`verdict.write_verdict`) a random 0.3-1.5 s into the wait; and the same for a
   supervised run whose journal gets its `done` record.
+- (`--evidence`, section "MCP evidence tools") the bytes of the tool definitions (`list_tools`,
+  with and without `--act`); every read tool's latency on the GB-gigabyte log; `get_series`'s
+  result size and time on a minimal-telemetry log of 1M records; and the delay from a journal
+  record being appended to `wait_for_event` returning it.
 Logs are written under /tmp and deleted afterwards.
 """
 
@@ -29,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(BENCH), "src")
@@ -168,12 +173,137 @@ async def bench_wake(root: str, rounds: int) -> dict[str, list[float]]:
     return out
 
 
+async def tool_bytes(root: str) -> dict[str, Any]:
+    """The tool definitions as `list_tools` returns them: bytes in all and per tool, with and
+    without --act."""
+    out: dict[str, Any] = {}
+    with open(os.devnull, "w") as devnull:
+        for act in (False, True):
+            args = ["-m", "runwatch", "mcp", root] + (["--act"] if act else [])
+            prm = StdioServerParameters(command=sys.executable, args=args, env=ENV)
+            async with stdio_client(prm, errlog=devnull) as (r, w), ClientSession(r, w) as s:
+                await s.initialize()
+                res = await s.list_tools()
+                tools = [t.model_dump(by_alias=True, exclude_none=True, mode="json") for t in res.tools]
+                key = "act" if act else "read"
+                out[key] = len(json.dumps(tools, separators=(",", ":")).encode())
+                out[key + "_tools"] = {t["name"]: len(json.dumps(t, separators=(",", ":")).encode()) for t in tools}
+    return out
+
+
+async def evidence_calls(root: str, calls: list[tuple[str, dict[str, Any]]], repeat: int) -> dict[str, list[Any]]:
+    """Each call `repeat` times over one session: its seconds and its answer's bytes."""
+    out: dict[str, list[Any]] = {}
+    with open(os.devnull, "w") as devnull:
+        async with stdio_client(params(root), errlog=devnull) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            for _ in range(repeat):
+                for name, args in calls:
+                    label = name + (f" {args['label']}" if "label" in args else "")
+                    args = {k: v for k, v in args.items() if k != "label"}
+                    t = time.perf_counter()
+                    res = await s.call_tool(name, args, read_timeout_seconds=None)
+                    took = time.perf_counter() - t
+                    if res.is_error:
+                        raise RuntimeError(f"{name}: {res.content[0].text}")
+                    size = len(res.model_dump_json(by_alias=True, exclude_none=True).encode())
+                    out.setdefault(label, []).append((took, size))
+    return out
+
+
+def make_minimal(path: str, records: int) -> None:
+    """A minimal-telemetry JSONL of `records` train records (every 100th with eval values; a
+    spike at a third, NaNs at two thirds)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        for s in range(1, records + 1):
+            loss = 50.0 if s == records // 3 else "NaN" if s == 2 * records // 3 else 2.0 / (1 + s / 1000)
+            line = f'{{"step":{s},"t":{1000.0 + s * 0.1:.1f},"loss":{loss},"lr":0.001,"grad_norm":1.0,"sps":512.0'
+            if s % 100 == 0:
+                line += f',"eval_loss":{loss},"eval_auroc":0.9'
+            f.write(line + "}\n")
+
+
+async def bench_event_wake(root: str, rounds: int) -> list[float]:
+    """A journal `warning` record appended a random 0.3-1.5 s into a wait_for_event → its return."""
+    out: list[float] = []
+    with open(os.devnull, "w") as devnull:
+        async with stdio_client(params(root), errlog=devnull) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            for i in range(rounds):
+                run_dir = os.path.join(root, f"events-{i}")
+                os.makedirs(run_dir)
+                _journal(run_dir, "launch", 1)
+                first = await s.call_tool("wait_for_event", {"run": os.path.basename(run_dir), "timeout_s": 0})
+                cursor = json.loads(first.content[0].text)["cursor"]
+                written: list[float] = []
+
+                async def warn(run_dir: str = run_dir, written: list[float] = written) -> None:
+                    await anyio.sleep(random.uniform(0.3, 1.5))
+                    rec = {"time": time.time(), "event": "warning", "attempt": 1, "kind": "overfitting", "step": 7}
+                    with open(os.path.join(run_dir, "supervise.jsonl"), "a") as f:
+                        f.write(json.dumps(rec) + "\n")
+                    written.append(time.perf_counter())
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(warn)
+                    res = await s.call_tool(
+                        "wait_for_event", {"run": os.path.basename(run_dir), "since": cursor, "timeout_s": 60}
+                    )
+                    got = time.perf_counter()
+                events = json.loads(res.content[0].text)["events"]
+                if [e["kind"] for e in events] != ["warning"]:
+                    raise RuntimeError(f"wait_for_event: {events}")
+                out.append(got - written[0])
+    return out
+
+
+def evidence(root: str, size: int, rounds: int, records: int) -> None:
+    defs = anyio.run(tool_bytes, root)
+    print(f"\ntool definitions (list_tools, compact JSON): {defs['read']} bytes read-only, {defs['act']} with --act")
+    for name, n in sorted(defs["act_tools"].items(), key=lambda kv: -kv[1]):
+        print(f"  {name:<18} {n:6d}")
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("list_runs", {}),
+        ("run_status", {"run": "big"}),
+        ("tail_records", {"run": "big", "n": 20}),
+        ("explain", {"kind": "loss_spike"}),
+        ("wait_for_verdict", {"run": "big", "timeout_s": 0}),
+        ("wait_for_event", {"run": "big", "timeout_s": 0}),
+        ("compare_runs", {"runs": ["big", "small"]}),
+        ("plan_run", {"run": "big", "samples": 100000, "window": "8h"}),
+        ("get_series", {"run": "big"}),
+        ("incident", {"run": "big", "compare": "small"}),
+        ("check_run", {"run": "big"}),
+    ]
+    lat = anyio.run(evidence_calls, root, calls, 2)
+    print(f"\nevery read tool on the {size / 2**30:.2f} GiB log (2 calls each, one session), s: first / second, bytes")
+    for name, xs in lat.items():
+        print(f"  {name:<18} {xs[0][0]:8.3f} {xs[1][0]:8.3f}   {xs[1][1]:6d}")
+    make_minimal(os.path.join(root, "million", "metrics.jsonl"), records)
+    mb = os.path.getsize(os.path.join(root, "million", "metrics.jsonl")) / 2**20
+    keys = ["loss", "eval_loss", "lr", "grad_norm", "sps", "eval_auroc"]
+    series_calls: list[tuple[str, dict[str, Any]]] = [
+        ("get_series", {"run": "million", "label": "default (loss, eval_loss; 200)"}),
+        ("get_series", {"run": "million", "keys": keys, "max_points": 500, "label": "6 keys, 500"}),
+    ]
+    got = anyio.run(evidence_calls, root, series_calls, 2)
+    print(f"\nget_series on {records:,} records ({mb:.0f} MiB minimal JSONL), s (second call) and answer bytes")
+    for name, xs in got.items():
+        print(f"  {name:<36} {xs[1][0]:8.3f}   {xs[1][1]:6d} bytes")
+    wake = anyio.run(bench_event_wake, root, rounds)
+    print(f"\njournal record appended -> wait_for_event returned ({rounds}), ms: median / p90 / max")
+    print(f"  {_ms(wake):>8} {1000 * _p90(wake):8.1f} {1000 * max(wake):8.1f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gb", type=float, default=1.0, help="size of the big log (default 1)")
     p.add_argument("--starts", type=int, default=10)
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--evidence", action="store_true", help="only the section 'MCP evidence tools'")
+    p.add_argument("--records", type=int, default=1_000_000, help="records of get_series's log (default 1M)")
     args = p.parse_args()
     root = tempfile.mkdtemp(prefix="rw-mcp-bench-", dir="/tmp")
     try:
@@ -184,6 +314,10 @@ def main() -> None:
         size = os.path.getsize(os.path.join(root, "big", "metrics.jsonl"))
         print(f"logs written in {time.perf_counter() - t:.0f} s: big {size / 2**30:.2f} GiB, small 1 MiB")
         print("load average before: " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
+        if args.evidence:
+            evidence(root, size, args.rounds, args.records)
+            print("load average after: " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
+            return
 
         starts = anyio.run(bench_start, root, args.starts)
         proc = [status_process(os.path.join(root, "small")) for _ in range(args.starts)]

@@ -18,7 +18,7 @@ import pytest
 
 from runwatch import RunLogger
 from runwatch.cli import main
-from runwatch.errors import UsageError
+from runwatch.errors import InvalidRunError, UsageError
 from runwatch.judging.verdict import Verdict, write_verdict
 from runwatch.reading.records import Record, resolve_target
 from runwatch.views.agent import bound, skill_text
@@ -532,3 +532,16 @@ def test_run_status_and_tail_records_read_a_log_with_the_options_check_run_takes
     assert plain["step"] is None  # read as JSONL: no record
     with pytest.raises(UsageError, match=r"^run_status: read.pattern"):
         tools.run_status("text", ["--pattern", "no step group"])
+
+
+def test_plan_run_reads_a_text_log_with_options(tmp_path):
+    os.makedirs(tmp_path / "t")
+    with open(tmp_path / "t" / "train.log", "w") as f:
+        f.writelines(f"step {s} loss {1 / s:.4f} sps 400.0\n" for s in range(1, 31))
+    tools = Tools(str(tmp_path))
+    pattern = ["--pattern", r"^step (?P<step>\d+) loss (?P<loss>\S+) sps (?P<sps>\S+)"]
+    _, doc = tools.plan_run(4000, "20s", run="t/train.log", options=pattern)
+    assert (doc["exit"], doc["meaning"]) == (0, "fits")
+    assert doc["report"]["steady_samples_per_second"] == pytest.approx(400.0)
+    with pytest.raises(InvalidRunError, match=r"^train.log:1: malformed JSON"):  # read as JSONL without it
+        tools.plan_run(4000, "20s", run="t/train.log")

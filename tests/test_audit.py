@@ -265,12 +265,46 @@ def test_progress_bar_only_when_asked_or_on_a_tty(tmp_path, capsys):
 
 def test_cli(tmp_path, capsys):
     src = write_jsonl(tmp_path / "c.jsonl", [{"code": snippet(i)} for i in range(N)])
-    assert main(["audit-data", src, "--field", "code", "--workers", "2", "--json"]) == 0
+    # exit 1: rows were rejected
+    assert main(["audit-data", src, "--field", "code", "--workers", "2", "--json"]) == 1
     r = json.loads(capsys.readouterr().out)
     assert (r["kept"], r["out"]) == (N - 14, src + ".audit")
-    assert main(["audit-data", src, "--field", "code", "--out", str(tmp_path / "o"), "--workers", "1"]) == 0
+    assert main(["audit-data", src, "--field", "code", "--out", str(tmp_path / "o"), "--workers", "1"]) == 1
     out = capsys.readouterr().out
+    assert out.splitlines()[0] == (
+        f"audit-data: 86 of 100 rows kept, 14 rejected; most common: check SyntaxError (14 rows);"
+        f" see {tmp_path}/o/rejected.jsonl"
+    )
     assert "  kept      86 (86.00%)\n  rejected  14\n    check: SyntaxError  14\n" in out
+    sound = write_jsonl(tmp_path / "s.jsonl", [{"code": "x = 1"}])
+    assert main(["audit-data", sound, "--field", "code", "--workers", "0"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "audit-data: 1 of 1 rows kept, 0 rejected: every row passed"
+
+
+def test_text_rows_with_required_label(tmp_path, capsys):
+    """Sound {"text", "label"} rows pass; a truncated line, an empty text, a missing or empty label do not."""
+    rows = [json.dumps({"text": f"review {i}", "label": i % 2}) for i in range(20)]
+    rows[3] = rows[3][:12]  # truncated
+    rows[5] = json.dumps({"text": "  ", "label": 1})
+    rows[7] = json.dumps({"text": "no label"})
+    rows[9] = json.dumps({"text": "empty label", "label": ""})
+    src = tmp_path / "t.jsonl"
+    src.write_text("\n".join(rows) + "\n")
+    argv = ["audit-data", str(src), "--field", "text", "--check", "text", "--require", "label", "--workers", "0"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("audit-data: 16 of 20 rows kept, 4 rejected; most common: ")
+    rejected = [json.loads(x) for x in (tmp_path / "o" / "rejected.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["stage"], r["reason"]) for r in rejected] == [
+        (3, "read", "malformed_json"),
+        (5, "check", "empty_text"),
+        (7, "require", "missing_label"),
+        (9, "require", "empty_label"),
+    ]
+    good = tmp_path / "g.jsonl"
+    good.write_text("\n".join(json.dumps({"text": f"review {i}", "label": i % 2}) for i in range(20)) + "\n")
+    assert main(["audit-data", str(good), *argv[2:], "--out", str(tmp_path / "g")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "audit-data: 20 of 20 rows kept, 0 rejected: every row passed"
 
 
 @pytest.mark.parametrize(
@@ -307,7 +341,7 @@ def test_cli(tmp_path, capsys):
             "jsonl",
             ["--field", "code", "--check", "ruby"],
             2,
-            "audit.check must be python, json or MODULE:FUNCTION, got 'ruby'",
+            "audit.check must be python, json, text or MODULE:FUNCTION, got 'ruby'",
         ),
         ("jsonl", ["--field", "code", "--workers", "-1"], 2, "audit.workers must be an int >= 0, got -1"),
         (

@@ -116,7 +116,7 @@ def test_bench_lightning_fit(tmp_path):
         (
             "silent",
             "runwatch: the command ended (exit status 3) after 0 of 6 updates; last error in {d}/stdout.log:"
-            " (no output)",
+            " (no output); the log, read as --format jsonl: {d}/metrics.jsonl does not exist",
         ),
     ],
 )
@@ -220,3 +220,55 @@ def test_options_validated():
     with pytest.raises(UsageError) as e:
         BenchOptions(steps=True)
     assert str(e.value) == "bench.steps must be an int >= 1, got True"
+
+
+STEP_LINE = r"^step (?P<step>\d+) loss (?P<loss>\S+) sps (?P<sps>\S+)"
+
+
+def test_bench_a_printed_log_read_as_check_reads_it(tmp_path, capsys):
+    d = str(tmp_path / "b")
+    job = (
+        "import time\n"
+        "for s in range(1, 1000):\n"
+        "    time.sleep(0.02)\n"
+        "    print(f'step {s} loss {1/s:.4f} sps 400.0', flush=True)\n"
+    )
+    argv = [
+        "bench",
+        d,
+        "--steps",
+        "10",
+        "--warmup",
+        "2",
+        "--pattern",
+        STEP_LINE,
+        "--json",
+        "--",
+        sys.executable,
+        "-c",
+        job,
+    ]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["format"] == "text" and result["log"] == os.path.join(d, "stdout.log")
+    assert result["samples_per_second"] == pytest.approx(400.0)
+    assert result["tokens_per_second"] is None and result["seq_len"] is None
+    assert 0.015 < result["seconds_per_step"]["median"] < 1.0
+    assert main(["plan", d, "--samples", "4000", "--window", "20s"]) == 0  # 10 s at 400 samples/s: fits
+
+
+def test_bench_timeout_stops_a_job_that_gives_no_update(tmp_path, capsys):
+    d = str(tmp_path / "b")
+    job = "import time\nprint('loading the data', flush=True)\ntime.sleep(60)\n"
+    assert main(["bench", d, "--timeout", "1", "--pattern", STEP_LINE, "--", sys.executable, "-c", job]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        "runwatch: bench: no update for 1s (0 of 15 updates); job stopped after no update for 1s: SIGTERM (1 process);"
+        f" the log, read as --format text --pattern {STEP_LINE}: {d}/stdout.log: "
+    )
+    assert err.endswith("'loading the data'")
+    with open(os.path.join(d, "launch.json")) as f:
+        pid = json.load(f)["pid"]
+    assert not alive(pid)
+    assert main(["bench", d, "--timeout", "0", "--", "true"]) == 2
+    assert capsys.readouterr().err.strip() == "bench.timeout must be a number of seconds > 0, got 0.0"

@@ -152,3 +152,111 @@ def test_the_version_is_the_packages():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "pyproject.toml"), "rb") as f:
         assert tomllib.load(f)["project"]["version"] == __version__
+
+
+# --- the MCP tools as commands, and short help ------------------------------------------------------
+
+
+def _minimal(path, steps, **extra):
+    import json
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        for s in steps:
+            f.write(json.dumps({"step": s, "t": 1000.0 + s, "loss": 1.0 / s, "sps": 50.0, **extra}) + "\n")
+
+
+@pytest.mark.parametrize("command", ["watch", "check", "launch", "supervise"])
+def test_help_names_the_rule_options_in_one_line(capsys, command):
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) < 120
+    assert "--spike-factor F" not in out and "--spike-factor" in out  # named, not explained
+    assert out.count("runwatch rules") == 1
+    assert "--stall S" in out or command == "check"  # the watch's own options still have their help
+
+
+def test_rules_come_from_the_declarations_and_the_runbook(capsys):
+    import json
+
+    from runwatch.judging.runbook import kinds
+    from runwatch.views.agent.shell import rules_table
+
+    assert main(["rules", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert table == rules_table() and [r["kind"] for r in table] == kinds()
+    spike = next(r for r in table if r["kind"] == "loss_spike")
+    assert (spike["class"], spike["severity"]) == ("divergence", "stop")
+    assert [o["flag"] for o in spike["options"]] == [
+        "--spike-factor",
+        "--spike-window",
+        "--spike-patience",
+        "--spike-min-excess",
+    ]
+    assert spike["options"][0]["default"] == "3"
+    throughput = next(r for r in table if r["kind"] == "throughput_drop")
+    assert "--throughput-span" in [o["flag"] for o in throughput["options"]]  # by its family
+    assert next(r for r in table if r["kind"] == "overfitting")["severity"] == "warn"
+    assert main(["rules"]) == 0
+    text = capsys.readouterr().out
+    assert "\nloss_spike  [divergence, stop; record rule]  " in text and "  --spike-factor (3): " in text
+
+
+def test_explain_tail_runs(tmp_path, capsys):
+    import json
+
+    assert main(["explain", "stall"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "stall (transient, stop by default)" and out[1].startswith("  means:  no new record for")
+    assert main(["explain", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("explain: unknown kind 'nope'; known: done, ")
+    _minimal(str(tmp_path / "runs" / "a" / "metrics.jsonl"), range(1, 31))
+    _minimal(str(tmp_path / "runs" / "b" / "metrics.jsonl"), range(1, 4))
+    assert main(["tail", str(tmp_path / "runs" / "a"), "-n", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == [
+        "step=29  t=1029.0  loss=0.034482758620689655  sps=50.0",
+        "step=30  t=1030.0  loss=0.03333333333333333  sps=50.0",
+    ]
+    assert main(["tail", str(tmp_path / "runs" / "a"), "-n", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == [{"step": 30, "t": 1030.0, "loss": 1 / 30, "sps": 50.0}]
+    assert main(["runs", str(tmp_path / "runs"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["total"] == 2 and sorted(r["path"] for r in doc["runs"]) == ["a", "b"]
+    assert main(["runs", str(tmp_path / "runs")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"2 runs under {tmp_path / 'runs'}"
+
+
+def test_wait_exit_codes(tmp_path, capsys):
+    import json
+    import time
+
+    run = tmp_path / "r"
+    _minimal(str(run / "metrics.jsonl"), range(1, 4))
+    assert main(["wait", str(run), "--timeout", "1"]) == 1  # nothing watches it
+    assert capsys.readouterr().out.strip() == "nothing is watching this run (no watchdog.json)"
+    # a watch that is alive (this process) and never ends: timed out, exit 3
+    with open(run / "watchdog.json", "w") as f:
+        json.dump(
+            {"verdict": "watching", "pid": os.getpid(), "host": os.uname().nodename, "since": time.time(),
+             "polled_at": time.time(), "step": 3, "poll": 3600, "warnings": []},
+            f,
+        )  # fmt: skip
+    assert main(["wait", str(run), "--timeout", "0.3"]) == 3
+    assert capsys.readouterr().out.startswith("timed out after 0.3s: ")
+    for doc, code, line in (
+        ({"verdict": "done", "kind": None, "step": 3, "message": "completed"}, 0, "OK done step=3"),
+        ({"verdict": "anomaly", "kind": "loss_spike", "step": 3, "message": "up"}, 7, "ANOMALY loss_spike step=3: up"),
+    ):
+        with open(run / "watchdog.json", "w") as f:
+            json.dump({**doc, "class": None, "onset": 3, "time": time.time(), "warnings": []}, f)
+        assert main(["wait", str(run)]) == code
+        assert capsys.readouterr().out.strip() == line
+    # the events: the verdict once, then none after the cursor (exit 3)
+    assert main(["wait", str(run), "--events", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [(e["kind"], e["what"]) for e in got["events"]] == [("stop", "loss_spike")]
+    assert main(["wait", str(run), "--events", "--since", got["cursor"], "--timeout", "0.2"]) == 3
+    assert capsys.readouterr().out.splitlines() == ["no event in 0.2s", f"cursor {got['cursor']}"]
+    assert main(["wait", str(run), "--since", got["cursor"]]) == 2
+    assert capsys.readouterr().err.strip() == "wait: --since and --kind go with --events"

@@ -28,7 +28,19 @@ from runwatch.procs.process import alive  # noqa: E402
 TESTS = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(os.path.dirname(TESTS), "src")
 TRAIN = os.path.join(TESTS, "supervise_train.py")
-READ_TOOLS = ["list_runs", "run_status", "tail_records", "check_run", "wait_for_verdict", "explain", "plan_run"]
+READ_TOOLS = [
+    "list_runs",
+    "run_status",
+    "tail_records",
+    "check_run",
+    "wait_for_verdict",
+    "explain",
+    "plan_run",
+    "get_series",
+    "incident",
+    "wait_for_event",
+    "compare_runs",
+]
 # Generous: two shared cores, torch starting in a subprocess, a server starting per test.
 WAIT = 240.0
 
@@ -315,3 +327,110 @@ def test_a_launched_supervisor_outlives_the_server_and_stop_run_stops_it(tmp_pat
     assert stopped["process"] == {"pid": train, "alive": False}
     assert stopped["supervise"]["event"] == "gave_up" and stopped["ended"]["reason"] == "interrupted"
     assert waited["state"] == "final" and waited["verdict"]["kind"] == "interrupted" and waited["exit"] == 130
+
+
+def test_evidence_tools_and_events_across_a_server_restart(tmp_path, reaper):
+    """A supervised run that goes NaN and is rolled back: wait_for_event gives its stop, rollback,
+    checkpoints and end, each once, with a cursor that a new server (a restart) continues from;
+    get_series keeps the spike's non-finite values apart; incident and compare_runs in one call
+    each; every tool declares an outputSchema and each result matches it."""
+    import jsonschema
+
+    root = tmp_path
+    schemas: dict[str, Any] = {}
+    os.makedirs(root / "spiky")
+    with open(root / "spiky" / "metrics.jsonl", "w") as f:
+        for s in range(1, 1001):
+            loss = 50.0 if s == 500 else float("nan") if s == 700 else 1.0 / s
+            f.write(json.dumps({"step": s, "t": 1000.0 + s, "loss": loss, "sps": 50.0}) + "\n")
+
+    async def first(c: Client) -> dict[str, Any]:
+        for tool in (await c.session.list_tools()).tools:
+            assert tool.output_schema is not None and tool.output_schema["type"] == "object", tool.name
+            assert "\n" not in (tool.description or "") and "  " not in (tool.description or ""), tool.name
+            schemas[tool.name] = tool.output_schema
+        for run, fault in (("runs/rb", "nan@25"), ("runs/ok", None)):
+            cmd = [sys.executable, TRAIN, run, "--steps", "60", "--sleep", "0.02"] + (
+                ["--fault", fault] if fault else []
+            )
+            started = await c.call("launch_supervised", run_dir=run, command=cmd, options=["--poll", "0.2"])
+            reaper.append(started["pid"])
+        events: list[dict[str, Any]] = []
+        cursor = None
+        while not any(e["kind"] in ("done", "gave_up") for e in events):
+            got = await c.call("wait_for_event", run="runs/rb", since=cursor, timeout_s=WAIT)
+            jsonschema.validate(got, schemas["wait_for_event"])
+            assert not got.get("timed_out"), got
+            events += got["events"]
+            cursor = got["cursor"]
+        await c.call("wait_for_verdict", run="runs/ok", timeout_s=WAIT)
+        docs = {
+            "get_series": await c.call("get_series", run="runs/rb", keys=["loss", "lr"], max_points=8),
+            "incident": await c.call("incident", run="runs/rb", compare="runs/ok"),
+            "compare_runs": await c.call("compare_runs", runs=["runs/rb", "runs/ok"]),
+            "only_warnings": await c.call("wait_for_event", run="runs/rb", kinds=["warning"], timeout_s=0.2),
+            "spiky": await c.call("get_series", run="spiky", keys=["loss", "sps"], max_points=10),
+        }
+        for name in ("get_series", "incident", "compare_runs"):
+            jsonschema.validate(docs[name], schemas[name])
+        for name, args in (
+            ("list_runs", {}),
+            ("run_status", {"run": "runs/rb"}),
+            ("tail_records", {"run": "runs/rb"}),
+            ("check_run", {"run": "runs/rb"}),
+            ("explain", {"kind": "loss_spike"}),
+        ):
+            jsonschema.validate(await c.call(name, **args), schemas[name])
+        errors = [
+            await c.error("wait_for_event", run="runs/rb", since="not-a-cursor", timeout_s=0),
+            await c.error("wait_for_event", run="runs/rb", kinds=["nope"], timeout_s=0),
+            await c.error("compare_runs", runs=["runs/rb"]),
+        ]
+        return {"events": events, "cursor": cursor, "errors": errors, **docs}
+
+    out = serve(root, "--act", body=first)
+    kinds = [e["kind"] for e in out["events"]]
+    assert kinds.count("done") == 1 and kinds.count("rollback") == 1 and kinds.count("stop") == 1
+    stop = next(e for e in out["events"] if e["kind"] == "stop")
+    assert stop["what"] == "nonfinite_loss" and stop["source"] == "supervise.jsonl"
+    assert kinds.index("stop") < kinds.index("rollback") < kinds.index("done")
+    assert "checkpoint" in kinds  # the log's checkpoint records
+    keys = [(e["kind"], e.get("step"), e.get("what")) for e in out["events"]]
+    assert len(keys) == len(set(keys))  # each once
+    assert out["only_warnings"]["events"] == [] and out["only_warnings"]["timed_out"] is True
+    assert out["errors"][0].startswith("wait_for_event: not a cursor of this run's events: 'not-a-cursor'")
+    assert out["errors"][1].startswith("wait_for_event: unknown event kind 'nope'; known: warning, stop")
+    assert out["errors"][2].startswith("compare_runs: runs must be a list of 2 to 8 runs")
+
+    series = out["get_series"]
+    buckets = series["series"]["loss"]
+    assert 1 <= len(buckets) <= 8 and all(len(b) == 5 and b[0] <= b[1] and b[2] <= b[4] <= b[3] for b in buckets)
+    assert [b[0] for b in buckets] == sorted(b[0] for b in buckets)
+    spiky = out["spiky"]  # 1000 records, a spike at step 500, a NaN at 700, in 10 buckets
+    assert spiky["steps"] == [1, 1000] and spiky["records"] == 1000
+    assert len(spiky["series"]["loss"]) == 10
+    assert max(b[3] for b in spiky["series"]["loss"]) == 50.0  # the spike is never sampled away
+    assert spiky["nonfinite"] == {"loss": {"count": 1, "first_steps": [700]}}
+    assert spiky["series"]["sps"][0][2:] == [50.0, 50.0, 50.0]
+
+    inc = out["incident"]
+    assert inc["verdict"]["kind"] == "nonfinite_loss" and inc["verdict"]["class"] == "divergence"
+    assert inc["before"] and all(r["step"] < inc["verdict"]["onset"] for r in inc["before"])
+    assert len(inc["before"]) <= 10 and len(inc["after"]) <= 10
+    assert inc["checkpoints"] and all(c["step"] <= inc["verdict"]["onset"] for c in inc["checkpoints"])
+    assert inc["argv"][1:3] == [TRAIN, "runs/rb"] and inc["output"]
+    assert "argv" in {k.split(".")[0] for k in inc["compare"]["differs"]}
+
+    cmp = out["compare_runs"]
+    assert [r["run"] for r in cmp["runs"]] == ["runs/rb", "runs/ok"]
+    assert cmp["differs"]["argv"][0] != cmp["differs"]["argv"][1]
+    assert all("git" in r and "versions" in r and "recipe" in r for r in cmp["runs"])
+
+    async def restarted(c: Client) -> tuple[dict[str, Any], dict[str, Any]]:
+        again = await c.call("wait_for_event", run="runs/rb", since=out["cursor"], timeout_s=0.5)
+        everything = await c.call("wait_for_event", run="runs/rb", timeout_s=0)
+        return again, everything
+
+    again, everything = serve(root, body=restarted)  # a new server: nothing is given twice, nothing lost
+    assert again["events"] == [] and again["timed_out"] is True and again["cursor"] == out["cursor"]
+    assert [e["kind"] for e in everything["events"]] == kinds

@@ -73,7 +73,10 @@ def test_verdicts_on_real_runs(runs, capsys, run, argv, code, verdict, failed):
 
 def test_evidence(runs):
     checks = {c["name"]: c for c in smoke(runs["inverted"])["checks"]}
-    assert checks["metric"]["evidence"].endswith("< 0.5 - 0.05: inverted labels? (flipped it would be 1.0000)")
+    assert checks["metric"]["evidence"].startswith("inverted_metric: auroc ")
+    assert checks["metric"]["evidence"].endswith(
+        "< 0.5 - 0.05: labels or scores the wrong way round? (flipped it would be 1.0000)"
+    )
     assert checks["log"]["evidence"] == f"valid; completed normally at step {STEPS} (20 train windows)"
     assert checks["checkpoint"]["evidence"].startswith("2 written, 2 verified (latest ")
     checks = {c["name"]: c for c in smoke(runs["random"])["checks"]}
@@ -139,15 +142,17 @@ def test_no_checkpoint_no_val_no_chance(runs, tmp_path):
     ev = [c["evidence"] for c in r["checks"]]
     assert ev[1].startswith("no chance level: pass --chance-loss or name num_classes in the recipe (train loss ")
     assert ev[2] == "no val event with metric 'auroc' (no val event)"
-    assert ev[3] == "no checkpoint record in the log"
+    assert ev[3] == "no checkpoint record in the log (name the file with --checkpoint PATH)"
     assert smoke(run, SmokeOptions(chance_loss=0.6931))["checks"][1]["passed"]
 
 
 def test_invalid_or_unfinished_log(runs, tmp_path, capsys):
-    assert main(["smoke", str(tmp_path / "nowhere")]) == 1
+    assert main(["smoke", str(tmp_path / "nowhere")]) == 2
     out = capsys.readouterr().out.splitlines()
-    assert out[-1] == "SMOKE FAIL: log, loss, metric, checkpoint"
-    assert f"log         FAIL    invalid: {tmp_path}/nowhere: not a directory" in out
+    assert out[-1] == (
+        f"SMOKE CANNOT JUDGE: no log to read: the log, read as --format jsonl: {tmp_path}/nowhere/metrics.jsonl"
+        " does not exist"
+    )
     unfinished = _rewrite_log(runs["healthy"], tmp_path / "u", lambda r: None if r["event"] == "session_end" else r)
     r = smoke(unfinished)
     assert r["failed"] == ["log"]

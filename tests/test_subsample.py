@@ -265,3 +265,21 @@ def test_options_dataclass():
     with pytest.raises(UsageError) as e:
         SubsampleOptions(n=True, out="x.jsonl")
     assert str(e.value) == "subsample.n must be an int >= 1, got True"
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b'[{"text": "a", "label": 1}, {"text": "b", "label": 0}]\n', "1 unreadable (not_object 1); first at {name}:1"),
+        (bytes(range(128, 256)) * 4 + b"\n", "1 unreadable (invalid_utf8 1); first at {name}:1"),
+        (b"", "it is empty"),
+    ],
+    ids=["json-array", "binary", "empty"],
+)
+def test_no_readable_row_exits_1_and_writes_nothing(tmp_path, capsys, content, why):
+    src = tmp_path / "d.jsonl"
+    src.write_bytes(content)
+    out = tmp_path / "o.jsonl"
+    assert main(["subsample", str(src), "--n", "5", "--out", str(out)]) == 1
+    assert capsys.readouterr().err.strip() == f"runwatch: {src}: no readable row; " + why.format(name=src.name)
+    assert sorted(os.listdir(tmp_path)) == ["d.jsonl"]

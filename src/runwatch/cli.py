@@ -157,6 +157,65 @@ def _add_mcp(sub: _Subcommands) -> None:
     p.set_defaults(func=agent.run_skill)
 
 
+def _add_agent_shell(sub: _Subcommands) -> None:
+    """The MCP tools as commands: wait, tail, explain, runs, series, incident, compare; and `rules`."""
+    from .views.agent import shell
+
+    for name, add, run, help_text in (
+        (
+            "wait",
+            shell.add_wait_arguments,
+            shell.run_wait,
+            "wait for a run's final verdict (exit 0 done, 7 stop/gave up, 75 preempted, 3 timed out) or, with"
+            " --events, for its next events",
+        ),
+        ("tail", shell.add_tail_arguments, shell.run_tail, "the last records of a run in minimal-telemetry keys"),
+        ("explain", shell.add_explain_arguments, shell.run_explain, "what a verdict kind means and what to do"),
+        ("runs", shell.add_runs_arguments, shell.run_runs, "every run under a folder: verdict, step, loss, warnings"),
+        (
+            "series",
+            shell.add_series_arguments,
+            shell.run_series,
+            "a run's series in buckets that keep min, max and last, non-finite values counted",
+        ),
+        (
+            "incident",
+            shell.add_incident_arguments,
+            shell.run_incident,
+            "why a run stopped: the verdict, the records around its onset, the output's end, checkpoints, argv",
+        ),
+        (
+            "compare",
+            shell.add_compare_arguments,
+            shell.run_compare,
+            "what differs between runs: recipe, argv, git, data",
+        ),
+        ("rules", shell.add_rules_arguments, shell.run_rules, "every rule: its options, defaults, severity and class"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        add(p)
+        p.set_defaults(func=run)
+
+
+def _brief_rule_help(p: argparse.ArgumentParser, command: str) -> None:
+    """`--help` of a command that judges: the rules' options named in one line that points to
+    `runwatch rules`, instead of one paragraph each (they still parse as before)."""
+    from .views.agent.shell import rule_option_names
+
+    names = set(rule_option_names("check" if command == "check" else "watch"))
+    shown = []
+    for action in p._actions:
+        flag = next((o for o in action.option_strings if o.startswith("--")), None)
+        if flag in names:
+            action.help = argparse.SUPPRESS
+            shown.append(flag)
+    if shown:
+        p.formatter_class = argparse.RawDescriptionHelpFormatter  # the epilog stays one line
+        p.epilog = (
+            f"rule options (each rule's options, defaults, severity and class: runwatch rules): {', '.join(shown)}"
+        )
+
+
 def _add_preflight(sub: _Subcommands) -> None:
     from .preflight import audit, bench, plan, smoke, subsample
 
@@ -168,8 +227,16 @@ def _add_preflight(sub: _Subcommands) -> None:
             "project a long run's time from a bench or a short run; exit 1 if it does not fit, 2 if it cannot",
         ),
         ("subsample", subsample, "draw N rows of a data set, per value of a field in proportion or balanced"),
-        ("audit-data", audit, "check every row of a corpus in parallel; keep raw and normalized variants aligned"),
-        ("smoke", smoke, "the verdict on a smoke run: SMOKE PASS (exit 0) or SMOKE FAIL: <checks> (exit 1)"),
+        (
+            "audit-data",
+            audit,
+            "check every row of a corpus in parallel; exit 1 when any row was rejected",
+        ),
+        (
+            "smoke",
+            smoke,
+            "the verdict on a smoke run: SMOKE PASS (exit 0), SMOKE FAIL: <checks> (exit 1), SMOKE CANNOT JUDGE (exit 2)",
+        ),
     ):
         p = sub.add_parser(name, help=help_text)
         module.add_arguments(p)
@@ -190,6 +257,7 @@ _COMMANDS: list[Callable[[_Subcommands], None]] = [
     _add_preflight,
     _add_serve,
     _add_mcp,
+    _add_agent_shell,
 ]
 
 
@@ -203,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for add in _COMMANDS:
         add(sub)
+    for name in ("watch", "check", "launch", "supervise"):
+        _brief_rule_help(sub.choices[name], name)
     return parser
 
 

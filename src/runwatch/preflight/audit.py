@@ -1,6 +1,13 @@
 """`runwatch audit-data`: check every row of a corpus in parallel before training on it.
 
     runwatch audit-data corpus.jsonl --field code --check python --normalize ast --out audit/
+    runwatch audit-data train.jsonl --field text --check text --require label --out audit/
+
+A row is rejected when it cannot be read (a truncated or invalid line, a missing `--field`), when a
+`--require`d field is absent or empty (None, "", only whitespace, [] or {}), or when its check
+(python, json, text: non-empty text, MODULE:FUNCTION) or normalizer fails. The command exits 1 when
+any row was rejected (0 only when every row passed), its first line saying how many were kept and
+rejected and the most common reason.
 
 A row is kept only when its check AND its normalizer succeed, so the normalized variant never holds
 a row that fell back to its raw text. Outputs in `--out` (temp names, renamed at the end, so a
@@ -33,7 +40,7 @@ from typing import TypedDict, cast
 from ..errors import UsageError
 from ..files.journal import atomic_write_text
 from .auditpool import Chunk, Pool, chunked, run_pool
-from .corpus import Corpus, JsonlWriter, Writer, open_writer
+from .corpus import Corpus, JsonlWriter, Row, Writer, open_writer
 from .rowcheck import CHECKS, NORMALIZERS, CheckResult, make_checker
 
 __all__ = ["AuditOptions", "AuditReport", "CheckResult", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
@@ -86,6 +93,7 @@ class AuditOptions:
     workers: int = dataclasses.field(default_factory=_default_workers)  # all usable cores
     row_timeout: float = DEFAULT_ROW_TIMEOUT
     id_field: str | None = None
+    require: tuple[str, ...] = ()  # fields every row must have, present and non-empty
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     progress: bool | None = None  # None: a progress bar when stderr is a TTY
 
@@ -93,7 +101,9 @@ class AuditOptions:
         if not isinstance(self.field, str) or not self.field:
             raise UsageError(f"audit.field must be a non-empty column name, got {self.field!r}")
         if self.check not in CHECKS and (not isinstance(self.check, str) or self.check.count(":") != 1):
-            raise UsageError(f"audit.check must be python, json or MODULE:FUNCTION, got {self.check!r}")
+            raise UsageError(f"audit.check must be python, json, text or MODULE:FUNCTION, got {self.check!r}")
+        if not isinstance(self.require, tuple) or not all(isinstance(f, str) and f for f in self.require):
+            raise UsageError(f"audit.require must be field names, got {self.require!r}")
         if self.normalize not in NORMALIZERS:
             raise UsageError(f"audit.normalize must be one of none, ast, black, got {self.normalize!r}")
         if type(self.workers) is not int or self.workers < 0:
@@ -169,6 +179,8 @@ def audit(input_path: str, options: AuditOptions) -> AuditReport:
                 stats["rows"] += 1
                 if row.error is not None:
                     result = ("read", row.error[0], row.error[1])
+                elif options.require:
+                    result = _required(corpus, row, options.require) or result
                 if isinstance(result, tuple):
                     stage, reason, message = result
                     by_stage = counts.setdefault(stage, {})
@@ -251,6 +263,55 @@ def _noop(stage: int) -> None:
     return None
 
 
+_ABSENT = object()
+
+
+def _value(corpus: Corpus, row: Row, name: str) -> object:
+    """The value of field `name` in a readable row, `_ABSENT` when the row has no such field."""
+    if corpus.format == "jsonl":
+        obj = row.payload[1]
+        return obj.get(name, _ABSENT) if isinstance(obj, dict) else _ABSENT
+    if corpus.format == "csv":
+        header = corpus.header or []
+        if name not in header:
+            return _ABSENT
+        fields = row.payload
+        return fields[header.index(name) + (len(fields) - len(header))]  # (a made id comes first)
+    return row.payload.get(name, _ABSENT) if isinstance(row.payload, dict) else _ABSENT
+
+
+def _required(corpus: Corpus, row: Row, require: tuple[str, ...]) -> tuple[str, str, str] | None:
+    """The rejection of a row that lacks a `--require`d field or holds an empty one, else None."""
+    for name in require:
+        value = _value(corpus, row, name)
+        if value is _ABSENT:
+            return ("require", f"missing_{name}", f"no field {name!r}")
+        if value is None or (
+            isinstance(value, (str, list, dict)) and not (value.strip() if isinstance(value, str) else value)
+        ):
+            return ("require", f"empty_{name}", f"field {name!r} is empty ({json.dumps(value)})")
+    return None
+
+
+def most_common(report: AuditReport) -> tuple[str, str, int] | None:
+    """(stage, reason, rows) of the most common reason a row was rejected; None when none was."""
+    best: tuple[str, str, int] | None = None
+    for stage, reasons in report["rejected_by_reason"].items():
+        for reason, n in reasons.items():
+            if best is None or n > best[2]:
+                best = (stage, reason, n)
+    return best
+
+
+def summary_line(report: AuditReport) -> str:
+    """The first line: kept and rejected, and the most common reason."""
+    top = most_common(report)
+    head = f"audit-data: {report['kept']:,} of {report['rows']:,} rows kept, {report['rejected']:,} rejected"
+    if top is None:
+        return head + ": every row passed"
+    return head + f"; most common: {top[0]} {top[1]} ({top[2]:,} rows); see {report['out']}/rejected.jsonl"
+
+
 # --- the command line -----------------------------------------------------------------------------
 
 
@@ -262,7 +323,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--check",
         default="python",
         metavar="python|json|MODULE:FUNCTION",
-        help="python (ast.parse), json, or a function that returns None or raises (default python)",
+        help="python (ast.parse), json, text (non-empty text), or a function that returns None or raises"
+        " (default python)",
     )
     parser.add_argument("--normalize", default="none", choices=NORMALIZERS, help="none, ast (parse+unparse), black")
     parser.add_argument("--out", default=None, metavar="DIR", help="output directory (default INPUT.audit)")
@@ -286,6 +348,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the id column (default: 'id' where present, else the row number)",
     )
+    parser.add_argument(
+        "--require",
+        action="append",
+        default=None,
+        metavar="FIELD",
+        help="a field every row must have, present and non-empty (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="print audit.json's content")
 
 
@@ -293,6 +362,7 @@ def render(report: AuditReport) -> str:
     """The text report."""
     frac = report["fraction_kept"]
     lines = [
+        summary_line(report),
         f"audit of {report['input']} ({report['format']}, {report['files']} file(s)), field {report['field']!r},"
         f" check {report['check']}, normalize {report['normalize']}",
         f"  rows      {report['rows']:,}"
@@ -314,7 +384,7 @@ def render(report: AuditReport) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """`runwatch audit-data`: exit 0 when the audit ran (whatever it rejected), 1 when it could not."""
+    """`runwatch audit-data`: exit 0 when every row passed, 1 when any was rejected or the audit could not run."""
     kwargs = {} if args.workers is None else {"workers": args.workers}
     options = AuditOptions(
         field=args.field,
@@ -323,8 +393,9 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         row_timeout=args.row_timeout,
         id_field=args.id_field,
+        require=tuple(args.require or ()),
         **kwargs,
     )
     report = audit(args.input, options)
     print(json.dumps(report, indent=2, allow_nan=False) if args.json else render(report))
-    return 0
+    return 1 if report["rejected"] else 0

@@ -29,6 +29,7 @@ import shlex
 from typing import TypedDict
 
 from ..errors import InvalidRunError, UsageError
+from .logs import Reading, add_reading_arguments, reading_from_args
 from .throughput import DEFAULT_WARMUP, MIN_STEADY_UPDATES, measure, session_records
 
 __all__ = [
@@ -206,12 +207,13 @@ def project(
     }
 
 
-def plan(run: str, options: PlanOptions) -> PlanReport:
-    """Project `options` from the steady throughput of `run`; return the report.
+def plan(run: str, options: PlanOptions, reading: Reading | None = None) -> PlanReport:
+    """Project `options` from the steady throughput of `run` (its log read with `reading`, as
+    `check` reads it); return the report.
 
     Raises InvalidRunError for an invalid log and InsufficientRunError when it cannot project.
     """
-    source = measure(run, options.warmup, options.min_steady_updates, options.batch_size)
+    source = measure(run, options.warmup, options.min_steady_updates, options.batch_size, reading)
     if options.eval_overhead is not None:
         eval_fraction, eval_source = float(options.eval_overhead), "given"
     elif source["eval_source"] in ("measured", "included"):
@@ -379,10 +381,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=None, metavar="PATH", help="the training set, named in the subsample step")
     parser.add_argument("--stratify", default=None, metavar="FIELD", help="its label field, for the subsample step")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_reading_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """`runwatch plan`: exit 0 when the projection fits the window, 1 when it does not (2: cannot project)."""
-    result = plan(args.run_dir, options_from_args(args))
+    result = plan(args.run_dir, options_from_args(args), reading_from_args(args))
     print(json.dumps(result, indent=2, allow_nan=False) if args.json else render(result))
     return exit_code(result)

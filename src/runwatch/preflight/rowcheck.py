@@ -2,7 +2,7 @@
 
 `make_checker(check, normalize)` builds the function the audit runs on each row's text, in a worker
 (`auditpool`) or in the auditing process (`--workers 0`): python (`ast.parse`), json (strict JSON)
-or MODULE:FUNCTION (None: the row passes; anything else, or an exception, rejects it), then none,
+text (non-empty text: not only whitespace) or MODULE:FUNCTION (None: the row passes; anything else, or an exception, rejects it), then none,
 ast (parse and unparse) or black. Standard library only; black when asked for.
 """
 
@@ -18,7 +18,7 @@ from ..files.jsonio import strict_json
 
 __all__ = ["CHECKS", "NORMALIZERS", "CheckResult", "make_checker"]
 
-CHECKS = ("python", "json")  # or MODULE:FUNCTION
+CHECKS = ("python", "json", "text")  # or MODULE:FUNCTION
 NORMALIZERS = ("none", "ast", "black")
 
 # What checking a row gives: None (kept, normalized text = raw text), a str (kept, that normalized
@@ -53,6 +53,12 @@ def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], N
         def run_check(text: str) -> ast.Module | None:
             strict_json(text)
             return None
+    elif check == "text":
+
+        def run_check(text: str) -> ast.Module | None:
+            if not text.strip():
+                raise _Rejected("empty_text", "the text is empty" if not text else "the text is only whitespace")
+            return None
     else:
         custom = _load_function(check)
 
@@ -73,7 +79,7 @@ def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], N
         try:
             tree = run_check(text)
         except _Rejected as exc:
-            return ("check", exc.reason[:200], exc.reason)
+            return ("check", exc.reason[:200], exc.message)
         except Exception as exc:  # SyntaxError, ValueError (NUL bytes), RecursionError, MemoryError, ...
             return ("check", type(exc).__name__, str(exc))
         if normalize == "none":
@@ -90,6 +96,7 @@ def make_checker(check: str, normalize: str) -> Callable[[str, Callable[[int], N
 
 
 class _Rejected(Exception):
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, message: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.message = reason if message is None else message

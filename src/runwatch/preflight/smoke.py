@@ -1,18 +1,24 @@
 """`runwatch smoke`: the verdict on a smoke run, as a table of checks with their evidence.
 
     runwatch smoke RUN_DIR [--chance-loss X] [--metric auroc] [--samples N --window 8h]
+        [--format NAME] [--pattern REGEX] [--map K=V] [--run ID] [--log PATH] [--checkpoint PATH]
 
+The log is read as `check` reads it (`logs.Reading`): a schema-v1 run directory, or any other log
+(minimal telemetry, a text log with a preset or `--pattern`, TensorBoard, MLflow, CSV, ...).
 Checks, in order (each PASS or FAIL):
-- `log`: the log exists, passes the acceptance summary, and the session ended normally.
-- `loss`: the last train window's loss is below chance − CHANCE_TOLERANCE (chance: `--chance-loss`,
-  else ln(recipe.num_classes) when the recipe names it).
-- `metric`: the eval metric of the last val event that has it is above 0.5 + METRIC_MARGIN; below
-  0.5 − METRIC_MARGIN it names inverted labels.
-- `checkpoint`: at least one checkpoint record with `verified: true`; failing that, the newest
-  checkpoint file still on disk is read back now with `verify_checkpoint`.
+- `log`: the log exists and is valid; a schema-v1 session passes the acceptance summary and ended
+  normally; another log holds train records with a loss (and, when launched, its program exited 0).
+- `loss`: the last train loss is below chance − CHANCE_TOLERANCE (chance: `--chance-loss`, else
+  ln(recipe.num_classes) when the recipe names it); with no chance level, it fell by LOSS_FALL.
+- `metric`: the eval metric of the last eval that has it is above 0.5 + METRIC_MARGIN; below
+  0.5 − METRIC_MARGIN it is `inverted_metric` (labels or scores the wrong way round).
+- `checkpoint`: a checkpoint record with `verified: true`; failing that, the newest checkpoint
+  file still on disk (or `--checkpoint PATH`) is read back now with `verify_checkpoint`.
 - `projection` (with `--samples` and `--window`): `runwatch plan` says the long run fits.
 
-The last line is `SMOKE PASS` (exit 0) or `SMOKE FAIL: <checks that failed>` (exit 1) (docs/FORMAT.md, "Exit codes").
+The last line is `SMOKE PASS` (exit 0), `SMOKE FAIL: <checks that failed>` (exit 1), or `SMOKE
+CANNOT JUDGE: <why>` (exit 2) when no train loss can be read (no log, a format that reads no
+record, a wrong pattern) (docs/FORMAT.md, "Exit codes").
 Standard library only, but for torch/safetensors when a checkpoint must be read back.
 """
 
@@ -27,6 +33,9 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..errors import CheckpointError, InvalidRunError, RunwatchError, UsageError
 from ..files.checkpoint import verify_checkpoint
+from ..judging.ruleset import fmt_step
+from ..reading.records import Record, Target, iter_records
+from .logs import Reading, add_reading_arguments, describe_log, reading_from_args
 from .plan import PlanOptions, parse_duration, plan, session_records, verdict_line
 
 if TYPE_CHECKING:
@@ -38,6 +47,8 @@ __all__ = ["SmokeOptions", "SmokeCheck", "SmokeResult", "smoke", "render"]
 CHANCE_TOLERANCE = 0.02
 # A 512-example eval set puts a chance-level AUROC within about ±0.05 (two standard errors).
 METRIC_MARGIN = 0.05
+# Without a chance level, a loss that learned fell by at least this fraction of its first value.
+LOSS_FALL = 0.1
 # Also the watchdog's default `--metric`.
 DEFAULT_METRIC = "auroc"
 
@@ -56,6 +67,7 @@ class SmokeResult(TypedDict):
     run_dir: str
     checks: list[SmokeCheck]
     passed: bool
+    judged: bool  # False: no train loss could be read (SMOKE CANNOT JUDGE, exit 2)
     failed: list[str]  # the names of the checks that failed
     verdict: str
 
@@ -75,6 +87,7 @@ class SmokeOptions:
     chance_loss: float | None = None  # None: ln(recipe.num_classes) when the recipe names it
     metric: str = DEFAULT_METRIC
     plan: PlanOptions | None = None  # also project the long run's time when given
+    checkpoint: str | None = None  # a checkpoint file to read back, relative to RUN_DIR
 
     def __post_init__(self) -> None:
         c = self.chance_loss
@@ -128,14 +141,34 @@ def _metric_check(options: SmokeOptions, vals: list[tuple[int, float]], other_na
         return _check("metric", True, f"{moved} > 0.5 + {METRIC_MARGIN}")
     if v1 < 0.5 - METRIC_MARGIN:
         return _check(
-            "metric", False, f"{moved} < 0.5 - {METRIC_MARGIN}: inverted labels? (flipped it would be {1.0 - v1:.4f})"
+            "metric",
+            False,
+            f"inverted_metric: {moved} < 0.5 - {METRIC_MARGIN}: labels or scores the wrong way round?"
+            f" (flipped it would be {1.0 - v1:.4f})",
         )
     return _check("metric", False, f"{moved}, within 0.5 +- {METRIC_MARGIN}: at chance")
 
 
-def _checkpoint_check(run_dir: str, ckpts: list[_Checkpoint]) -> SmokeCheck:
+def _given_checkpoint(run_dir: str, given: str) -> SmokeCheck:
+    """`--checkpoint PATH`: a torch or safetensors file is read back; any other file must be non-empty."""
+    path = given if os.path.isabs(given) else os.path.join(run_dir, given)
+    if not os.path.exists(path):
+        return _check("checkpoint", False, f"--checkpoint {given}: no such file")
+    try:
+        report = verify_checkpoint(path)
+    except CheckpointError as exc:
+        size = os.path.getsize(path) if os.path.isfile(path) else 0
+        if path.endswith((".pt", ".pth", ".bin", ".safetensors", ".ckpt")) or size == 0:
+            return _check("checkpoint", False, f"--checkpoint {given}: {exc}" if size else f"{given} is empty")
+        return _check("checkpoint", True, f"{given}: {size} bytes (not a torch or safetensors file: not read back)")
+    return _check("checkpoint", True, f"{given} read back: {report['tensors']} tensors, {report['tensor_bytes']} bytes")
+
+
+def _checkpoint_check(run_dir: str, ckpts: list[_Checkpoint], given: str | None = None) -> SmokeCheck:
+    if given is not None and not any(c.get("verified") is True for c in ckpts):
+        return _given_checkpoint(run_dir, given)
     if not ckpts:
-        return _check("checkpoint", False, "no checkpoint record in the log")
+        return _check("checkpoint", False, "no checkpoint record in the log (name the file with --checkpoint PATH)")
     verified = [c for c in ckpts if c.get("verified") is True]
     if verified:
         latest = verified[-1]
@@ -170,10 +203,20 @@ def _projection_check(run_dir: str, options: PlanOptions) -> SmokeCheck:
     return _check("projection", result["fits"], verdict_line(result))
 
 
-def smoke(run_dir: str, options: SmokeOptions = SmokeOptions()) -> SmokeResult:
-    """Judge the smoke run in `run_dir`; return `{"run_dir", "checks": [...], "passed", "failed", "verdict"}`."""
+def smoke(run_dir: str, options: SmokeOptions = SmokeOptions(), reading: Reading | None = None) -> SmokeResult:
+    """Judge the smoke run in `run_dir` (its log read with `reading`, as `check` reads it); return
+    `{"run_dir", "checks": [...], "passed", "judged", "failed", "verdict"}`."""
     from ..judging.summary import summarize
 
+    reading = reading or Reading()
+    try:
+        target = reading.resolve(run_dir)
+    except RunwatchError as exc:
+        return _cannot(run_dir, f"{run_dir}: {exc}")
+    if not os.path.exists(target.log_path):
+        return _cannot(run_dir, f"no log to read: {describe_log(run_dir, reading, target)}")
+    if not target.schema_v1():
+        return _smoke_records(run_dir, options, reading, target)
     names = ["log", "loss", "metric", "checkpoint"] + (["projection"] if options.plan is not None else [])
     checks: list[SmokeCheck] = []
     try:
@@ -213,20 +256,121 @@ def smoke(run_dir: str, options: SmokeOptions = SmokeOptions()) -> SmokeResult:
         elif rec["event"] == "checkpoint":
             ckpts.append({"path": rec["path"], "step": rec["step"], "verified": rec.get("verified")})
     checks.append(_metric_check(options, vals, other_names))
-    checks.append(_checkpoint_check(run_dir, ckpts))
+    checks.append(_checkpoint_check(run_dir, ckpts, options.checkpoint))
     if options.plan is not None:
         checks.append(_projection_check(run_dir, options.plan))
     return _verdict(run_dir, checks)
 
 
+def _smoke_records(run_dir: str, options: SmokeOptions, reading: Reading, target: Target) -> SmokeResult:
+    """The checks of a log that is not schema v1, from its records (the latest session's)."""
+    from ..procs.process import launch_info, read_exit
+
+    session: str | None = None
+    recs: list[Record] = []
+    try:
+        for rec in iter_records(target, maps=reading.maps):
+            if rec.kind == "invalid":
+                return _verdict(run_dir, [_check("log", False, f"invalid: {rec.error}")] + _not_judged(options, "log"))
+            if rec.session != session:
+                session, recs = rec.session, []
+            recs.append(rec)
+    except InvalidRunError as exc:
+        return _cannot(run_dir, f"{exc}")
+    train = [r for r in recs if r.kind == "train" and r.loss is not None and math.isfinite(r.loss)]
+    if not train:
+        return _cannot(
+            run_dir, f"no train record with a finite loss: {describe_log(run_dir, reading, target, output=False)}"
+        )
+    info = launch_info(target.run_dir)
+    pid = info.get("pid") if info is not None else None
+    ended = read_exit(target.run_dir, pid) if type(pid) is int else None
+    how = f"; the program ended: {ended.describe()}" if ended is not None else ""
+    ok = ended is None or ended.status == 0
+    checks = [
+        _check(
+            "log",
+            ok,
+            f"{len(train)} train records with a loss in {target.log_path} ({target.format}), last step"
+            f" {fmt_step(recs[-1].step)}{how}",
+        )
+    ]
+    first, last = train[0].loss, train[-1].loss
+    assert first is not None and last is not None  # (train records with a finite loss)
+    chance, source = (float(options.chance_loss), "--chance-loss") if options.chance_loss is not None else (None, "")
+    if chance is not None:
+        bar = chance - CHANCE_TOLERANCE
+        checks.append(
+            _check(
+                "loss",
+                last < bar,
+                f"train loss {first:.4g} -> {last:.4g} {'<' if last < bar else '>='} {bar:.4g}"
+                f" (chance {chance:.4g} from {source}, less {CHANCE_TOLERANCE})",
+            )
+        )
+    else:
+        fell = last <= first * (1 - LOSS_FALL)
+        checks.append(
+            _check(
+                "loss",
+                fell,
+                f"train loss {first:.4g} -> {last:.4g}: {'fell' if fell else 'did not fall'} by {LOSS_FALL:.0%}"
+                " of its first value (no chance level: pass --chance-loss to judge against chance)",
+            )
+        )
+    vals = [(r.step, r.metrics[options.metric]) for r in recs if r.metrics and options.metric in r.metrics]
+    names = {k for r in recs if r.metrics for k in r.metrics}
+    checks.append(_metric_check(options, [(int(s), float(v)) for s, v in vals if math.isfinite(v)], names))
+    ckpts: list[_Checkpoint] = [
+        {"path": str((r.raw or {}).get("path", "")), "step": int(r.step), "verified": (r.raw or {}).get("verified")}
+        for r in recs
+        if r.kind == "checkpoint"
+    ]
+    checks.append(_checkpoint_check(target.run_dir, ckpts, options.checkpoint))
+    if options.plan is not None:
+        checks.append(_projection_check(run_dir, options.plan))
+    return _verdict(run_dir, checks)
+
+
+def _not_judged(options: SmokeOptions, failed: str) -> list[SmokeCheck]:
+    names = ["loss", "metric", "checkpoint"] + (["projection"] if options.plan is not None else [])
+    return [_check(n, False, f"not judged: the {failed} check failed") for n in names]
+
+
+def _cannot(run_dir: str, why: str) -> SmokeResult:
+    """SMOKE CANNOT JUDGE: no train loss could be read."""
+    return {
+        "run_dir": run_dir,
+        "checks": [],
+        "passed": False,
+        "judged": False,
+        "failed": [],
+        "verdict": f"SMOKE CANNOT JUDGE: {why}",
+    }
+
+
 def _verdict(run_dir: str, checks: list[SmokeCheck]) -> SmokeResult:
     failed = [c["name"] for c in checks if not c["passed"]]
     verdict = "SMOKE PASS" if not failed else "SMOKE FAIL: " + ", ".join(failed)
-    return {"run_dir": run_dir, "checks": checks, "passed": not failed, "failed": failed, "verdict": verdict}
+    return {
+        "run_dir": run_dir,
+        "checks": checks,
+        "passed": not failed,
+        "judged": True,
+        "failed": failed,
+        "verdict": verdict,
+    }
+
+
+def exit_code(result: SmokeResult) -> int:
+    """0 SMOKE PASS, 1 SMOKE FAIL, 2 SMOKE CANNOT JUDGE."""
+    return 2 if not result["judged"] else 0 if result["passed"] else 1
 
 
 def render(result: SmokeResult) -> str:
     """The table of checks, ending in the verdict line."""
+    if not result["judged"]:
+        return "\n".join([f"smoke run {result['run_dir']}", result["verdict"]])
     width = max(len(c["name"]) for c in result["checks"])
     lines = [f"smoke run {result['run_dir']}", f"{'check':<{width}}  result  evidence"]
     for c in result["checks"]:
@@ -256,11 +400,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", default=None, metavar="DURATION", help="with --samples: the long run's time window")
     parser.add_argument("--eval-overhead", type=float, default=None, metavar="F", help="as in `runwatch plan`")
     parser.add_argument("--setup", default="0", metavar="DURATION", help="as in `runwatch plan` (default 0)")
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="PATH",
+        help="a checkpoint file the run saved (relative to RUN_DIR), read back when the log names none",
+    )
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+    add_reading_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    """`runwatch smoke`: exit 0 on SMOKE PASS, 1 on SMOKE FAIL."""
+    """`runwatch smoke`: exit 0 on SMOKE PASS, 1 on SMOKE FAIL, 2 on SMOKE CANNOT JUDGE."""
     if (args.samples is None) != (args.window is None):
         raise UsageError("runwatch smoke: --samples and --window go together (the projection needs both)")
     plan_options = None
@@ -272,6 +423,9 @@ def run(args: argparse.Namespace) -> int:
             eval_overhead=args.eval_overhead,
             setup_seconds=parse_duration(args.setup, "--setup", allow_zero=True),
         )
-    result = smoke(args.run_dir, SmokeOptions(chance_loss=args.chance_loss, metric=args.metric, plan=plan_options))
+    options = SmokeOptions(
+        chance_loss=args.chance_loss, metric=args.metric, plan=plan_options, checkpoint=args.checkpoint
+    )
+    result = smoke(args.run_dir, options, reading_from_args(args))
     print(json.dumps(result, indent=2, allow_nan=False) if args.json else render(result))
-    return 0 if result["passed"] else 1
+    return exit_code(result)

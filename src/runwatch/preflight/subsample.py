@@ -311,6 +311,8 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
         counts = seen
         alloc = {k: min(options.n, c) for k, c in counts.items()}
     kept = sorted((-neg_index, item) for heap in heaps.values() for _, neg_index, item in heap)
+    if not seen:  # nothing to draw from: say why, and write nothing
+        raise DataError(f"{data}: no readable row; {_why_none(reader)}")
 
     tmp = f"{options.out}.tmp-{os.getpid()}"
     try:
@@ -377,6 +379,16 @@ def subsample(data: str, options: SubsampleOptions, warn: Callable[[str], None] 
     if reader.missing:
         warn(f"{reader.missing:,} rows without {field!r} never drawn; first at {reader.first_missing}")
     return report
+
+
+def _why_none(reader: _Reader) -> str:
+    """Why a corpus gave no row: its unreadable rows by reason, or rows without the field, or none."""
+    if reader.unreadable:
+        what = ", ".join(f"{k} {v:,}" for k, v in sorted(reader.unreadable.items(), key=lambda kv: -kv[1]))
+        return f"{sum(reader.unreadable.values()):,} unreadable ({what}); first at {reader.first_unreadable}"
+    if reader.missing:
+        return f"{reader.missing:,} rows without {reader.field!r}; first at {reader.first_missing}"
+    return "it is empty"
 
 
 def _show(value: Any) -> str:

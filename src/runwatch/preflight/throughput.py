@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 from ..errors import InsufficientRunError, InvalidRunError
 from ..files.rundir import RunDir
 from ..files.schema import read_manifest, read_regular_file
+from ..reading.target import Target
+from .logs import Reading
 
 if TYPE_CHECKING:
     from ..reading.records import Record
@@ -215,18 +217,22 @@ def _from_run(path: str, warmup: int, min_steady: int) -> Throughput:
     }
 
 
-def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | None) -> Throughput:
+def _from_records(
+    path: str, target: Target, warmup: int, min_steady: int, batch_size: int | None, maps: Any
+) -> Throughput:
     """Minimal telemetry, trainer_state.json, and whatever else `runwatch.reading.records` reads."""
     from ..reading import records
 
-    target = records.resolve_target(path)
     if not os.path.exists(target.log_path):
-        raise InvalidRunError(f"{path}: no bench.json, run.json with metrics.jsonl, trainer_state.json or log to read")
+        raise InvalidRunError(
+            f"{path}: no bench.json, run.json with metrics.jsonl, trainer_state.json or log to read"
+            f" ({target.log_path} does not exist)"
+        )
     name = os.path.basename(target.log_path)
     session = None
     train: list[Record] = []
     tsps: float | None = None
-    for rec in records.iter_records(target):  # a torn last line of a log being written waits
+    for rec in records.iter_records(target, maps=maps):  # a torn last line of a log being written waits
         if rec.kind == "invalid":
             raise InvalidRunError(rec.error)
         if rec.session != session:  # a relaunch: only the latest session counts
@@ -317,18 +323,22 @@ def _from_records(path: str, warmup: int, min_steady: int, batch_size: int | Non
 
 
 def measure(
-    path: str, warmup: int = DEFAULT_WARMUP, min_steady: int = MIN_STEADY_UPDATES, batch_size: int | None = None
+    path: str,
+    warmup: int = DEFAULT_WARMUP,
+    min_steady: int = MIN_STEADY_UPDATES,
+    batch_size: int | None = None,
+    reading: Reading | None = None,
 ) -> Throughput:
-    """The steady samples/s of `path` (a bench or run directory, or a log file) and how it was measured."""
-    from ..reading import records
-
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, "bench.json")):
+    """The steady samples/s of `path` (a bench or run directory, or a log file) and how it was
+    measured; `reading`: how to read its log (`check`'s reading options)."""
+    reading = reading or Reading()
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "bench.json")):  # (read as bench was told)
         return _from_bench(path, min_steady)
-    if os.path.isdir(path) and os.path.lexists(RunDir(path).manifest):
+    if os.path.isdir(path) and os.path.lexists(RunDir(path).manifest) and not reading.given():
         return _from_run(path, warmup, min_steady)
     if not os.path.exists(path):
         raise InvalidRunError(f"{path}: no such file or directory")
-    target = records.resolve_target(path)
+    target = reading.resolve(path)
     if target.schema_v1():
         return _from_run(target.run_dir, warmup, min_steady)
-    return _from_records(path, warmup, min_steady, batch_size)
+    return _from_records(path, target, warmup, min_steady, batch_size, reading.maps)

@@ -10,7 +10,12 @@
     verdicts.py  final verdict, watching, or nothing watching: what wait_for_verdict decides on
     bound.py     every result as strict JSON within 8 KB
     server.py    the MCP binding (the official Python SDK, `runwatch[mcp]`, imported only here)
-    SKILL.md     the skill, shipped as package data (a copy of skills/supervising-training-runs/SKILL.md)
+    events.py    what happened to a run since a cursor (wait_for_event, `runwatch wait --events`)
+    evidence.py  get_series, incident, compare_runs: the evidence in one call
+    shell.py     every tool as a command: wait, tail, explain, runs, rules
+    schemas.py   every tool's outputSchema
+    supervising-training-runs/   the skill (SKILL.md, references/, evals/), shipped as package
+                 data; the repository's skills/supervising-training-runs is a link to it
 
 Everything but server.py is standard library only. See docs/MCP.md.
 """
@@ -19,12 +24,24 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from ...errors import UsageError
 
-__all__ = ["add_arguments", "run", "add_skill_arguments", "run_skill", "skill_text", "INSTALL_HINT"]
+__all__ = [
+    "add_arguments",
+    "run",
+    "add_skill_arguments",
+    "run_skill",
+    "skill_text",
+    "install_skill",
+    "INSTALL_HINT",
+    "SKILL_NAME",
+]
 
 INSTALL_HINT = "pip install 'runwatch[mcp]'"
+# The skill's folder in the package, and its name (the Agent Skills spec: name = folder).
+SKILL_NAME = "supervising-training-runs"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,17 +73,75 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def skill_text() -> str:
-    """The agent skill, as shipped in the package."""
+def _skill_files() -> list[tuple[str, bytes]]:
+    """The skill's files as (path relative to its folder, content), SKILL.md first."""
     from importlib import resources  # here: every command builds the parser that names `skill`
 
-    return (resources.files("runwatch.views.agent") / "SKILL.md").read_text(encoding="utf-8")
+    root = resources.files("runwatch.views.agent") / SKILL_NAME
+    out: list[tuple[str, bytes]] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            rel = f"{prefix}{child.name}"
+            if child.is_dir():
+                walk(child, rel + "/")
+            elif child.name.endswith((".md", ".json")):
+                out.append((rel, child.read_bytes()))
+
+    walk(root, "")
+    out.sort(key=lambda f: (f[0] != "SKILL.md", f[0]))
+    return out
+
+
+def skill_text() -> str:
+    """The agent skill (SKILL.md), as shipped in the package."""
+    return _skill_files()[0][1].decode("utf-8")
+
+
+def install_skill(skills_dir: str) -> str:
+    """Write the skill folder (SKILL.md, references, evals) into an agent's skills directory;
+    return the folder written. An existing folder of that name is replaced as a whole."""
+    import shutil
+    import tempfile
+
+    if os.path.exists(skills_dir) and not os.path.isdir(skills_dir):
+        raise UsageError(f"skill --install: {skills_dir}: not a directory")
+    os.makedirs(skills_dir, exist_ok=True)
+    dest = os.path.join(skills_dir, SKILL_NAME)
+    if os.path.islink(dest):
+        raise UsageError(f"skill --install: {dest} is a symbolic link; remove it first")
+    tmp = tempfile.mkdtemp(prefix=f".{SKILL_NAME}-", dir=skills_dir)
+    try:
+        for rel, data in _skill_files():
+            path = os.path.join(tmp, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+        if os.path.isdir(dest):
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
 
 
 def add_skill_arguments(p: argparse.ArgumentParser) -> None:
-    """`runwatch skill` takes no options."""
+    """`runwatch skill [--install DIR]`."""
+    p.add_argument(
+        "--install",
+        default=None,
+        metavar="DIR",
+        help=f"write the skill folder ({SKILL_NAME}/: SKILL.md, references, evals) into DIR, an agent's"
+        " skills directory (e.g. ~/.claude/skills)",
+    )
 
 
 def run_skill(args: argparse.Namespace) -> int:
+    if args.install is not None:
+        dest = install_skill(os.path.expanduser(args.install))
+        files = len(_skill_files())
+        print(f"wrote {dest} ({files} files)")
+        return 0
     print(skill_text(), end="")
     return 0

@@ -12,7 +12,11 @@
 | check_run | `check --json` | the `check` parser, `watchdog.check_from_args`, `CheckResult.to_json`, `verdict.exit_status` |
 | explain | docs/WATCHDOG.md's runbook | `runbook.explain` |
 | plan_run | `plan` | `preflight.plan.plan` |
-| (wait_for_verdict) | | `agent.verdicts.watch_state`, polled by the server |
+| get_series | (the log itself) | `agent.evidence.series`, read as `run_status` reads it |
+| incident | | `agent.evidence.incident` (and `differences` against `compare`) |
+| compare_runs | | `agent.evidence.provenance` and `differences` |
+| (wait_for_verdict) | `wait` | `agent.verdicts.watch_state`, polled by the server |
+| (wait_for_event) | `wait --events` | `agent.events.events_since`, polled by the server |
 
 Every path argument is relative to ROOT or absolute inside it, and is refused as `serve` refuses
 a path (`..`, outside ROOT, a symlink leading out: `serve.runs.inside`). Every result is
@@ -38,11 +42,18 @@ from ...reading.records import parse_maps, resolve_target
 from ..serve.runs import inside, run_target
 from ..serve.server import Catalog
 from ..serve.supervision import SupervisionView
-from .bound import fit
+from .bound import fit, strict
 from .tail import MAX_METRICS, last_records, metrics_left_out, minimal_rows, seq_len_of
 from .verdicts import watch_state
 
-__all__ = ["Tools", "MAX_LIST_RUNS", "MAX_TAIL_RECORDS", "MAX_WAIT_SECONDS", "parse_command_line"]
+__all__ = [
+    "Tools",
+    "MAX_LIST_RUNS",
+    "MAX_TAIL_RECORDS",
+    "MAX_WAIT_SECONDS",
+    "MAX_SERIES_BYTES",
+    "parse_command_line",
+]
 
 Result = tuple[str, dict[str, Any]]
 
@@ -51,6 +62,12 @@ Result = tuple[str, dict[str, Any]]
 MAX_LIST_RUNS = 50
 MAX_TAIL_RECORDS = 200
 MAX_WAIT_SECONDS = 3600.0
+# get_series: buckets per key by default and at most, and the bound of its result (bytes).
+SERIES_POINTS = 200
+MAX_SERIES_POINTS = 500
+MAX_SERIES_BYTES = 24576
+# compare_runs: how many runs one call compares.
+COMPARE_RUNS = (2, 8)
 # How long one `list_runs` reads logs it has not caught up on yet (a 1 GB log takes several
 # calls; its row says `catching_up` meanwhile, and the next call continues where this one stopped).
 LIST_READ_SECONDS = 5.0
@@ -271,16 +288,20 @@ class Tools:
         run: str | None = None,
         bench: str | None = None,
         epochs: float = 1.0,
+        options: list[str] | None = None,
     ) -> Result:
-        """`runwatch plan RUN --samples N --epochs E --window W`: the projection and its exit meaning."""
+        """`runwatch plan RUN --samples N --epochs E --window W [OPTIONS]`: the projection and its
+        exit meaning; `options` read the run's log (as `run_status` takes them)."""
+        from ...preflight.logs import Reading
         from ...preflight.plan import PlanOptions, exit_code, parse_duration, plan, verdict_line
 
         if (run is None) == (bench is None):
             raise UsageError("plan_run: give either run (a run or a log) or bench (a runwatch bench directory)")
         path = self.path("plan_run", "run" if run is not None else "bench", run if run is not None else bench)
         opts = PlanOptions(samples=samples, window_seconds=parse_duration(str(window), "window"), epochs=epochs)
+        read, maps = self.reading("plan_run", path, options)
         try:
-            report = plan(path, opts)
+            report = plan(path, opts, Reading(read, maps or {}))
         except InsufficientRunError as exc:
             return fit({"run": self.rel(path), "exit": 2, "meaning": "cannot project", "reason": str(exc)})
         code = exit_code(report)
@@ -293,3 +314,102 @@ class Tools:
             "report": {**report, "run": self.rel(path)},
         }
         return fit(doc)
+
+    # --- the evidence tools ---------------------------------------------------------------------
+
+    def get_series(
+        self,
+        run: str,
+        keys: list[str] | None = None,
+        max_points: int = SERIES_POINTS,
+        min_step: float | None = None,
+        max_step: float | None = None,
+        options: list[str] | None = None,
+    ) -> Result:
+        """Per key, at most `max_points` buckets `[step_first, step_last, min, max, last]` over the
+        step range; fewer buckets and `truncated` when the result would pass MAX_SERIES_BYTES."""
+        from .evidence import read_points, series
+
+        keys = ["loss", "eval_loss"] if keys is None else keys
+        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys):
+            raise UsageError(f"get_series: keys must be a non-empty list of key names, got {keys!r}")
+        if type(max_points) is not int or max_points < 1:
+            raise UsageError(f"get_series: max_points must be an int >= 1, got {max_points!r}")
+        path = self.path("get_series", "run", run)
+        read, maps = self.reading("get_series", path, options)
+        t = resolve_target(path, read)
+        used = min(max_points, MAX_SERIES_POINTS)
+        points = read_points(t, list(dict.fromkeys(keys)), min_step, max_step, maps)  # one read of the log
+        head: dict[str, Any] = {"run": self.rel(path), "log": self.rel(t.log_path), "format": t.format}
+        notes = [f"max_points {max_points} clamped to {MAX_SERIES_POINTS}"] if used != max_points else []
+        while True:
+            doc = {**head, **series(points, used, min_step, max_step)}
+            if notes:
+                doc["truncated"] = "; ".join(notes)
+            text, out = fit(doc, limit=MAX_SERIES_BYTES)
+            if out.get("truncated") == doc.get("truncated") or used <= 1:
+                return text, out
+            used //= 2  # fewer, wider buckets: each still keeps its min and max
+            notes = [n for n in notes if "buckets" not in n] + [
+                f"{used} buckets a key to stay within {MAX_SERIES_BYTES} bytes"
+            ]
+
+    def incident(self, run: str, compare: str | None = None, options: list[str] | None = None) -> Result:
+        """The verdict, the records around its onset, the output's tail, the checkpoints, the recipe
+        and argv, and (with `compare`) what differs from another run."""
+        from .evidence import differences, incident, provenance
+
+        path = self.path("incident", "run", run)
+        read, maps = self.reading("incident", path, options)
+        t = resolve_target(path, read)
+        doc: dict[str, Any] = {"run": self.rel(path), **incident(t.run_dir, t, maps)}
+        if compare is not None:
+            other = self.path("incident", "compare", compare)
+            other_dir = resolve_target(other).run_dir
+            mine = {k: doc.get(k) for k in ("recipe", "argv", "git", "versions", "data")}
+            doc["compare"] = {"run": self.rel(other), "differs": differences([mine, provenance(other_dir)])}
+        return fit(_trim_incident(doc))
+
+    def compare_runs(self, runs: list[str]) -> Result:
+        """Per run its recipe, argv, git commit and dirtiness, versions and data; and what differs."""
+        from .evidence import differences, provenance
+
+        lo, hi = COMPARE_RUNS
+        if not isinstance(runs, list) or not lo <= len(runs) <= hi:
+            raise UsageError(f"compare_runs: runs must be a list of {lo} to {hi} runs, got {runs!r}")
+        paths = [self.path("compare_runs", "runs", r) for r in runs]
+        docs = [provenance(resolve_target(p).run_dir) for p in paths]
+        doc = {
+            "runs": [{"run": self.rel(p), **d} for p, d in zip(paths, docs)],
+            "differs": differences(docs),
+        }
+        return fit(doc)
+
+
+def _trim_incident(doc: dict[str, Any]) -> dict[str, Any]:
+    """An incident that would pass the bound loses output lines first (the oldest), then records
+    far from the onset, so the verdict and what is nearest to it stay."""
+    import json
+
+    from .bound import MAX_RESULT_BYTES, result_bytes
+
+    def size() -> int:
+        return result_bytes(json.dumps(strict(doc), allow_nan=False, ensure_ascii=False, separators=(",", ":")))
+
+    cut: list[str] = []
+    while size() > MAX_RESULT_BYTES and (doc.get("output") or doc.get("before") or doc.get("after")):
+        if doc.get("output"):
+            doc["output"] = doc["output"][1:]
+            if "output lines" not in cut:
+                cut.append("output lines")
+        elif len(doc.get("before") or []) >= len(doc.get("after") or []):
+            doc["before"] = doc["before"][1:]
+            if "records before the onset" not in cut:
+                cut.append("records before the onset")
+        else:
+            doc["after"] = doc["after"][:-1]
+            if "records after the onset" not in cut:
+                cut.append("records after the onset")
+    if cut:
+        doc["truncated"] = "left out to stay within the bound: the oldest " + ", ".join(cut)
+    return doc
