@@ -131,7 +131,9 @@ def errors(outcomes: list[str]) -> int:
     return sum(2 if o == "false_alarm" else 1 if o in ("missed", "crash") else 0 for o in outcomes)
 
 
-def folds(entries: list[tuple[str, str, list[str]]], labels: dict[str, Any], repos: dict[str, str], k: int) -> dict[str, Any]:
+def folds(
+    entries: list[tuple[str, str, list[str]]], labels: dict[str, Any], repos: dict[str, str], k: int
+) -> dict[str, Any]:
     """Every candidate replayed over the labelled entries; per fold, the candidate chosen on the
     other folds and the held-out fold's outcomes under it."""
     labelled = [e for e in entries if labels.get(e[0], {}).get("label")]

@@ -176,11 +176,11 @@ def test_thresholds_and_markers_are_drawn(exploded_run):
 
 
 def test_throughput_baseline_is_the_rules(tmp_path):
-    # minimal telemetry: the relaunched session (train steps 210..700, sps 38) passes start + 200,
-    # so the rule fixes its baseline; the picture shows the same number
+    # minimal telemetry: the relaunch (train steps 210..700, sps 38) resumes the run, whose baseline
+    # (sps 40 over its first 200 steps) it inherits; the picture shows the same number
     log = minimal_log(tmp_path / "m.jsonl")
     legends, _ = _legends(plot.load_run(log, Options()), Options())
-    assert legends["throughput (the log's sps)"] == ["baseline 38", "drop below (1-0.25)×baseline"]
+    assert legends["throughput (the log's sps)"] == ["baseline 40", "drop below (1-0.25)×baseline"]
     legends, _ = _legends(plot.load_run(log, Options(throughput_baseline_steps=1000)), Options())
     assert legends["throughput (the log's sps)"][0] == "baseline so far 38"
 

@@ -461,7 +461,17 @@ class Rules:
         self.reset(start_step, max_steps)
 
     def reset(self, start_step: int | float | None = None, max_steps: int | None = None) -> None:
-        """A new session: every window, counter and best-so-far value starts over."""
+        """A new session: every window, counter and best-so-far value starts over — unless the
+        session resumes the run (its first step is past the first step of the session before and
+        not past its last: a relaunch from a checkpoint), which then inherits what the rules learned
+        of the run (`inherit`), decided at its first record."""
+        last = getattr(self, "last_step", None)
+        self._previous: dict[str, Any] | None = None
+        if last is not None:
+            self._previous = {"state": self.state_dict(), "first": self.first_step, "last": last}
+        self._reset(start_step, max_steps)
+
+    def _reset(self, start_step: int | float | None, max_steps: int | None) -> None:
         self.start_step = start_step
         given = getattr(self.opts, "max_steps", None)
         self.facts = facts = SessionFacts(start_step, given if given is not None else max_steps)
@@ -487,9 +497,30 @@ class Rules:
             (i, r) for i, r in enumerate(self.rules) if r.name not in off and isinstance(r, NoProgress)
         ]
         self.last_step: int | float | None = None  # of the session's last train record
+        self.first_step: int | float | None = None  # of the run's first train record on this path
+
+    def inherit(self, previous: dict[str, Any]) -> None:
+        """Take what the rules learned of the run before this session (`state_dict()` of the
+        session it resumes): the reference loss, no_progress's first and latest losses, the
+        throughput baseline, the spike, gradient and eval windows. Streaks and what was reported
+        start over; the session's own start and max_steps stay."""
+        start, max_steps = self.start_step, self.facts.max_steps
+        self.load_state_dict(previous)
+        self.start_step = self.facts.start_step = start if start is not None else previous.get("start_step")
+        if max_steps is not None:
+            self.facts.max_steps = max_steps
+        self.active = [False] * len(self.rules)
+        self.last_step = None
+        for rule in self.rules:
+            rule.resumed()
 
     def observe(self, rec: Record) -> tuple[Finding, ...]:
         """Apply the rules to `rec`: the first stop and the first warning whose condition started here."""
+        if self._previous is not None:
+            prev, self._previous = self._previous, None
+            start = self.start_step if self.start_step is not None else rec.step
+            if prev["first"] is not None and prev["first"] < start <= prev["last"]:
+                self.inherit(prev["state"])
         stop: Finding | None = None
         warn: Finding | None = None
         active = self.active
@@ -511,6 +542,8 @@ class Rules:
                     warn = Finding(rule.kind, rec.step, msg, rec.session, rule.onset(rec), WARN)
         if rec.kind == "train":
             self.last_step = rec.step
+            if self.first_step is None:
+                self.first_step = rec.step
             loss = rec.loss
             if self._signal is not None and loss is not None:
                 self._signal.loss_seen = True
@@ -549,14 +582,18 @@ class Rules:
             "max_steps": self.facts.max_steps,
             "facts": self.facts.state_dict(),
             "last_step": self.last_step,
+            "first_step": self.first_step,
+            "previous": self._previous,
             "rules": {r.name: {"active": a, **r.state_dict()} for r, a in zip(self.rules, self.active)},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()` (same options)."""
-        self.reset(state["start_step"], state.get("max_steps"))
+        self._reset(state["start_step"], state.get("max_steps"))
+        self._previous = state.get("previous")
         self.facts.load_state_dict(state.get("facts") or {})
         self.last_step = state.get("last_step")
+        self.first_step = state.get("first_step")
         for i, rule in enumerate(self.rules):
             s = state["rules"].get(rule.name)
             if s is None:  # a rule added since the state was saved starts fresh
@@ -584,18 +621,23 @@ class Replay:
         self.last: Record | None = None
 
     def engine(self, session: str) -> Rules:
-        """The rules of `session` (created at its first record)."""
+        """The rules of `session` (created at its first record; one that resumes the run inherits
+        what the rules learned of the session before it, as in a watch)."""
         eng = self.engines.get(session)
         if eng is None:
+            before = self.engines.get(self.last.session) if self.last is not None else None
             eng = self.engines[session] = Rules(self.opts, self.start_step(session), max_steps=self.max_steps(session))
+            if before is not None and before.last_step is not None:
+                eng._previous = {"state": before.state_dict(), "first": before.first_step, "last": before.last_step}
         return eng
 
     def observe(self, rec: Record) -> tuple[Finding, ...]:
+        eng = self.engine(rec.session)
         self.last = rec
         signal = self.signal
         if not signal.loss_seen and rec.kind != "invalid":
             signal.look(rec)
-        return self.engine(rec.session).observe(rec)
+        return eng.observe(rec)
 
     def finish(self, step: int | float | None = None, *, commit: bool = True) -> list[Finding]:
         """What the end of the log decides: `no_progress` of each session on its whole length, and

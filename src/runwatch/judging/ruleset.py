@@ -134,6 +134,10 @@ class Rule:
         """The step where the condition that `look` just reported began (default: this record's)."""
         return rec.step
 
+    def resumed(self) -> None:
+        """A session that resumes the run goes on with this rule's memory: what is of one session
+        only (a streak, the record before) starts over."""
+
     def state_dict(self) -> dict[str, Any]:
         out = {}
         for f in self._fields:
@@ -160,6 +164,11 @@ class _Streak(Rule):
         super().__init__(opts, facts)
         self.streak = 0
         self.first: int | float | None = None  # the step of the streak's first record
+
+    def resumed(self) -> None:
+        self.streak, self.first = 0, None
+        if isinstance(getattr(self, "held", None), list):
+            self.held: list[Any] = []
 
     def step_streak(self, hit: bool, step: int | float) -> bool:
         self.streak, self.first = _extend(self.streak, self.first, hit, step)
@@ -464,6 +473,12 @@ class ThroughputDrop(_Streak):
         self.span_seconds = 0.0
         self.prev_step: int | float | None = None  # the previous train record's step and time
         self.prev_time: float | None = None
+
+    def resumed(self) -> None:
+        super().resumed()
+        self.first_seen = False  # the resumed session's first record is warm-up again
+        self.prev_step = self.prev_time = None
+        self.span_work = self.span_seconds = 0.0
 
     def _seconds(self, rec: Record, tp: float) -> float | None:
         """The training seconds a record covers: its own (schema v1), the time since the previous

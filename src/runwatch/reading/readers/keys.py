@@ -25,7 +25,8 @@ __all__ = ["ALIASES", "EVAL_PREFIXES", "KeyMap", "StepGrouper", "GroupedReader",
 
 # canonical key -> the names read for it when no --map names it, in order (first present wins)
 ALIASES: dict[str, tuple[str, ...]] = {
-    "step": ("step", "global_step", "trainer/global_step", "iter", "iteration"),
+    # integer step keys (they win over a fractional `epoch`: LLaMA-Factory's `current_steps`, W&B's `_step`)
+    "step": ("step", "global_step", "trainer/global_step", "current_steps", "iteration", "iter", "it", "Step", "_step"),
     "t": ("t", "time", "wall_time"),
     "loss": ("loss", "train/loss", "train_loss", "train_loss_step", "train/loss_step"),
     "lr": ("lr", "learning_rate", "train/learning_rate", "train/lr"),  # then any `lr-*` (Lightning)
