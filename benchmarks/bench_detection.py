@@ -44,13 +44,15 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 # The warning kinds that find a broken run, by the word after `broken:` in its label. A stop finds
 # any broken run. `no_signal` never does: it says the log could not be judged, not that the run is
 # bad. `overfitting` fits the runs whose label rests on their eval loss (it rises from the best).
-NOT_LEARNING = {"no_progress", "loss_at_chance", "stuck_metric", "inverted_metric"}
+NOT_LEARNING = {"no_progress", "loss_at_chance", "stuck_metric", "inverted_metric", "metric_stuck"}
 FITTING: dict[str, set[str]] = {
     "overfitting": {"overfitting"},
     "diverged": {"overfitting", "no_progress", "loss_spike", "grad_explosion", "nonfinite_loss", "nonfinite_grad"},
     "not-learning": NOT_LEARNING | {"overfitting"},
     "stuck-at-chance": NOT_LEARNING,
     "near-chance": NOT_LEARNING,
+    "stuck": NOT_LEARNING,
+    "frozen": NOT_LEARNING,
 }
 
 

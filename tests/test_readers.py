@@ -221,8 +221,10 @@ def test_nanogpt_preset(tmp_path):
         ("eval", 0, "train.log:1"),
         ("train", 0, "train.log:2"),
         ("train", 10, "train.log:3"),
+        ("checkpoint", 10, "train.log:4"),  # `saving checkpoint to out`: at the last step seen
         ("train", 20, "train.log:5"),
     ]
+    assert recs[3].raw is not None and recs[3].raw["path"] == "out"
     assert recs[0].eval_loss == 10.9912
     assert recs[2].loss == 9.8765 and recs[2].throughput == pytest.approx(20.0)  # iterations a second
     assert math.isnan(recs[3].loss)

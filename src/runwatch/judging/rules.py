@@ -39,7 +39,7 @@ from ..options import (
     validate,
 )
 from ..reading.records import Record, parse_maps
-from .evalrules import EvalNonfiniteLoss, InvertedMetric, Overfitting, StuckMetric
+from .evalrules import EvalNonfiniteLoss, InvertedMetric, MetricStuck, Overfitting, StuckMetric
 from .progress import NoProgress, NoSignal
 from .ruleset import (
     REFERENCE_RECORDS,
@@ -281,6 +281,14 @@ class RuleOptions:
         metavar="D",
         commands=_RECORD_COMMANDS,
     )
+    metric_min_gain: float = option(
+        0.02,
+        NON_NEGATIVE,
+        "metric_stuck: a task metric whose best eval is not better than its first by G (absolute for a "
+        "metric in [0, 1], else relative) never improved",
+        metavar="G",
+        commands=_RECORD_COMMANDS,
+    )
     max_steps: int | None = option(
         None,
         INT_1,
@@ -360,7 +368,7 @@ STOP, WARN, OFF = "stop", "warn", "off"
 SEVERITIES = (STOP, WARN, OFF)
 # Kinds that warn by default (every other kind stops): a rising eval loss while the task metric
 # still improves is a fine-tune's usual course; a log without a loss says nothing about the run.
-DEFAULT_SEVERITY: dict[str, str] = {"overfitting": WARN, "no_signal": WARN}
+DEFAULT_SEVERITY: dict[str, str] = {"overfitting": WARN, "no_signal": WARN, "metric_stuck": WARN}
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,6 +429,7 @@ RULE_ORDER: tuple[type[Rule], ...] = (
     Overfitting,
     InvertedMetric,
     StuckMetric,
+    MetricStuck,
     NoSignal,
 )
 # The kinds the record rules report (what `--severity` accepts).
@@ -493,8 +502,8 @@ class Rules:
         self._by_kind = by_kind
         signal = next(r for r in self.rules if isinstance(r, NoSignal))
         self._signal = None if signal.name in off else signal
-        self._final: list[tuple[int, NoProgress]] = [
-            (i, r) for i, r in enumerate(self.rules) if r.name not in off and isinstance(r, NoProgress)
+        self._final: list[tuple[int, NoProgress | MetricStuck]] = [
+            (i, r) for i, r in enumerate(self.rules) if r.name not in off and isinstance(r, (NoProgress, MetricStuck))
         ]
         self.last_step: int | float | None = None  # of the session's last train record
         self.first_step: int | float | None = None  # of the run's first train record on this path

@@ -415,6 +415,11 @@ class RecordParser:
         if "FATAL" in obj:
             self.last_step = step
             return Record("fatal", self._minimal_session(None), step, where, t, error=str(obj["FATAL"]), raw=obj)
+        if loss is _MISSING and eval_loss is None and not metrics and "ckpt" in obj:
+            # a line naming a saved checkpoint (a text log's `ckpt` group): at the latest step
+            self.last_step = step
+            raw = {**obj, "path": str(obj["ckpt"])}
+            return Record("checkpoint", self._minimal_session(None, False), step, where, t, raw=raw)
         if loss is _MISSING:
             self.last_step = step
             kind = "eval" if eval_loss is not None or metrics else "other"

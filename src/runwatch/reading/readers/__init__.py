@@ -90,7 +90,7 @@ def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
     fmt = read.format
     is_dir = os.path.isdir(path)
     run_dir = os.path.abspath(path) if is_dir else os.path.dirname(os.path.abspath(path))
-    if fmt in ("nanogpt", "megatron") or read.pattern:
+    if (fmt in TEXT_FORMATS and fmt != "text") or read.pattern:
         fmt = "text"
     if fmt == "jsonl":
         return None

@@ -44,7 +44,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "FATAL": ("FATAL",),
 }
 # `eval/X`, `val/X`, `val_X`, `validation/X` → `eval_X` (an `eval_X` key itself wins)
-EVAL_PREFIXES = ("eval/", "val/", "val_", "validation/")
+EVAL_PREFIXES = ("eval/", "val/", "val_", "validation/", "metrics/", "test/")
 
 
 class KeyMap:
