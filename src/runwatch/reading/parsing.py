@@ -533,7 +533,7 @@ class RecordParser:
                     return self.session  # a second writer's copy of a recent step: the session goes on
                 self._relaunches += 1
                 self.session = f"session-{self._relaunches}"
-                self._recent = []
+                self._recent = self._recent[-1:]
             self._last_train_step = train_step
             if _is_number(loss):
                 recent = self._recent
@@ -546,9 +546,11 @@ class RecordParser:
         """A train record at one of the session's latest steps (INTERLEAVED_STEPS), past its first
         one, with its loss within INTERLEAVED_TOLERANCE: two processes writing one log, not a
         relaunch (which goes back to a checkpoint, or to the start)."""
-        if not _is_number(loss) or not math.isfinite(loss) or len(self._recent) < 2:
+        if not _is_number(loss) or not math.isfinite(loss) or not self._recent:
             return False
-        for s, seen in self._recent[1:]:
+        # the session's first step counts only repeated at once (a relaunch goes back to the start)
+        recent = self._recent if step == self._last_train_step else self._recent[1:]
+        for s, seen in recent:
             if s == step and abs(loss - seen) <= INTERLEAVED_TOLERANCE * max(abs(seen), 1e-12):
                 return True
         return False
