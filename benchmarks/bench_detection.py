@@ -79,7 +79,7 @@ def run_check(log: str, args: list[str], timeout: float) -> dict[str, Any]:
 # The defaults' free values the folds choose among: each option's default first, then the values
 # tried around it (one option varied at a time, the others at their defaults).
 FREE: dict[str, tuple[float, ...]] = {
-    "spike-min-excess": (0.1, 0.05, 0.2),
+    "spike-min-excess": (0.1, 0.05, 0.5),
     "grad-factor": (10.0, 5.0, 20.0),
     "progress-min-drop": (0.05, 0.03, 0.1),
 }
@@ -163,7 +163,20 @@ def folds(
             }
         )
     total = {key: sum(f["held_out"][key] for f in out) for key in out[0]["held_out"]} if out else {}
-    return {"k": k, "candidates": [" ".join(c) or "defaults" for c in cands], "folds": out, "held_out": total}
+    # what each candidate changes against the defaults, over all labelled entries
+    rank = {"found": 0, "clean": 0, "warned": 0, "missed": 1, "crash": 1, "false_alarm": 2}
+    changes = []
+    for cand in cands[1:]:
+        better = sorted(n for n in outcome[cand] if rank[outcome[cand][n]] < rank[outcome[()][n]])
+        worse = sorted(n for n in outcome[cand] if rank[outcome[cand][n]] > rank[outcome[()][n]])
+        changes.append({"candidate": " ".join(cand), "better": better, "worse": worse})
+    return {
+        "k": k,
+        "candidates": [" ".join(c) or "defaults" for c in cands],
+        "folds": out,
+        "held_out": total,
+        "changes": changes,
+    }
 
 
 def fold_summary(rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -301,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"chosen on the others: {f['chosen']}; held out: healthy stopped {h['healthy_stopped']}, "
                 f"broken missed {h['broken_missed']}, crashes {h['crashes']} "
                 f"(defaults: {d['healthy_stopped']}, {d['broken_missed']})"
+            )
+        for c in fold_doc["changes"]:
+            print(
+                f"  {c['candidate']} against the defaults: better on {len(c['better'])} "
+                f"({', '.join(c['better']) or '-'}), worse on {len(c['worse'])} ({', '.join(c['worse']) or '-'})"
             )
         t = fold_doc["held_out"]
         print(

@@ -23,12 +23,16 @@ from typing import Any
 
 from ..reading.readers.keys import original_keys
 from ..reading.records import Record
-from .ruleset import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median, slide
+from .ruleset import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median, slide, spread
 
 __all__ = ["NoProgress", "NoSignal", "NO_SIGNAL_RECORDS", "PROGRESS_HEAD_SHARE", "PROGRESS_MIN_HALF", "head_length"]
 
 # `watch` says `no_signal` after this many records without a train loss.
 NO_SIGNAL_RECORDS = 50
+# A fall is progress when it is also more than this many times the spread (the median absolute
+# deviation) of the last window: outside the run's own noise (the difference of two medians of 20
+# noisy records varies by about 0.6 of it).
+PROGRESS_SPREADS = 2.0
 # The run's first losses are this share of the records seen (at least 1, at most REFERENCE_RECORDS).
 PROGRESS_HEAD_SHARE = 0.05
 # The end-of-session judgment of a short session compares its halves, of at least this many records.
@@ -44,13 +48,13 @@ def _g(x: float) -> str:
 
 def head_length(losses: list[float], count: int, drop: float) -> int:
     """How many of the run's first `losses` are its start: 5 % of the `count` records seen (at
-    least 1, at most 20), cut at the first record where their median fell below (1 - drop) x the
-    first loss (that record included: a loss cycling through a few values is judged by them all)."""
+    least 1, at most 20), cut at the first record whose loss fell below (1 - drop) x the first
+    loss (that record included)."""
     n = max(1, min(REFERENCE_RECORDS, len(losses), round(PROGRESS_HEAD_SHARE * count)))
-    first = losses[0]
-    for i in range(2, n + 1):
-        if median(losses[:i]) < (1 - drop) * first:
-            return i
+    floor = (1 - drop) * losses[0]
+    for i in range(1, n):
+        if losses[i] < floor:
+            return i + 1
     return n
 
 
@@ -133,7 +137,9 @@ class NoProgress(Rule):
         if max(losses) < (1 - drop) * first:  # the whole window below: progress (and cheap)
             return None
         last = median(losses)
-        if last < (1 - drop) * first:
+        # fallen by the drop, and by more than the run's own noise (a loss cycling through a few
+        # values, whose medians differ by chance, has not fallen)
+        if last < (1 - drop) * first and first - last > PROGRESS_SPREADS * spread(losses, last):
             return None
         self.onset_step = steps[0]
         return (
