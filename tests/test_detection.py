@@ -228,3 +228,32 @@ def test_a_pattern_needs_a_named_group():
 
     with pytest.raises(ConfigError, match=r"read.pattern must have a named group \(\?P<NAME>...\), got 'loss'"):
         ReadOptions(pattern=("loss",))
+
+
+HF_PRINTED = (
+    "  5%|5         | 10/200 [00:01<00:20]\r{'loss': 0.6931, 'grad_norm': 1.25, 'learning_rate': 5e-05, 'epoch': 0.05}\n"
+    "{'loss': nan, 'grad_norm': nan, 'learning_rate': 4e-05, 'epoch': 0.1}\n"
+    "{'eval_loss': 0.52, 'eval_accuracy': 0.81, 'eval_runtime': 1.2, 'epoch': 0.1}\n"
+    "{'train_runtime': 20.1, 'train_samples_per_second': 9.9, 'epoch': 0.1}\n"
+)
+
+
+def test_hf_preset_reads_the_trainers_printed_dicts(tmp_path):
+    path = tmp_path / "stdout.log"
+    path.write_text(HF_PRINTED)
+    for read in (ReadOptions(format="hf"), None):  # named, or recognised by its lines
+        t = resolve_target(str(path), read)
+        recs = [r for r in iter_records(t) if r.kind in ("train", "eval")]
+        assert [(r.kind, r.step) for r in recs] == [("train", 0.05), ("train", 0.1), ("eval", 0.1)]
+        assert recs[0].loss == 0.6931 and recs[0].lr == 5e-05 and recs[2].metrics == {"accuracy": 0.81, "runtime": 1.2}
+    res = check(str(path), read=ReadOptions(format="hf"))
+    assert res.first_stop is not None and res.first_stop.line() == "ANOMALY nonfinite_loss step=0.1: train loss is NaN"
+
+
+def test_a_ckpt_group_names_a_checkpoint_at_the_latest_step(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text("it 10 loss 2.0\nit 20 loss 1.9\nsaved ckpt/step-20.pt\nit 30 loss 1.8\n")
+    read = ReadOptions(pattern=(r"^it (?P<step>\d+) loss (?P<loss>\S+)", r"^saved (?P<ckpt>\S+)"))
+    recs = list(iter_records(resolve_target(str(path), read)))
+    assert [(r.kind, r.step) for r in recs] == [("train", 10), ("train", 20), ("checkpoint", 20), ("train", 30)]
+    assert recs[2].raw is not None and recs[2].raw["path"] == "ckpt/step-20.pt"

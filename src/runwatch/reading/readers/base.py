@@ -30,11 +30,11 @@ __all__ = [
 ]
 
 # What `--format` accepts; `nanogpt` and `megatron` are text logs with preset patterns.
-FORMATS = ("jsonl", "tensorboard", "mlflow", "csv", "text", "nanogpt", "megatron", "paddlenlp")
+FORMATS = ("jsonl", "tensorboard", "mlflow", "csv", "text", "nanogpt", "megatron", "paddlenlp", "hf")
 # Other tools' formats (their reader applies the key aliases and --map; the step may be grouped).
 READER_FORMATS = ("tensorboard", "mlflow", "csv", "text")
 # Formats whose records a program prints: text logs, read with patterns.
-TEXT_FORMATS = ("text", "nanogpt", "megatron", "paddlenlp")
+TEXT_FORMATS = ("text", "nanogpt", "megatron", "paddlenlp", "hf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +59,8 @@ READERS: dict[str, Format] = {
 
 # One line a record; a named group a key. Values that parse as numbers become numbers. A pattern
 # without a `step` group reads values attached to the latest step seen; a `ckpt` group names a
-# saved checkpoint (a checkpoint record at the latest step).
+# saved checkpoint (a checkpoint record at the latest step); a `dict` group holds a Python or JSON
+# dict literal whose numeric items are the keys (the Hugging Face Trainer's printed logs).
 FORMAT_CHECK = Check(f"one of {', '.join(FORMATS)}", lambda v: v in FORMATS, str)
 READ_COMMANDS = ("watch", "check", "plot", "status", "launch", "supervise")
 PRESETS: dict[str, tuple[str, ...]] = {
@@ -81,6 +82,10 @@ PRESETS: dict[str, tuple[str, ...]] = {
         r"(?:.*?grad norm:\s*(?P<grad_norm>[^\s|]+))?",
         r"validation loss at iteration (?P<step>\d+)[^|]*\|\s*lm loss value:\s*(?P<eval_loss>[^\s|]+)",
     ),
+    # The Hugging Face Trainer's printed logs: `{'loss': 0.6931, 'grad_norm': 1.2, 'learning_rate':
+    # 5e-05, 'epoch': 0.01}` and `{'eval_loss': 0.52, 'eval_accuracy': 0.81, ..., 'epoch': 1.0}` (no step:
+    # by epoch)
+    "hf": (r"(?P<dict>\{'(?:loss|eval_loss|grad_norm|learning_rate|train_loss)': [^{}]*\})",),
     # PaddleNLP's Trainer: `loss: 0.6259, learning_rate: 3e-06, global_step: 10, ...` and eval lines
     # without a step, `eval_loss: 0.598, eval_accuracy: 0.1287, eval_runtime: ...` (at the latest step)
     "paddlenlp": (
@@ -178,7 +183,8 @@ class ReadOptions:
         (),
         TEXTS,
         "a text log's record lines (repeatable): named groups are keys; a pattern without (?P<step>...) "
-        "reads values at the latest step, a (?P<ckpt>...) group names a saved checkpoint",
+        "reads values at the latest step, a (?P<ckpt>...) group names a saved checkpoint, a (?P<dict>...) "
+        "group holds a dict literal of keys",
         metavar="REGEX",
         commands=READ_COMMANDS,
     )

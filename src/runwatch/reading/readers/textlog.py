@@ -14,6 +14,8 @@ a `ckpt` group names a saved checkpoint (nanoGPT's `saving checkpoint to out`): 
 
 from __future__ import annotations
 
+import ast
+import math
 import os
 import re
 from typing import Any
@@ -64,6 +66,24 @@ def matches(path: str, patterns: tuple[str, ...]) -> bool:
     return any(rx.search(line) for rx in map(re.compile, patterns) for line in text)
 
 
+def _dict_literal(text: str) -> dict[str, Any] | None:
+    """The numeric items of a printed dict (`{'loss': 0.69, 'epoch': 0.01}`; `nan`, `inf` allowed);
+    None when the text is not a dict literal."""
+    try:
+        value = ast.literal_eval(re.sub(r"\b(nan|inf)\b", r"'\1'", text))
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if isinstance(v, str) and v in ("nan", "inf"):
+            v = math.nan if v == "nan" else math.inf
+        if isinstance(k, str) and type(v) in (int, float):
+            out[k] = v
+    return out
+
+
 class TextReader(BaseReader):
     """Follows a text log, turning the lines that match a pattern into records."""
 
@@ -81,6 +101,12 @@ class TextReader(BaseReader):
                 m = rx.search(part)
                 if m is not None:
                     rec = {k: number(v.decode("utf-8", "replace")) for k, v in m.groupdict().items() if v is not None}
+                    literal = rec.pop("dict", None)
+                    if literal is not None:
+                        values = _dict_literal(str(literal))
+                        if values is None:
+                            continue  # not a dict of values: other output
+                        rec = {**values, **rec}
                     ms = rec.pop("ms_per_iter", None)
                     batch = rec.pop("batch_size", None) if ms is not None else None
                     if isinstance(ms, (int, float)) and ms > 0:  # `number` gives exact ints and floats (no bools)
