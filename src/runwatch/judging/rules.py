@@ -42,8 +42,15 @@ from ..reading.records import Record, parse_maps
 from .evalrules import EvalNonfiniteLoss, InvertedMetric, MetricStuck, Overfitting, StuckMetric
 from .progress import NoProgress, NoSignal
 from .ruleset import (
+    CLASSES,
+    DEFAULT_SEVERITY,
+    FATAL,
+    OFF,
     REFERENCE_RECORDS,
+    SEVERITIES,
     SKIP,
+    STOP,
+    WARN,
     GradCollapse,
     GradExplosion,
     Interrupted,
@@ -59,25 +66,11 @@ from .ruleset import (
     ThroughputDrop,
     _Skip,
     fmt_step,
+    verdict_class,
 )
 
-__all__ = [
-    "Finding",
-    "Rule",
-    "RuleOptions",
-    "Rules",
-    "RULE_ORDER",
-    "SKIP",
-    "Replay",
-    "CLASSES",
-    "SEVERITIES",
-    "DEFAULT_SEVERITY",
-    "RECORD_KINDS",
-    "ThroughputDrop",
-    "verdict_class",
-    "fmt_step",
-    "replay",
-]
+__all__ = ["Finding", "Rule", "RuleOptions", "Rules", "RULE_ORDER", "SKIP", "Replay", "CLASSES", "SEVERITIES"]
+__all__ += ["DEFAULT_SEVERITY", "RECORD_KINDS", "ThroughputDrop", "verdict_class", "fmt_step", "replay"]
 
 _RECORD_COMMANDS = ("watch", "check", "plot")
 # `--metric-min` is a number in (0, 1]; [0.5, 1] for a two-class metric (checked with its chance)
@@ -338,37 +331,6 @@ class RuleOptions:
     def severities(self) -> dict[str, str]:
         """Every record kind's severity: the defaults, with `--severity` on top."""
         return self.__dict__["_severities"]  # type: ignore[no-any-return]
-
-
-# What a relaunch can do about each kind of anomaly (docs/WATCHDOG.md, "Verdict classes").
-TRANSIENT = "transient"  # resume from the latest checkpoint: may well succeed
-DIVERGENCE = "divergence"  # resume from a checkpoint saved before the trouble began: may succeed
-FATAL = "fatal"  # a relaunch repeats it: a person must change the recipe, data or code
-CLASSES: dict[str, str] = {
-    "process_exit": TRANSIENT,
-    "stall": TRANSIENT,
-    "rank_stall": TRANSIENT,
-    "interrupted": TRANSIENT,
-    "straggler": TRANSIENT,
-    "nonfinite_loss": DIVERGENCE,
-    "nonfinite_grad": DIVERGENCE,
-    "loss_spike": DIVERGENCE,
-    "grad_explosion": DIVERGENCE,
-}
-
-
-def verdict_class(kind: str | None) -> str | None:
-    """The class of an anomaly kind (`fatal` for every kind not listed); None for no anomaly."""
-    return None if kind is None else CLASSES.get(kind, FATAL)
-
-
-# What a finding does (docs/WATCHDOG.md, "Severities"): `stop` ends a watch, drives `supervise` and
-# makes `check` exit 7; `warn` is reported and never acted on; `off` turns the rule off.
-STOP, WARN, OFF = "stop", "warn", "off"
-SEVERITIES = (STOP, WARN, OFF)
-# Kinds that warn by default (every other kind stops): a rising eval loss while the task metric
-# still improves is a fine-tune's usual course; a log without a loss says nothing about the run.
-DEFAULT_SEVERITY: dict[str, str] = {"overfitting": WARN, "no_signal": WARN, "metric_stuck": WARN}
 
 
 @dataclass(frozen=True, slots=True)

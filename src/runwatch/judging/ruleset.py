@@ -25,6 +25,10 @@ from typing import Any
 from ..reading.records import Record
 
 __all__ = [
+    "CLASSES",
+    "DEFAULT_SEVERITY",
+    "SEVERITIES",
+    "verdict_class",
     "SKIP",
     "Look",
     "Rule",
@@ -176,6 +180,37 @@ class _Streak(Rule):
 
     def onset(self, rec: Record) -> int | float:
         return rec.step if self.first is None else self.first
+
+
+# What a relaunch can do about each kind of anomaly (docs/WATCHDOG.md, "Verdict classes").
+TRANSIENT = "transient"  # resume from the latest checkpoint: may well succeed
+DIVERGENCE = "divergence"  # resume from a checkpoint saved before the trouble began: may succeed
+FATAL = "fatal"  # a relaunch repeats it: a person must change the recipe, data or code
+CLASSES: dict[str, str] = {
+    "process_exit": TRANSIENT,
+    "stall": TRANSIENT,
+    "rank_stall": TRANSIENT,
+    "interrupted": TRANSIENT,
+    "straggler": TRANSIENT,
+    "nonfinite_loss": DIVERGENCE,
+    "nonfinite_grad": DIVERGENCE,
+    "loss_spike": DIVERGENCE,
+    "grad_explosion": DIVERGENCE,
+}
+
+
+def verdict_class(kind: str | None) -> str | None:
+    """The class of an anomaly kind (`fatal` for every kind not listed); None for no anomaly."""
+    return None if kind is None else CLASSES.get(kind, FATAL)
+
+
+# What a finding does (docs/WATCHDOG.md, "Severities"): `stop` ends a watch, drives `supervise` and
+# makes `check` exit 7; `warn` is reported and never acted on; `off` turns the rule off.
+STOP, WARN, OFF = "stop", "warn", "off"
+SEVERITIES = (STOP, WARN, OFF)
+# Kinds that warn by default (every other kind stops): a rising eval loss while the task metric
+# still improves is a fine-tune's usual course; a log without a loss says nothing about the run.
+DEFAULT_SEVERITY: dict[str, str] = {"overfitting": WARN, "no_signal": WARN, "metric_stuck": WARN}
 
 
 # --- train-record rules, in reporting order ---------------------------------------------------------

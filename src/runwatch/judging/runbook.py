@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from .rules import CLASSES, DEFAULT_SEVERITY, RULE_ORDER, STOP, verdict_class
+from .rules import RULE_ORDER
+from .ruleset import CLASSES, DEFAULT_SEVERITY, STOP, verdict_class
 
 __all__ = ["RUNBOOK", "POLL_KINDS", "DONE", "kinds", "explain", "markdown_table"]
 
