@@ -257,3 +257,11 @@ def test_a_ckpt_group_names_a_checkpoint_at_the_latest_step(tmp_path):
     recs = list(iter_records(resolve_target(str(path), read)))
     assert [(r.kind, r.step) for r in recs] == [("train", 10), ("train", 20), ("checkpoint", 20), ("train", 30)]
     assert recs[2].raw is not None and recs[2].raw["path"] == "ckpt/step-20.pt"
+
+
+def test_no_progress_within_its_own_noise_says_so():
+    f = replay(series([4.0, 4.0, 3.0, 2.0] * 40), Options())
+    assert [x.line() for x in f] == [
+        "ANOMALY no_progress step=160: median train loss 3.5 over steps 141-160 is below the median 4 over steps "
+        "1-3 by no more than 2 x its spread 0.5: the loss has not fallen (it moves within its own noise)"
+    ]

@@ -139,14 +139,19 @@ class NoProgress(Rule):
         last = median(losses)
         # fallen by the drop, and by more than the run's own noise (a loss cycling through a few
         # values, whose medians differ by chance, has not fallen)
-        if last < (1 - drop) * first and first - last > PROGRESS_SPREADS * spread(losses, last):
+        below = last < (1 - drop) * first
+        noise = spread(losses, last)
+        if below and first - last > PROGRESS_SPREADS * noise:
             return None
         self.onset_step = steps[0]
-        return (
-            f"median train loss {_g(last)} over steps {fmt_step(steps[0])}-{fmt_step(steps[-1])} is not below "
-            f"(1 - {_g(drop)}) x the median {_g(first)} over steps {fmt_step(self.head[0][0])}-"
-            f"{fmt_step(self.head[n - 1][0])}: the loss has not fallen"
-        )
+        head = f"the median {_g(first)} over steps {fmt_step(self.head[0][0])}-{fmt_step(self.head[n - 1][0])}"
+        where = f"median train loss {_g(last)} over steps {fmt_step(steps[0])}-{fmt_step(steps[-1])}"
+        if below:
+            return (
+                f"{where} is below {head} by no more than {_g(PROGRESS_SPREADS)} x its spread {_g(noise)}: "
+                "the loss has not fallen (it moves within its own noise)"
+            )
+        return f"{where} is not below (1 - {_g(drop)}) x {head}: the loss has not fallen"
 
 
 class NoSignal(Rule):
