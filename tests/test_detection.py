@@ -265,3 +265,19 @@ def test_no_progress_within_its_own_noise_says_so():
         "ANOMALY no_progress step=160: median train loss 3.5 over steps 141-160 is below the median 4 over steps "
         "1-3 by no more than 2 x its spread 0.5: the loss has not fallen (it moves within its own noise)"
     ]
+
+
+def test_a_watch_judges_a_resumed_log_as_check_does(tmp_path):
+    from runwatch.judging.watchdog import Watcher
+
+    path = tmp_path / "log.jsonl"
+    rows = [{"step": s, "loss": 2.0 - 1.5 * min(s, 300) / 300} for s in range(1, 401)]
+    rows += [{"step": s, "loss": 0.5} for s in range(350, 950)]  # resumed from the checkpoint at 350
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert check(str(path)).findings == []
+    w = Watcher(str(path), Options(stall=10**6, startup_grace=10**6), log=lambda m: None, poll_checks=[])
+    assert w.poll_once() is None and w.last_step == 949
+    # the same log from a fresh start at 1 is a new run: its flat loss never fell
+    rows[400:] = [{"step": s, "loss": 0.5} for s in range(1, 601)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [(f.kind, f.step) for f in check(str(path)).findings] == [("no_progress", 500)]

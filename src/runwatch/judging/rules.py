@@ -427,15 +427,15 @@ class Rules:
     ) -> None:
         self.opts = opts
         self.live = live
+        self._learner: Rules | None = None  # the rules of the sessions a watch skips (`learn`)
+        self.session: str | None = None  # the session a learner is in
         severities = getattr(opts, "severities", None) or parse_severities(())
         self.severity = severities
         self.reset(start_step, max_steps)
 
     def reset(self, start_step: int | float | None = None, max_steps: int | None = None) -> None:
-        """A new session: every window, counter and best-so-far value starts over — unless the
-        session resumes the run (its first step is past the first step of the session before and
-        not past its last: a relaunch from a checkpoint), which then inherits what the rules learned
-        of the run (`inherit`), decided at its first record."""
+        """A new session: every window, counter and best-so-far value starts over, unless it resumes
+        the run (its first step past the previous session's first, not past its last): `inherit`."""
         last = getattr(self, "last_step", None)
         self._previous: dict[str, Any] | None = None
         if last is not None:
@@ -471,12 +471,12 @@ class Rules:
         self.first_step: int | float | None = None  # of the run's first train record on this path
 
     def inherit(self, previous: dict[str, Any]) -> None:
-        """Take what the rules learned of the run before this session (`state_dict()` of the
-        session it resumes): the reference loss, no_progress's first and latest losses, the
-        throughput baseline, the spike, gradient and eval windows. Streaks and what was reported
-        start over; the session's own start and max_steps stay."""
+        """Take what the rules learned of the run before this session (`state_dict()` of the session
+        it resumes): reference loss, first and latest losses, throughput baseline, windows. Streaks
+        and what was reported start over; the session's own start and max_steps stay."""
         start, max_steps = self.start_step, self.facts.max_steps
         self.load_state_dict(previous)
+        self._previous = None
         self.start_step = self.facts.start_step = start if start is not None else previous.get("start_step")
         if max_steps is not None:
             self.facts.max_steps = max_steps
@@ -485,8 +485,22 @@ class Rules:
         for rule in self.rules:
             rule.resumed()
 
+    def learn(self, rec: Record, start_step: int | float | None, max_steps: int | None) -> None:
+        """A record of a session that a later one replaced (a watch catching up on a run): the rules
+        learn the run's history from it, its findings dropped; the session judged inherits it."""
+        eng = self._learner
+        if eng is None or eng.session != rec.session:
+            eng = self._learner = eng or Rules(self.opts)
+            eng.reset(start_step, max_steps)
+            eng.session = rec.session
+        eng.observe(rec)
+
     def observe(self, rec: Record) -> tuple[Finding, ...]:
         """Apply the rules to `rec`: the first stop and the first warning whose condition started here."""
+        if self._learner is not None:  # the history learned before this session: what it resumes
+            eng, self._learner = self._learner, None
+            if eng.last_step is not None:
+                self._previous = {"state": eng.state_dict(), "first": eng.first_step, "last": eng.last_step}
         if self._previous is not None:
             prev, self._previous = self._previous, None
             start = self.start_step if self.start_step is not None else rec.step
@@ -592,14 +606,12 @@ class Replay:
         self.last: Record | None = None
 
     def engine(self, session: str) -> Rules:
-        """The rules of `session` (created at its first record; one that resumes the run inherits
-        what the rules learned of the session before it, as in a watch)."""
+        """The rules of `session` (created at its first record; one that resumes the run inherits)."""
         eng = self.engines.get(session)
         if eng is None:
             before = self.engines.get(self.last.session) if self.last is not None else None
             eng = self.engines[session] = Rules(self.opts, self.start_step(session), max_steps=self.max_steps(session))
-            if before is not None and before.last_step is not None:
-                eng._previous = {"state": before.state_dict(), "first": before.first_step, "last": before.last_step}
+            eng._learner = before  # what the rules learned of the session before it
         return eng
 
     def observe(self, rec: Record) -> tuple[Finding, ...]:
