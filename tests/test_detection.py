@@ -281,3 +281,18 @@ def test_a_watch_judges_a_resumed_log_as_check_does(tmp_path):
     rows[400:] = [{"step": s, "loss": 0.5} for s in range(1, 601)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert [(f.kind, f.step) for f in check(str(path)).findings] == [("no_progress", 500)]
+
+
+def test_rules_learn_from_the_sessions_a_watch_skips():
+    # a watch of a schema-v1 run judges its latest session; the records of the sessions before it
+    # are learned from (findings dropped), so a resume is judged on the run's path
+    from runwatch.judging.rules import Rules
+
+    first = series([2.0 - 1.5 * min(i, 300) / 300 for i in range(400)], start=1, session="a")
+    second = series([0.5] * 600, start=350, session="b")
+    rules = Rules(Options(), 350, live=True)
+    for rec in first:
+        rules.learn(rec, 0, None)
+    assert [f for rec in second for f in rules.observe(rec)] == []
+    fresh = Rules(Options(), 350, live=True)  # without the history: a flat session that never fell
+    assert [(f.kind, f.step) for rec in second for f in fresh.observe(rec)] == [("no_progress", 849)]
