@@ -200,7 +200,7 @@ class ReadOptions:
         None,
         TEXT,
         "the log to watch, relative to RUN_DIR (default: stdout.log with --format text, nanogpt, "
-        "megatron or --pattern, else RUN_DIR's metrics.jsonl, trainer_state.json or another tool's log)",
+        "megatron, paddlenlp, hf or --pattern, else RUN_DIR's metrics.jsonl, trainer_state.json or another tool's log)",
         none=True,
         metavar="PATH",
         commands=("launch", "supervise"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from typing import Any
 
 from ..follow import READ_CHUNK_BYTES, LogFollower
@@ -27,6 +28,8 @@ __all__ = ["CsvReader", "number", "is_log", "looks_like_csv", "open_reader"]
 # The head of a file searched for its header line.
 _HEAD_BYTES = 64 * 1024
 _BOM = b"\xef\xbb\xbf"
+# A column name of a CSV log found by its content: a name, not a line of text (no `:`, no numbers)
+_COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_/.()\[\]@# -]{0,127}$")
 
 
 def open_reader(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None = None) -> CsvReader:
@@ -71,8 +74,10 @@ def looks_like_csv(path: str) -> bool:
     head, cells = got
     if head.lstrip().startswith((b"{", b"[")) or b"," not in head or len(cells) < 2:
         return False
-    if any(not c.strip() or len(c) > 200 for c in cells):
-        return False  # a sentence with commas, not a header
+    for c in cells:  # column names, not a sentence or a printed record with commas
+        name = c.strip()
+        if not _COLUMN.match(name) or any(isinstance(number(t), (int, float)) for t in name.split()):
+            return False
     return _names_a_log(cells)
 
 
