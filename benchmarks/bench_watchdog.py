@@ -255,7 +255,8 @@ def bench_versus() -> None:
     sys.path.insert(0, tmp)
     trees = {}
     for name, pkg in (("this tree", "runwatch"), ("other tree", "runwatch_peer")):
-        trees[name] = tuple(importlib.import_module(f"{pkg}.{m}") for m in ("watchdog", "rules", "records", "schema"))
+        modules = ("watchdog", "judging.rules", "records", "files.schema")  # (where they live now)
+        trees[name] = tuple(importlib.import_module(f"{pkg}.{m}") for m in modules)
     d = make_run(mb * 2**20)
     try:
         with open(os.path.join(d, "metrics.jsonl"), "rb") as f:

@@ -124,7 +124,9 @@ def test_exploded_run_marks_the_watchdogs_finding(exploded_run, tmp_path):
     info = plot.snapshot(str(exploded_run), str(out))
     assert info["path"] == str(out) and png_size(out) == (800, 1032)
     replay = check(str(exploded_run))
-    assert [f["kind"] for f in info["findings"]] == [f.kind for f in replay.findings] == ["grad_explosion"]
+    # (the plot marks the records' findings; metric_stuck of a log of unknown length is judged at its end)
+    judged = [f for f in replay.findings if f.kind != "metric_stuck"]
+    assert [f["kind"] for f in info["findings"]] == [f.kind for f in judged] == ["grad_explosion"]
     assert info["findings"][0]["step"] == replay.findings[0].step == 130
 
 
@@ -134,7 +136,8 @@ def test_minimal_telemetry_relaunch_and_inverted_metric(tmp_path):
     assert info["path"] == str(tmp_path / "snapshot.png")
     assert info["panels"] == ALL_PANELS
     assert info["sessions"] == 2
-    assert {(f["kind"], f["step"]) for f in info["findings"]} == {(f.kind, f.step) for f in check(log).findings}
+    judged = {(f.kind, f.step) for f in check(log).findings if f.kind != "metric_stuck"}  # (judged at the end)
+    assert {(f["kind"], f["step"]) for f in info["findings"]} == judged
     assert ("inverted_metric", 500) in {(f["kind"], f["step"]) for f in info["findings"]}
     assert png_size(info["path"]) == (800, 1032)
 
@@ -176,11 +179,11 @@ def test_thresholds_and_markers_are_drawn(exploded_run):
 
 
 def test_throughput_baseline_is_the_rules(tmp_path):
-    # minimal telemetry: the relaunched session (train steps 210..700, sps 38) passes start + 200,
-    # so the rule fixes its baseline; the picture shows the same number
+    # minimal telemetry: the relaunch (train steps 210..700, sps 38) resumes the run, whose baseline
+    # (sps 40 over its first 200 steps) it inherits; the picture shows the same number
     log = minimal_log(tmp_path / "m.jsonl")
     legends, _ = _legends(plot.load_run(log, Options()), Options())
-    assert legends["throughput (the log's sps)"] == ["baseline 38", "drop below (1-0.25)×baseline"]
+    assert legends["throughput (the log's sps)"] == ["baseline 40", "drop below (1-0.25)×baseline"]
     legends, _ = _legends(plot.load_run(log, Options(throughput_baseline_steps=1000)), Options())
     assert legends["throughput (the log's sps)"][0] == "baseline so far 38"
 

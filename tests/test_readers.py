@@ -221,11 +221,13 @@ def test_nanogpt_preset(tmp_path):
         ("eval", 0, "train.log:1"),
         ("train", 0, "train.log:2"),
         ("train", 10, "train.log:3"),
+        ("checkpoint", 10, "train.log:4"),  # `saving checkpoint to out`: at the last step seen
         ("train", 20, "train.log:5"),
     ]
+    assert recs[3].raw is not None and recs[3].raw["path"] == "out"
     assert recs[0].eval_loss == 10.9912
     assert recs[2].loss == 9.8765 and recs[2].throughput == pytest.approx(20.0)  # iterations a second
-    assert math.isnan(recs[3].loss)
+    assert math.isnan(recs[4].loss)
 
 
 def _nanogpt_iterations(ms_per_iter) -> str:
@@ -276,14 +278,17 @@ def test_a_custom_pattern(tmp_path):
     "argv, message",
     [
         (
-            ["--pattern", r"loss=(?P<loss>\S+)"],
-            r"read.pattern must have a named group (?P<step>...), got 'loss=(?P<loss>\\S+)'",
+            ["--pattern", r"loss=\S+"],
+            r"read.pattern must have a named group (?P<NAME>...), got 'loss=\\S+'",
         ),
         (
             ["--pattern", "("],
             "read.pattern: '(' is not a regular expression: missing ), unterminated subpattern at position 0",
         ),
-        (["--format", "text"], "read.format text needs --pattern REGEX (with a named group (?P<step>...))"),
+        (
+            ["--format", "text"],
+            "read.format text needs --pattern REGEX (named groups are keys, (?P<step>...) the step)",
+        ),
         (["--format", "csv", "--pattern", "(?P<step>x)"], "read.pattern applies to text logs, not to --format csv"),
         (["--format", "csv", "--run", "abc"], "read.run applies to MLflow stores, got 'abc' with --format csv"),
     ],
@@ -390,6 +395,6 @@ def test_check_with_map_on_a_csv(tmp_path, capsys):
 def test_read_options_refuse_an_unknown_format():
     with pytest.raises(
         UsageError,
-        match="read.format must be one of jsonl, tensorboard, mlflow, csv, text, nanogpt, megatron, got 'wandb'",
+        match="read.format must be one of jsonl, tensorboard, mlflow, csv, text, nanogpt, megatron, paddlenlp, hf, got 'wandb'",
     ):
         ReadOptions(format="wandb")

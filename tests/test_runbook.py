@@ -19,7 +19,7 @@ def test_every_kind_the_watchdog_reports_has_an_entry():
     # and the contract's kinds are all there, those of the rules judged on real logs included
     contract = "nonfinite_loss stall stuck_metric inverted_metric loss_at_chance throughput_drop grad_explosion "
     contract += "grad_collapse timeout process_exit oom session_error interrupted invalid_log nonfinite_grad "
-    contract += "loss_spike loss_collapse overfitting rank_stall straggler no_progress no_signal"
+    contract += "loss_spike loss_collapse overfitting rank_stall straggler no_progress no_signal metric_stuck"
     assert sorted(contract.split()) == sorted(k for k in RUNBOOK if k != DONE)
 
 

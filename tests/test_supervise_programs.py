@@ -216,7 +216,7 @@ def test_reading_options_are_checked_before_anything_starts(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["supervise", str(run), "--format", "nope", "--", "true"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "read.format must be one of jsonl, tensorboard, mlflow, csv, text, nanogpt, megatron, got 'nope'"
+        "read.format must be one of jsonl, tensorboard, mlflow, csv, text, nanogpt, megatron, paddlenlp, hf, got 'nope'"
     )
     assert main(["supervise", str(run), "--resume-args", "--x='a", "--", "true"]) == 2
     assert capsys.readouterr().err.startswith('supervise.resume_args must split like shell words, got "--x=\'a"')

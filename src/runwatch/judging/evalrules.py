@@ -14,7 +14,16 @@ from typing import Any
 from ..reading.records import Record
 from .ruleset import SKIP, Look, Rule, SessionFacts, _extend, _show_nonfinite, _Skip
 
-__all__ = ["EvalNonfiniteLoss", "InvertedMetric", "MAX_EVAL_SERIES", "Overfitting", "StuckMetric", "eval_losses"]
+__all__ = [
+    "EvalNonfiniteLoss",
+    "InvertedMetric",
+    "MAX_EVAL_SERIES",
+    "MetricStuck",
+    "Overfitting",
+    "StuckMetric",
+    "eval_losses",
+    "task_metric",
+]
 
 
 def _g(x: float) -> str:
@@ -152,4 +161,108 @@ class StuckMetric(_Metric):
         chance = self.opts.metric_chance
         if v < x and (chance != 0.5 or v >= 1 - x):  # below 1 - x at chance 0.5: inverted_metric
             return f"{self.opts.metric} {_g(v)} < metric-min {_g(x)}: the model looks stuck near chance ({_g(chance)})"
+        return None
+
+
+# Task metrics by name (the last part of an eval key, any case): higher is better, lower is better.
+_HIGHER = ("accuracy", "acc", "f1", "auroc", "auc", "precision", "recall", "bleu", "exact_match")
+_HIGHER_PREFIXES = ("map", "rouge")
+_LOWER = ("wer", "cer", "perplexity")
+# A task metric is judged once the run has this many evals of it.
+METRIC_MIN_EVALS = 4
+# `metric_stuck` in a watch of unknown length: after this many train records.
+METRIC_STUCK_RECORDS = 200
+# A higher-is-better metric in [0, 1] that never exceeds this learned nothing.
+METRIC_FLOOR = 0.05
+MAX_TASK_METRICS = 16
+
+
+def task_metric(name: str) -> str | None:
+    """`higher` or `lower` for an eval key naming a task metric (`accuracy`, `metrics_mAP50(B)`,
+    `val_acc`, `wer`), else None."""
+    last = name.lower().split("(", 1)[0].rsplit("/", 1)[-1]
+    for key in (*_HIGHER, *_LOWER):
+        if last == key or last.endswith("_" + key):
+            return "lower" if key in _LOWER else "higher"
+    token = last.rsplit("_", 1)[-1]
+    if token.startswith(_HIGHER_PREFIXES) or last.startswith(_HIGHER_PREFIXES):
+        return "higher"
+    return None
+
+
+class MetricStuck(Rule):
+    """A task metric (by name, with its direction) that never moved: once the run is past
+    `--progress-after` of its length (unknown: at the end in `check`, after 200 train records in a
+    watch) and has at least 4 evals of it, its evals are all identical, or its best is no better
+    than its first by `--metric-min-gain` (absolute for a metric in [0, 1], relative otherwise), or
+    a higher-is-better metric in [0, 1] never exceeds 0.05. A value in (1, 100] of a metric in
+    [0, 1] is a percentage."""
+
+    kind = name = "metric_stuck"
+    looks_at = frozenset({"train", "eval values"})
+    _fields: tuple[str, ...] = ("series", "trains")
+
+    def __init__(self, opts: Any, facts: SessionFacts | None = None) -> None:
+        super().__init__(opts, facts)
+        self.series: dict[str, list[float]] = {}  # metric -> its eval values (as fractions when in [0, 1])
+        self.trains = 0
+        self.onset_step: int | float | None = None
+
+    def look(self, rec: Record) -> Look:
+        if rec.kind == "train":
+            self.trains += 1
+        m = rec.metrics
+        if not m:
+            return SKIP
+        looked = False
+        for key, v in m.items():
+            if (type(v) is not float and type(v) is not int) or not math.isfinite(v):
+                continue
+            s = self.series.get(key)
+            if s is None:
+                if len(self.series) >= MAX_TASK_METRICS or task_metric(key) is None:
+                    continue
+                s = self.series[key] = []
+            if len(s) < 10_000:
+                s.append(float(v))
+            looked = True
+        if not looked:
+            return SKIP
+        max_steps = self.facts.max_steps
+        if max_steps is not None:
+            if rec.step < self.opts.progress_after * max_steps:
+                return SKIP
+        elif self.trains < METRIC_STUCK_RECORDS:
+            return SKIP
+        return self._judge()
+
+    def final(self) -> str | None:
+        return self._judge()
+
+    def _judge(self) -> str | None:
+        gain = self.opts.metric_min_gain
+        for key, values in self.series.items():
+            n = len(values)
+            if n < METRIC_MIN_EVALS:
+                continue
+            direction = task_metric(key)
+            unit = key.lower().rsplit("/", 1)[-1] not in ("perplexity",) and not key.lower().endswith("perplexity")
+            vals = values
+            if unit and max(vals) > 1 and max(vals) <= 100 and min(vals) >= 0:
+                vals = [x / 100 for x in vals]  # a percentage
+            unit = unit and min(vals) >= 0 and max(vals) <= 1
+            first = vals[0]
+            best = max(vals) if direction == "higher" else min(vals)
+            name = f"eval_{key}"
+            if max(vals) == min(vals):
+                return f"{name} is {_g(first)} at all {n} evals: the task metric never moved"
+            better = best - first if direction == "higher" else first - best
+            need = gain if unit else gain * abs(first)
+            if better < need:
+                return (
+                    f"{name}'s best {_g(best)} is not better than its first eval {_g(first)} by "
+                    f"{_g(need)} over {n} evals: the task metric never improved"
+                )
+            if direction == "higher" and unit and best <= METRIC_FLOOR:
+                return f"{name} never exceeds {_g(best)} over {n} evals: the model learned nothing of the task"
         return None

@@ -1,14 +1,14 @@
 """The rules about a session's learning as a whole: `no_progress` and `no_signal`.
 
-- `no_progress` (stop): a session whose train loss has not fallen. Once it has reached
+- `no_progress` (stop): a run whose train loss never fell from its start. Once it has reached
   `--progress-after` of its `max_steps` (unknown: `--progress-after-records` train records) and
   has at least 2 x `--progress-window` train records, the median of its last window is not below
-  (1 - `--progress-min-drop`) x the median of its first (up to 20) train losses — nor, unless it
-  has risen a fifth above the first window's (it gave its progress back), below (1 - drop) x the
-  median of its first 5, so a session that
-  made its progress in its first few records (a fine-tune's quick first descent) and kept it is not
-  called stuck. `check` judges it once more at
-  the end of each session on its whole length (its first and last halves when shorter).
+  (1 - `--progress-min-drop`) x the median of its first losses: its first records, before it
+  could have learned — the first 5 % of the records seen (at least 1, at most 20), and never past
+  the record where their median first fell by the drop. A run that learned in its first few
+  records and sits at its noise floor since fell from its start; a frozen or cycling loss did
+  not. `check` judges it once more at the end of each session on its whole length (its last
+  half when shorter). A session that resumes the run keeps its first losses (`rules.Rules`).
 - `no_signal` (warn): a log that gives no train loss at all (`check`: the whole log; `watch`: its
   first 50 records), naming the keys it saw so that `--map loss=KEY` can fix it.
 
@@ -23,16 +23,18 @@ from typing import Any
 
 from ..reading.readers.keys import original_keys
 from ..reading.records import Record
-from .ruleset import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median, slide
+from .ruleset import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median, slide, spread
 
-__all__ = ["NoProgress", "NoSignal", "NO_SIGNAL_RECORDS", "PROGRESS_EARLY_RECORDS", "PROGRESS_MIN_HALF"]
+__all__ = ["NoProgress", "NoSignal", "NO_SIGNAL_RECORDS", "PROGRESS_HEAD_SHARE", "PROGRESS_MIN_HALF", "head_length"]
 
 # `watch` says `no_signal` after this many records without a train loss.
 NO_SIGNAL_RECORDS = 50
-# Progress made within a session's first few records counts (the median of this many).
-PROGRESS_EARLY_RECORDS = 5
-# A last window this far above the first is a loss that rose: progress made early was given back.
-GIVEN_BACK = 1.2
+# A fall is progress when it is also more than this many times the spread (the median absolute
+# deviation) of the last window: outside the run's own noise (the difference of two medians of 20
+# noisy records varies by about 0.6 of it).
+PROGRESS_SPREADS = 2.0
+# The run's first losses are this share of the records seen (at least 1, at most REFERENCE_RECORDS).
+PROGRESS_HEAD_SHARE = 0.05
 # The end-of-session judgment of a short session compares its halves, of at least this many records.
 PROGRESS_MIN_HALF = 8
 # Keys named in a no_signal message (more are summed up as "...").
@@ -44,19 +46,31 @@ def _g(x: float) -> str:
     return f"{x:.4g}"
 
 
+def head_length(losses: list[float], count: int, drop: float) -> int:
+    """How many of the run's first `losses` are its start: 5 % of the `count` records seen (at
+    least 1, at most 20), cut at the first record whose loss fell below (1 - drop) x the first
+    loss (that record included)."""
+    n = max(1, min(REFERENCE_RECORDS, len(losses), round(PROGRESS_HEAD_SHARE * count)))
+    floor = (1 - drop) * losses[0]
+    for i in range(1, n):
+        if losses[i] < floor:
+            return i + 1
+    return n
+
+
 class NoProgress(Rule):
     kind = name = "no_progress"
     _fields: tuple[str, ...] = ("head", "tail_steps", "tail", "count")
 
     def __init__(self, opts: Any, facts: SessionFacts | None = None) -> None:
         super().__init__(opts, facts)
-        self.head: list[list[float]] = []  # [step, loss] of the session's first (up to 20) train losses
+        self.head: list[list[float]] = []  # [step, loss] of the run's first (up to 20) train losses
         self.tail: deque[float] = deque(maxlen=opts.progress_window)  # the losses of its last window
         self.tail_steps: deque[int | float] = deque(maxlen=opts.progress_window)  # and their steps
         self.count = 0
         self._largest: float | None = None  # the last window's largest loss (None: to be worked out)
         self.onset_step: int | float | None = None  # the first step of the last window judged
-        self._heads: dict[int, tuple[float, float]] = {}  # window -> the medians of the full head (fixed)
+        self._heads: dict[int, tuple[int, float]] = {}  # head share -> (length, median) once the head is full
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -72,7 +86,7 @@ class NoProgress(Rule):
         if loss is None or not math.isfinite(loss):
             return SKIP
         self.count = count = self.count + 1
-        if count <= REFERENCE_RECORDS:
+        if len(self.head) < REFERENCE_RECORDS:
             self.head.append([rec.step, loss])
         self._largest = slide(self.tail, loss, self._largest, True)
         self.tail_steps.append(rec.step)
@@ -86,31 +100,35 @@ class NoProgress(Rule):
                 return SKIP
         elif count < opts.progress_after_records:
             return SKIP
-        medians = self._heads.get(w)
-        if medians is not None:
-            largest = self._largest
-            if largest is None:
-                largest = self._largest = max(self.tail)
-            if largest < (1 - opts.progress_min_drop) * medians[0]:
-                return None  # the whole last window below the first's median: progress (the common case, cheap)
+        first = self._first()[1]
+        largest = self._largest
+        if largest is None:
+            largest = self._largest = max(self.tail)
+        if largest < (1 - opts.progress_min_drop) * first:
+            return None  # the whole last window below the first losses' median: progress (the common case, cheap)
         return self._judge(w)
 
     def final(self) -> str | None:
-        """The judgment at the end of the session, on its whole length (halves when short)."""
+        """The judgment at the end of the session, on its whole length (its last half when short)."""
         w = min(self.opts.progress_window, self.count // 2)
         if w < min(PROGRESS_MIN_HALF, self.opts.progress_window):
             return None
         return self._judge(w)
 
+    def _first(self) -> tuple[int, float]:
+        """(how many, their median) of the run's first losses, as the records seen so far say."""
+        key = max(1, min(REFERENCE_RECORDS, round(PROGRESS_HEAD_SHARE * self.count)))
+        got = self._heads.get(key)
+        if got is None:
+            losses = [x[1] for x in self.head]
+            n = head_length(losses, self.count, self.opts.progress_min_drop)
+            got = (n, median(losses[:n]))
+            if len(self.head) >= key:
+                self._heads[key] = got
+        return got
+
     def _judge(self, w: int) -> str | None:
-        n = min(w, REFERENCE_RECORDS)
-        medians = self._heads.get(w)
-        if medians is None:  # the first window and the first 5 records are fixed once the head is full
-            head = self.head[:n]
-            medians = (median([x[1] for x in head]), median([x[1] for x in head[:PROGRESS_EARLY_RECORDS]]))
-            if len(self.head) >= n:
-                self._heads[w] = medians
-        first, early = medians
+        n, first = self._first()
         losses: Any = self.tail
         steps: Any = self.tail_steps
         if w < len(losses):  # the end of a short session: its last half
@@ -119,16 +137,21 @@ class NoProgress(Rule):
         if max(losses) < (1 - drop) * first:  # the whole window below: progress (and cheap)
             return None
         last = median(losses)
-        if last < (1 - drop) * first:
-            return None
-        if last < (1 - drop) * early and last < GIVEN_BACK * first:  # progress made early, and kept
+        # fallen by the drop, and by more than the run's own noise (a loss cycling through a few
+        # values, whose medians differ by chance, has not fallen)
+        below = last < (1 - drop) * first
+        noise = spread(losses, last)
+        if below and first - last > PROGRESS_SPREADS * noise:
             return None
         self.onset_step = steps[0]
-        return (
-            f"median train loss {_g(last)} over steps {fmt_step(steps[0])}-{fmt_step(steps[-1])} is not below "
-            f"(1 - {_g(drop)}) x the median {_g(first)} over steps {fmt_step(self.head[0][0])}-"
-            f"{fmt_step(self.head[n - 1][0])}: the loss has not fallen"
-        )
+        head = f"the median {_g(first)} over steps {fmt_step(self.head[0][0])}-{fmt_step(self.head[n - 1][0])}"
+        where = f"median train loss {_g(last)} over steps {fmt_step(steps[0])}-{fmt_step(steps[-1])}"
+        if below:
+            return (
+                f"{where} is below {head} by no more than {_g(PROGRESS_SPREADS)} x its spread {_g(noise)}: "
+                "the loss has not fallen (it moves within its own noise)"
+            )
+        return f"{where} is not below (1 - {_g(drop)}) x {head}: the loss has not fallen"
 
 
 class NoSignal(Rule):

@@ -19,7 +19,8 @@ from ..reading.nosignal import holds_something, no_signal_message
 from ..reading.readers import ReadOptions
 from ..reading.records import Record, RecordSource, parser_for, resolve_target
 from ..reading.source import reached  # the step a log reached: one definition for check, status and the page
-from .rules import STOP, TRANSIENT, WARN, Finding, Replay, RuleOptions, fmt_step, verdict_class
+from .rules import Finding, Replay, RuleOptions, fmt_step, verdict_class
+from .ruleset import STOP, TRANSIENT, WARN
 from .verdict import exit_status
 
 __all__ = ["CheckResult", "RunReplay", "check", "reached", "name_loss_key", "recoverable", "finding_line", "RECOVERED"]

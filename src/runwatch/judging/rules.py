@@ -39,11 +39,18 @@ from ..options import (
     validate,
 )
 from ..reading.records import Record, parse_maps
-from .evalrules import EvalNonfiniteLoss, InvertedMetric, Overfitting, StuckMetric
+from .evalrules import EvalNonfiniteLoss, InvertedMetric, MetricStuck, Overfitting, StuckMetric
 from .progress import NoProgress, NoSignal
 from .ruleset import (
+    CLASSES,
+    DEFAULT_SEVERITY,
+    FATAL,
+    OFF,
     REFERENCE_RECORDS,
+    SEVERITIES,
     SKIP,
+    STOP,
+    WARN,
     GradCollapse,
     GradExplosion,
     Interrupted,
@@ -59,25 +66,11 @@ from .ruleset import (
     ThroughputDrop,
     _Skip,
     fmt_step,
+    verdict_class,
 )
 
-__all__ = [
-    "Finding",
-    "Rule",
-    "RuleOptions",
-    "Rules",
-    "RULE_ORDER",
-    "SKIP",
-    "Replay",
-    "CLASSES",
-    "SEVERITIES",
-    "DEFAULT_SEVERITY",
-    "RECORD_KINDS",
-    "ThroughputDrop",
-    "verdict_class",
-    "fmt_step",
-    "replay",
-]
+__all__ = ["Finding", "Rule", "RuleOptions", "Rules", "RULE_ORDER", "SKIP", "Replay", "CLASSES", "SEVERITIES"]
+__all__ += ["DEFAULT_SEVERITY", "RECORD_KINDS", "ThroughputDrop", "verdict_class", "fmt_step", "replay"]
 
 _RECORD_COMMANDS = ("watch", "check", "plot")
 # `--metric-min` is a number in (0, 1]; [0.5, 1] for a two-class metric (checked with its chance)
@@ -215,11 +208,10 @@ class RuleOptions:
     spike_patience: int = option(
         2, INT_1, "loss_spike needs K consecutive spiking train records", metavar="K", commands=_RECORD_COMMANDS
     )
-    # 0.5: per-batch losses of a converged model are heavy-tailed (0.26 against a median of 0.012
-    # in a run whose reference is 0.52 is a hard batch, not a divergence); a spike that undoes half
-    # of what the session started from still is one.
+    # 0.1: what a spike must undo of where the session started; heavy-tailed per-batch losses near
+    # zero are told apart by the run's own band (a spike is above the window's largest), not by this.
     spike_min_excess: float = option(
-        0.5,
+        0.1,
         NON_NEGATIVE,
         "loss_spike: the loss must exceed the median by at least E x the reference loss (the median "
         "of the session's first 20 train losses)",
@@ -282,6 +274,14 @@ class RuleOptions:
         metavar="D",
         commands=_RECORD_COMMANDS,
     )
+    metric_min_gain: float = option(
+        0.02,
+        NON_NEGATIVE,
+        "metric_stuck: a task metric whose best eval is not better than its first by G (absolute for a "
+        "metric in [0, 1], else relative) never improved",
+        metavar="G",
+        commands=_RECORD_COMMANDS,
+    )
     max_steps: int | None = option(
         None,
         INT_1,
@@ -331,37 +331,6 @@ class RuleOptions:
     def severities(self) -> dict[str, str]:
         """Every record kind's severity: the defaults, with `--severity` on top."""
         return self.__dict__["_severities"]  # type: ignore[no-any-return]
-
-
-# What a relaunch can do about each kind of anomaly (docs/WATCHDOG.md, "Verdict classes").
-TRANSIENT = "transient"  # resume from the latest checkpoint: may well succeed
-DIVERGENCE = "divergence"  # resume from a checkpoint saved before the trouble began: may succeed
-FATAL = "fatal"  # a relaunch repeats it: a person must change the recipe, data or code
-CLASSES: dict[str, str] = {
-    "process_exit": TRANSIENT,
-    "stall": TRANSIENT,
-    "rank_stall": TRANSIENT,
-    "interrupted": TRANSIENT,
-    "straggler": TRANSIENT,
-    "nonfinite_loss": DIVERGENCE,
-    "nonfinite_grad": DIVERGENCE,
-    "loss_spike": DIVERGENCE,
-    "grad_explosion": DIVERGENCE,
-}
-
-
-def verdict_class(kind: str | None) -> str | None:
-    """The class of an anomaly kind (`fatal` for every kind not listed); None for no anomaly."""
-    return None if kind is None else CLASSES.get(kind, FATAL)
-
-
-# What a finding does (docs/WATCHDOG.md, "Severities"): `stop` ends a watch, drives `supervise` and
-# makes `check` exit 7; `warn` is reported and never acted on; `off` turns the rule off.
-STOP, WARN, OFF = "stop", "warn", "off"
-SEVERITIES = (STOP, WARN, OFF)
-# Kinds that warn by default (every other kind stops): a rising eval loss while the task metric
-# still improves is a fine-tune's usual course; a log without a loss says nothing about the run.
-DEFAULT_SEVERITY: dict[str, str] = {"overfitting": WARN, "no_signal": WARN}
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,6 +391,7 @@ RULE_ORDER: tuple[type[Rule], ...] = (
     Overfitting,
     InvertedMetric,
     StuckMetric,
+    MetricStuck,
     NoSignal,
 )
 # The kinds the record rules report (what `--severity` accepts).
@@ -457,12 +427,22 @@ class Rules:
     ) -> None:
         self.opts = opts
         self.live = live
+        self._learner: Rules | None = None  # the rules of the sessions a watch skips (`learn`)
+        self.session: str | None = None  # the session a learner is in
         severities = getattr(opts, "severities", None) or parse_severities(())
         self.severity = severities
         self.reset(start_step, max_steps)
 
     def reset(self, start_step: int | float | None = None, max_steps: int | None = None) -> None:
-        """A new session: every window, counter and best-so-far value starts over."""
+        """A new session: every window, counter and best-so-far value starts over, unless it resumes
+        the run (its first step past the previous session's first, not past its last): `inherit`."""
+        last = getattr(self, "last_step", None)
+        self._previous: dict[str, Any] | None = None
+        if last is not None:
+            self._previous = {"state": self.state_dict(), "first": self.first_step, "last": last}
+        self._reset(start_step, max_steps)
+
+    def _reset(self, start_step: int | float | None, max_steps: int | None) -> None:
         self.start_step = start_step
         given = getattr(self.opts, "max_steps", None)
         self.facts = facts = SessionFacts(start_step, given if given is not None else max_steps)
@@ -484,13 +464,48 @@ class Rules:
         self._by_kind = by_kind
         signal = next(r for r in self.rules if isinstance(r, NoSignal))
         self._signal = None if signal.name in off else signal
-        self._final: list[tuple[int, NoProgress]] = [
-            (i, r) for i, r in enumerate(self.rules) if r.name not in off and isinstance(r, NoProgress)
+        self._final: list[tuple[int, NoProgress | MetricStuck]] = [
+            (i, r) for i, r in enumerate(self.rules) if r.name not in off and isinstance(r, (NoProgress, MetricStuck))
         ]
         self.last_step: int | float | None = None  # of the session's last train record
+        self.first_step: int | float | None = None  # of the run's first train record on this path
+
+    def inherit(self, previous: dict[str, Any]) -> None:
+        """Take what the rules learned of the run before this session (`state_dict()` of the session
+        it resumes): reference loss, first and latest losses, throughput baseline, windows. Streaks
+        and what was reported start over; the session's own start and max_steps stay."""
+        start, max_steps = self.start_step, self.facts.max_steps
+        self.load_state_dict(previous)
+        self._previous = None
+        self.start_step = self.facts.start_step = start if start is not None else previous.get("start_step")
+        if max_steps is not None:
+            self.facts.max_steps = max_steps
+        self.active = [False] * len(self.rules)
+        self.last_step = None
+        for rule in self.rules:
+            rule.resumed()
+
+    def learn(self, rec: Record, start_step: int | float | None, max_steps: int | None) -> None:
+        """A record of a session that a later one replaced (a watch catching up on a run): the rules
+        learn the run's history from it, its findings dropped; the session judged inherits it."""
+        eng = self._learner
+        if eng is None or eng.session != rec.session:
+            eng = self._learner = eng or Rules(self.opts)
+            eng.reset(start_step, max_steps)
+            eng.session = rec.session
+        eng.observe(rec)
 
     def observe(self, rec: Record) -> tuple[Finding, ...]:
         """Apply the rules to `rec`: the first stop and the first warning whose condition started here."""
+        if self._learner is not None:  # the history learned before this session: what it resumes
+            eng, self._learner = self._learner, None
+            if eng.last_step is not None:
+                self._previous = {"state": eng.state_dict(), "first": eng.first_step, "last": eng.last_step}
+        if self._previous is not None:
+            prev, self._previous = self._previous, None
+            start = self.start_step if self.start_step is not None else rec.step
+            if prev["first"] is not None and prev["first"] < start <= prev["last"]:
+                self.inherit(prev["state"])
         stop: Finding | None = None
         warn: Finding | None = None
         active = self.active
@@ -505,13 +520,15 @@ class Rules:
                 active[i] = False
             elif not active[i]:
                 active[i] = True
-                if self._stops[i]:
+                if self._stops[i] and not rule.mild:
                     if stop is None:
                         stop = Finding(rule.kind, rec.step, msg, rec.session, rule.onset(rec))
                 elif warn is None:
                     warn = Finding(rule.kind, rec.step, msg, rec.session, rule.onset(rec), WARN)
         if rec.kind == "train":
             self.last_step = rec.step
+            if self.first_step is None:
+                self.first_step = rec.step
             loss = rec.loss
             if self._signal is not None and loss is not None:
                 self._signal.loss_seen = True
@@ -550,14 +567,18 @@ class Rules:
             "max_steps": self.facts.max_steps,
             "facts": self.facts.state_dict(),
             "last_step": self.last_step,
+            "first_step": self.first_step,
+            "previous": self._previous,
             "rules": {r.name: {"active": a, **r.state_dict()} for r, a in zip(self.rules, self.active)},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()` (same options)."""
-        self.reset(state["start_step"], state.get("max_steps"))
+        self._reset(state["start_step"], state.get("max_steps"))
+        self._previous = state.get("previous")
         self.facts.load_state_dict(state.get("facts") or {})
         self.last_step = state.get("last_step")
+        self.first_step = state.get("first_step")
         for i, rule in enumerate(self.rules):
             s = state["rules"].get(rule.name)
             if s is None:  # a rule added since the state was saved starts fresh
@@ -585,18 +606,21 @@ class Replay:
         self.last: Record | None = None
 
     def engine(self, session: str) -> Rules:
-        """The rules of `session` (created at its first record)."""
+        """The rules of `session` (created at its first record; one that resumes the run inherits)."""
         eng = self.engines.get(session)
         if eng is None:
+            before = self.engines.get(self.last.session) if self.last is not None else None
             eng = self.engines[session] = Rules(self.opts, self.start_step(session), max_steps=self.max_steps(session))
+            eng._learner = before  # what the rules learned of the session before it
         return eng
 
     def observe(self, rec: Record) -> tuple[Finding, ...]:
+        eng = self.engine(rec.session)
         self.last = rec
         signal = self.signal
         if not signal.loss_seen and rec.kind != "invalid":
             signal.look(rec)
-        return self.engine(rec.session).observe(rec)
+        return eng.observe(rec)
 
     def finish(self, step: int | float | None = None, *, commit: bool = True) -> list[Finding]:
         """What the end of the log decides: `no_progress` of each session on its whole length, and

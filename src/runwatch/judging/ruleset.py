@@ -25,6 +25,10 @@ from typing import Any
 from ..reading.records import Record
 
 __all__ = [
+    "CLASSES",
+    "DEFAULT_SEVERITY",
+    "SEVERITIES",
+    "verdict_class",
     "SKIP",
     "Look",
     "Rule",
@@ -35,6 +39,7 @@ __all__ = [
     "fmt_step",
     "median",
     "slide",
+    "spread",
 ]
 
 # The session's reference loss is the median of its first (up to) this many train losses.
@@ -42,6 +47,8 @@ REFERENCE_RECORDS = 20
 # A loss spike is judged against at least this many earlier train records of the session; fewer
 # (but at least one) take the early-spike path (docs/WATCHDOG.md, `loss_spike`).
 SPIKE_MIN_HISTORY = 5
+# A spike exceeds the window's median by more than this many times its spread (`spread`).
+SPIKE_SPREADS = 10.0
 # The relative gradient limit, and grad_collapse, need this many finite norms before a record.
 GRAD_MIN_HISTORY = 5
 
@@ -116,6 +123,9 @@ class Rule:
     # The record kinds the rule may look at ("eval values": any record that carries eval values);
     # `Rules` calls a rule only for these, so the others cost nothing. `look` may still SKIP.
     looks_at: frozenset[str] = frozenset({"train"})
+    # Set by `look` with the message it returns: the finding is a warning even when the kind stops
+    # (`grad_explosion` while the loss stays in its band).
+    mild = False
 
     def __init__(self, opts: Any, facts: SessionFacts | None = None) -> None:
         self.opts = opts
@@ -127,6 +137,10 @@ class Rule:
     def onset(self, rec: Record) -> int | float:
         """The step where the condition that `look` just reported began (default: this record's)."""
         return rec.step
+
+    def resumed(self) -> None:
+        """A session that resumes the run goes on with this rule's memory: what is of one session
+        only (a streak, the record before) starts over."""
 
     def state_dict(self) -> dict[str, Any]:
         out = {}
@@ -155,12 +169,48 @@ class _Streak(Rule):
         self.streak = 0
         self.first: int | float | None = None  # the step of the streak's first record
 
+    def resumed(self) -> None:
+        self.streak, self.first = 0, None
+        if isinstance(getattr(self, "held", None), list):
+            self.held: list[Any] = []
+
     def step_streak(self, hit: bool, step: int | float) -> bool:
         self.streak, self.first = _extend(self.streak, self.first, hit, step)
         return self.streak >= self.patience
 
     def onset(self, rec: Record) -> int | float:
         return rec.step if self.first is None else self.first
+
+
+# What a relaunch can do about each kind of anomaly (docs/WATCHDOG.md, "Verdict classes").
+TRANSIENT = "transient"  # resume from the latest checkpoint: may well succeed
+DIVERGENCE = "divergence"  # resume from a checkpoint saved before the trouble began: may succeed
+FATAL = "fatal"  # a relaunch repeats it: a person must change the recipe, data or code
+CLASSES: dict[str, str] = {
+    "process_exit": TRANSIENT,
+    "stall": TRANSIENT,
+    "rank_stall": TRANSIENT,
+    "interrupted": TRANSIENT,
+    "straggler": TRANSIENT,
+    "nonfinite_loss": DIVERGENCE,
+    "nonfinite_grad": DIVERGENCE,
+    "loss_spike": DIVERGENCE,
+    "grad_explosion": DIVERGENCE,
+}
+
+
+def verdict_class(kind: str | None) -> str | None:
+    """The class of an anomaly kind (`fatal` for every kind not listed); None for no anomaly."""
+    return None if kind is None else CLASSES.get(kind, FATAL)
+
+
+# What a finding does (docs/WATCHDOG.md, "Severities"): `stop` ends a watch, drives `supervise` and
+# makes `check` exit 7; `warn` is reported and never acted on; `off` turns the rule off.
+STOP, WARN, OFF = "stop", "warn", "off"
+SEVERITIES = (STOP, WARN, OFF)
+# Kinds that warn by default (every other kind stops): a rising eval loss while the task metric
+# still improves is a fine-tune's usual course; a log without a loss says nothing about the run.
+DEFAULT_SEVERITY: dict[str, str] = {"overfitting": WARN, "no_signal": WARN, "metric_stuck": WARN}
 
 
 # --- train-record rules, in reporting order ---------------------------------------------------------
@@ -215,15 +265,23 @@ class GradExplosion(_Streak):
     above the largest of them (a norm the run reached lately and came through is not an explosion;
     a trainer that logs one step's norm is heavy-tailed), once the session has 5 finite norms. The
     records of a streak stay out of the window, so it is judged against the norms before it.
-    Absolute (`--grad-max`, when set): from the first record."""
+    Absolute (`--grad-max`, when set): from the first record.
+
+    The relative rule's severity follows the loss: a norm out of its band while the loss stays
+    inside its own (at most the largest of the window's losses before the streak) is a warning
+    (`mild`); a loss that leaves its band, or a loss or norm that is not finite, within the streak
+    makes it a stop. Decided at the record where the streak reaches its patience."""
 
     kind = name = "grad_explosion"
-    _fields: tuple[str, ...] = ("window", "seen", "streak", "first")
+    _fields: tuple[str, ...] = ("window", "losses", "held", "seen", "streak", "first", "loss_out")
 
     def __init__(self, opts: Any, facts: SessionFacts | None = None) -> None:
         super().__init__(opts, facts)
         self.window: deque[float] = deque(maxlen=opts.grad_window)
+        self.losses: deque[float] = deque(maxlen=opts.grad_window)  # the losses beside the window's norms
+        self.held: list[list[float]] = []  # [norm, loss] of the streak so far (the window takes them when it ends)
         self.seen = 0  # finite norms of the session so far
+        self.loss_out = False  # a loss of the streak left its band (or was not finite)
         self._largest: float | None = None  # the window's largest (None: to be worked out)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -233,6 +291,8 @@ class GradExplosion(_Streak):
     def look(self, rec: Record) -> Look:
         g = rec.grad_mean
         if rec.kind != "train" or g is None:
+            if self.streak and rec.kind == "train" and rec.nonfinite_grads:
+                self.loss_out = True  # a norm that is not finite within the streak
             return SKIP
         opts = self.opts
         limit = opts.grad_max
@@ -247,19 +307,37 @@ class GradExplosion(_Streak):
         if self.seen >= GRAD_MIN_HISTORY and largest is not None and g > largest:
             med = median(window)
             relative = med > 0 and g > opts.grad_factor * med
-        if not relative:
+        loss = rec.loss
+        if relative:
+            self.held.append([g, loss if loss is not None and math.isfinite(loss) else math.nan])
+        else:
+            for x, y in self.held:  # a streak that ended: its norms are part of the run's band now
+                largest = slide(window, x, largest, True)
+                if y == y:
+                    self.losses.append(y)
+            self.held = []
             self._largest = slide(window, g, largest, True)
+            if loss is not None and math.isfinite(loss):
+                self.losses.append(loss)
         self.seen += 1
         if not (absolute or relative) and not self.streak:
             return None  # the common case, without the streak's bookkeeping
+        hit = absolute or relative
+        if hit:  # the loss beside an out-of-band norm: in its band, or not
+            out = loss is not None and (not math.isfinite(loss) or bool(self.losses) and loss > max(self.losses))
+            self.loss_out = (self.loss_out and self.streak > 0) or out
         self.patience = opts.grad_patience
-        if not self.step_streak(absolute or relative, rec.step):
+        if not self.step_streak(hit, rec.step):
+            if not hit:
+                self.loss_out = False
             return None
+        self.mild = not absolute and not self.loss_out  # an absolute limit the user set always stops
         if absolute:
             return f"gradient norm {_g(g)} > {_g(limit)} for {self.streak} consecutive train records"
         return (
             f"gradient norm {_g(g)} > {_g(opts.grad_factor)} x median {_g(med)} of the previous "
             f"{len(window)} train records (and above their largest) for {self.streak} consecutive train records"
+            + ("; the loss stayed in its band" if self.mild else "")
         )
 
 
@@ -294,14 +372,18 @@ class GradCollapse(_Streak):
 
 class LossSpike(_Streak):
     """K consecutive losses above F x the median of the records before, by at least E x the
-    reference loss; with fewer than 5 records before, against those it has and F x their lowest."""
+    reference loss, and above the largest of them (the run's own band: a heavy-tailed per-batch
+    loss reaches its window's largest often, two records in a row far above it rarely); with fewer
+    than 5 records before, against those it has and F x their lowest. The records of a streak stay
+    out of the window, so each is judged against the losses before the streak."""
 
     kind = name = "loss_spike"
-    _fields: tuple[str, ...] = ("window", "seen", "lowest", "streak", "first")
+    _fields: tuple[str, ...] = ("window", "held", "seen", "lowest", "streak", "first")
 
     def __init__(self, opts: Any, facts: SessionFacts | None = None) -> None:
         super().__init__(opts, facts)
         self.window: deque[float] = deque(maxlen=opts.spike_window)
+        self.held: list[float] = []  # the losses of the streak so far (the window takes them when it ends)
         self.seen = 0
         self.lowest: float | None = None  # the lowest finite train loss of the session so far
         self._smallest: float | None = None  # the window's smallest (None: to be worked out)
@@ -315,6 +397,7 @@ class LossSpike(_Streak):
         if rec.kind != "train" or loss is None or not math.isfinite(loss):
             return SKIP
         result: Look = SKIP
+        hit = False
         if self.seen:  # a session's first record is never a spike
             opts = self.opts
             factor = opts.spike_factor
@@ -323,15 +406,17 @@ class LossSpike(_Streak):
             if smallest is None:
                 smallest = self._smallest = min(self.window)
             if loss <= factor * smallest:
-                med, hit = 0.0, False
+                med = 0.0
             else:
                 med = median(self.window)
-                hit = med > 0 and loss > factor * med
+                hit = med > 0 and loss > factor * med and loss > max(self.window)
             if hit and self.seen < SPIKE_MIN_HISTORY:  # a normal fast first descent is not a spike
                 hit = loss > factor * (self.lowest or 0.0)
             if hit:  # a spike that matters: by at least E x the session's reference loss
                 ref = self.facts.reference
                 hit = loss - med >= (opts.spike_min_excess * ref if ref is not None and ref > 0 else 0.0)
+            if hit and len(self.window) >= SPIKE_MIN_HISTORY:  # and far outside the run's own spread
+                hit = loss - med > SPIKE_SPREADS * spread(self.window, med)
             self.streak, self.first = _extend(self.streak, self.first, hit, rec.step)
             result = None
             if self.streak >= opts.spike_patience:
@@ -339,7 +424,14 @@ class LossSpike(_Streak):
                     f"loss {_g(loss)} > {_g(opts.spike_factor)} x median {_g(med)} of the previous "
                     f"{len(self.window)} train records for {self.streak} consecutive records"
                 )
-        self._smallest = slide(self.window, loss, self._smallest, False)
+        if hit:
+            self.held.append(loss)
+        else:
+            if self.held:  # a streak that ended: its losses are part of the run's band now
+                for x in self.held:
+                    self._smallest = slide(self.window, x, self._smallest, False)
+                self.held = []
+            self._smallest = slide(self.window, loss, self._smallest, False)
         self.seen += 1
         if self.lowest is None or loss < self.lowest:
             self.lowest = loss
@@ -417,6 +509,12 @@ class ThroughputDrop(_Streak):
         self.prev_step: int | float | None = None  # the previous train record's step and time
         self.prev_time: float | None = None
 
+    def resumed(self) -> None:
+        super().resumed()
+        self.first_seen = False  # the resumed session's first record is warm-up again
+        self.prev_step = self.prev_time = None
+        self.span_work = self.span_seconds = 0.0
+
     def _seconds(self, rec: Record, tp: float) -> float | None:
         """The training seconds a record covers: its own (schema v1), the time since the previous
         train record, or its updates at its rate (one line per update); None when unknown."""
@@ -492,6 +590,11 @@ class Interrupted(SessionError):
 
     kind = name = "interrupted"
     reason = "interrupted"
+
+
+def spread(values: Any, med: float) -> float:
+    """The robust spread of `values` about their median `med`: the median absolute deviation."""
+    return median([abs(x - med) for x in values])
 
 
 def slide(window: deque[float], x: float, extreme: float | None, largest: bool) -> float | None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from .rules import CLASSES, DEFAULT_SEVERITY, RULE_ORDER, STOP, verdict_class
+from .rules import RULE_ORDER
+from .ruleset import CLASSES, DEFAULT_SEVERITY, STOP, verdict_class
 
 __all__ = ["RUNBOOK", "POLL_KINDS", "DONE", "kinds", "explain", "markdown_table"]
 
@@ -105,9 +106,16 @@ RUNBOOK: dict[str, tuple[str, str]] = {
         "the eval metric stays near chance (below `--metric-min`) after `--metric-after-step`",
         "stop and look at the data, the labels and the learning rate: a relaunch repeats it",
     ),
+    "metric_stuck": (
+        "a task metric (accuracy, F1, mAP, ... by name; WER, perplexity lower is better) never moved over at least "
+        "4 evals: identical evals, a best no better than the first by `--metric-min-gain`, or at most 0.05",
+        "a warning: look at the metric's curve; a classifier at its majority class or a detector at mAP 0 learned "
+        "nothing of the task (check the labels, the head, the learning rate); raise `--metric-min-gain` or set "
+        "`--severity metric_stuck=off` for a metric that starts where it should stay",
+    ),
     "no_progress": (
-        "past a quarter of the run, the median of the last train losses is not 5% below the median of the first: "
-        "the run is not learning",
+        "past a quarter of the run, the median of the last train losses is not 5% below the median of the run's "
+        "first losses (before it could have learned): the run never learned",
         "check the learning rate (too low, or a scheduler stuck at 0), that the optimizer steps the model's "
         "parameters (frozen layers, a detached loss), that labels match inputs, and that the loss is the one you "
         "mean; for a run that starts slowly by nature, raise `--progress-after` or set `--max-steps`",

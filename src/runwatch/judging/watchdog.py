@@ -193,8 +193,9 @@ class Watcher:
         assert parser is not None  # the record came from it
         if rec.session != self.current:  # (v1: `current` is always run.json's latest session)
             if parser.mode == "v1":
-                if rec.session != parser.latest_session():
-                    return None  # a session a later one replaced: dropped
+                if rec.session != parser.latest_session():  # a session a later one replaced: its findings
+                    self.rules.learn(rec, parser.start_step(rec.session), parser.max_steps(rec.session))
+                    return None  # dropped, what the rules learn of the run's history kept
             elif self.current is not None:
                 self.log(f"runwatch watch: relaunch at step {fmt_step(rec.step)} ({rec.session}); rules restart")
             self._switch(rec.session)

@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import InvalidRunError, UsageError
 from ..files.jsonio import loads, orjson_misread
 from ..files.schema import SessionValidator
-from .readers.keys import EVAL_PREFIXES
+from .readers.keys import ALIASES, EVAL_PREFIXES
 
 __all__ = ["Record", "Session", "RecordParser", "parse_maps", "MINIMAL_KEYS"]
 
@@ -166,6 +166,11 @@ class RecordParser:
         self._epoch: int | float = 0
         # The key read as the loss when the log has no `loss` (None: not decided, "": none).
         self.loss_key: str | None = None
+        # The key read as the step when the log has no `step` (None: not decided, "": none).
+        self.step_key: str | None = None
+        # The latest train steps of the session and their losses: a record that repeats one of
+        # them with (about) its loss is a second writer's copy, not a relaunch.
+        self._recent: list[tuple[int | float, float]] = []
         self.max_steps_hint: int | None = None  # trainer_state.json's max_steps
         self.notes: list[str] = []  # things said once on stderr by the command (drained by it)
         if manifest is not None:
@@ -197,6 +202,8 @@ class RecordParser:
             "counted": self._counted,
             "epoch": self._epoch,
             "loss_key": self.loss_key,
+            "step_key": self.step_key,
+            "recent": [list(x) for x in self._recent],
             "validators": {
                 sid: {"step": v.step, "ended": v.ended}
                 for sid, v in self._validators.items()
@@ -218,6 +225,8 @@ class RecordParser:
         self._counted = int(state.get("counted") or 0)
         self._epoch = state.get("epoch") or 0
         self.loss_key = state.get("loss_key")
+        self.step_key = state.get("step_key")
+        self._recent = [(x[0], x[1]) for x in state.get("recent") or []]
         for sid, v in state["validators"].items():
             validator = self._validators.get(sid)
             if validator is not None:
@@ -361,7 +370,9 @@ class RecordParser:
                     view[canon] = obj[source]
             obj = view
         step = obj.get("step")
-        if step is None and "step" not in obj and self.step_by != "step":
+        if step is None and "step" not in obj and self.step_key != "":
+            step = self._keyed_step(obj)  # an integer step under another name (`current_steps`, `iter`)
+        if step is None and "step" not in obj and self.step_by != "step" and not self.step_key:
             step = self._counted_step(obj)  # a log without steps: by epoch, else by record number
         elif self.step_by != "step":
             self.step_by = "step"
@@ -404,6 +415,11 @@ class RecordParser:
         if "FATAL" in obj:
             self.last_step = step
             return Record("fatal", self._minimal_session(None), step, where, t, error=str(obj["FATAL"]), raw=obj)
+        if loss is _MISSING and eval_loss is None and not metrics and "ckpt" in obj:
+            # a line naming a saved checkpoint (a text log's `ckpt` group): at the latest step
+            self.last_step = step
+            raw = {**obj, "path": str(obj["ckpt"])}
+            return Record("checkpoint", self._minimal_session(None, False), step, where, t, raw=raw)
         if loss is _MISSING:
             self.last_step = step
             kind = "eval" if eval_loss is not None or metrics else "other"
@@ -412,7 +428,7 @@ class RecordParser:
         lr = obj.get("lr", obj.get("learning_rate"))
         grad = obj.get("grad_norm")
         grad_mean = nonfinite = None
-        session = self._minimal_session(step)
+        session = self._minimal_session(step, loss=loss)
         if _is_number(grad):
             if math.isfinite(grad):
                 grad_mean = grad
@@ -440,6 +456,26 @@ class RecordParser:
             metrics=metrics,
             raw=obj,
         )
+
+    def _keyed_step(self, obj: dict[str, Any]) -> int | float | None:
+        """The step of a record without `step` from an integer step key (ALIASES: `global_step`,
+        `current_steps`, `iter`, ...), which wins over a fractional `epoch`; decided at the first
+        record without `step`. A later record without that key is at the last step seen."""
+        if self.step_key is None:
+            if "step" in self.maps:
+                self.step_key = ""
+                return None
+            for key in ALIASES["step"][1:]:
+                v = obj.get(key)
+                if type(v) is int or (type(v) is float and v.is_integer()):
+                    self.step_key = key
+                    self.notes.append(f"{self.name} has no step field: stepping by its {key!r}")
+                    break
+            else:
+                self.step_key = ""
+                return None
+        v = obj.get(self.step_key)
+        return v if v is not None else self.last_step
 
     def _counted_step(self, obj: dict[str, Any]) -> int | float:
         """The step of a record of a log that has none: its epoch when the log has epochs (the step
@@ -478,7 +514,7 @@ class RecordParser:
             return n if type(n) is int and n > 0 else None
         return self.max_steps_hint
 
-    def _minimal_session(self, train_step: int | float | None, starts: bool = True) -> str:
+    def _minimal_session(self, train_step: int | float | None, starts: bool = True, loss: Any = None) -> str:
         if self.session is None:
             self._relaunches = 1
             self.session = "session-1"
@@ -487,18 +523,43 @@ class RecordParser:
             self._relaunches += 1
             self.session = f"session-{self._relaunches}"
             self._last_train_step = None
+            self._recent = []
         if train_step is not None:
             last = self._last_train_step
             # stepping by epoch, several train records of one epoch are one session
             same = self.step_by == "epoch" or self.same_step_continues
             if last is not None and (train_step < last or (train_step == last and not same)):
+                if self._copy(train_step, loss):
+                    return self.session  # a second writer's copy of a recent step: the session goes on
                 self._relaunches += 1
                 self.session = f"session-{self._relaunches}"
+                self._recent = self._recent[-1:]
             self._last_train_step = train_step
+            if _is_number(loss):
+                recent = self._recent
+                recent.append((train_step, float(loss)))
+                if len(recent) > INTERLEAVED_STEPS + 1:
+                    del recent[1]  # the session's first step stays first
         return self.session
+
+    def _copy(self, step: int | float, loss: Any) -> bool:
+        """A train record at one of the session's latest steps (INTERLEAVED_STEPS), past its first
+        one, with its loss within INTERLEAVED_TOLERANCE: two processes writing one log, not a
+        relaunch (which goes back to a checkpoint, or to the start)."""
+        if not _is_number(loss) or not math.isfinite(loss) or not self._recent:
+            return False
+        # the session's first step counts only repeated at once (a relaunch goes back to the start)
+        recent = self._recent if step == self._last_train_step else self._recent[1:]
+        for s, seen in recent:
+            if s == step and abs(loss - seen) <= INTERLEAVED_TOLERANCE * max(abs(seen), 1e-12):
+                return True
+        return False
 
 
 _MISSING = object()
+# A log written by two processes at once repeats a step among its last few, with about its loss.
+INTERLEAVED_STEPS = 4
+INTERLEAVED_TOLERANCE = 0.05
 # Keys that hold eval values (readers.keys: `eval/`, `val/`, `val_`, `validation/`), never the train loss.
 _EVAL_KEY_PREFIXES = ("eval_", *EVAL_PREFIXES)
 

@@ -90,7 +90,7 @@ def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
     fmt = read.format
     is_dir = os.path.isdir(path)
     run_dir = os.path.abspath(path) if is_dir else os.path.dirname(os.path.abspath(path))
-    if fmt in ("nanogpt", "megatron") or read.pattern:
+    if (fmt in TEXT_FORMATS and fmt != "text") or read.pattern:
         fmt = "text"
     if fmt == "jsonl":
         return None
@@ -148,14 +148,17 @@ def open_reader(
 
 def sniff_log(path: str) -> tuple[str, ReadOptions] | None:
     """The format of a log file recognised by its content alone, and how to read it: a CSV whose
-    header names a step or epoch column, a `*.jsonl` (`*.ndjson`) whose first record has a step
-    (or epoch), a text log whose lines match a preset (nanoGPT, Megatron-LM); None otherwise."""
+    header names a step, epoch or loss column (of any name: Keras' `training.log`), a `*.jsonl`
+    (`*.ndjson`) whose first record has a step (or epoch), a text log whose lines match a preset
+    (nanoGPT, Megatron-LM, Hugging Face dict lines, PaddleNLP); None otherwise."""
     from . import csvlog, jsonl, textlog
 
     if path.endswith(".csv"):
         return ("csv", ReadOptions()) if csvlog.is_log(path) else None
     if path.endswith(jsonl.SUFFIXES):
         return ("jsonl", ReadOptions()) if jsonl.is_log(path) else None
+    if csvlog.looks_like_csv(path):
+        return ("csv", ReadOptions())
     preset = textlog.sniff(path)
     return ("text", ReadOptions(format=preset)) if preset is not None else None
 
@@ -168,5 +171,5 @@ def is_log(path: str, read: ReadOptions) -> bool:
     if read.text:
         return textlog.matches(path, read.patterns())
     if read.format == "csv":
-        return path.endswith(".csv") and csvlog.is_log(path)
+        return csvlog.is_log(path) if path.endswith(".csv") else csvlog.looks_like_csv(path)
     return sniff_log(path) is not None

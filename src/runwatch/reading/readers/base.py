@@ -30,11 +30,11 @@ __all__ = [
 ]
 
 # What `--format` accepts; `nanogpt` and `megatron` are text logs with preset patterns.
-FORMATS = ("jsonl", "tensorboard", "mlflow", "csv", "text", "nanogpt", "megatron")
+FORMATS = ("jsonl", "tensorboard", "mlflow", "csv", "text", "nanogpt", "megatron", "paddlenlp", "hf")
 # Other tools' formats (their reader applies the key aliases and --map; the step may be grouped).
 READER_FORMATS = ("tensorboard", "mlflow", "csv", "text")
 # Formats whose records a program prints: text logs, read with patterns.
-TEXT_FORMATS = ("text", "nanogpt", "megatron")
+TEXT_FORMATS = ("text", "nanogpt", "megatron", "paddlenlp", "hf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,10 @@ READERS: dict[str, Format] = {
     "text": Format("textlog"),
 }
 
-# One line a record; a named group a key. Values that parse as numbers become numbers.
+# One line a record; a named group a key. Values that parse as numbers become numbers. A pattern
+# without a `step` group reads values attached to the latest step seen; a `ckpt` group names a
+# saved checkpoint (a checkpoint record at the latest step); a `dict` group holds a Python or JSON
+# dict literal whose numeric items are the keys (the Hugging Face Trainer's printed logs).
 FORMAT_CHECK = Check(f"one of {', '.join(FORMATS)}", lambda v: v in FORMATS, str)
 READ_COMMANDS = ("watch", "check", "plot", "status", "launch", "supervise")
 PRESETS: dict[str, tuple[str, ...]] = {
@@ -66,6 +69,7 @@ PRESETS: dict[str, tuple[str, ...]] = {
     "nanogpt": (
         r"^iter (?P<step>\d+): loss (?P<loss>\S+?), time (?P<ms_per_iter>\S+?)ms",
         r"^step (?P<step>\d+): train loss \S+?, val loss (?P<eval_loss>[^\s,]+)",
+        r"^saving checkpoint to (?P<ckpt>\S+)",
     ),
     # Megatron-LM training_log: ` iteration 200/ 1000 | ... | elapsed time per iteration (ms): 1234.5 |
     # learning rate: 1.000E-04 | global batch size: 256 | lm loss: 2.345678E+00 | ... | grad norm: 1.234 |`
@@ -77,6 +81,17 @@ PRESETS: dict[str, tuple[str, ...]] = {
         r"(?:.*?lm loss:\s*(?P<loss>[^\s|]+))?"
         r"(?:.*?grad norm:\s*(?P<grad_norm>[^\s|]+))?",
         r"validation loss at iteration (?P<step>\d+)[^|]*\|\s*lm loss value:\s*(?P<eval_loss>[^\s|]+)",
+    ),
+    # The Hugging Face Trainer's printed logs: `{'loss': 0.6931, 'grad_norm': 1.2, 'learning_rate':
+    # 5e-05, 'epoch': 0.01}` and `{'eval_loss': 0.52, 'eval_accuracy': 0.81, ..., 'epoch': 1.0}` (no step:
+    # by epoch)
+    "hf": (r"(?P<dict>\{'(?:loss|eval_loss|grad_norm|learning_rate|train_loss)': [^{}]*\})",),
+    # PaddleNLP's Trainer: `loss: 0.6259, learning_rate: 3e-06, global_step: 10, ...` and eval lines
+    # without a step, `eval_loss: 0.598, eval_accuracy: 0.1287, eval_runtime: ...` (at the latest step)
+    "paddlenlp": (
+        r"\bloss: (?P<loss>[^,\s]+), learning_rate: (?P<lr>[^,\s]+), global_step: (?P<step>\d+)",
+        r"\beval_loss: (?P<eval_loss>[^,\s]+)(?:, eval_(?:accuracy|acc): (?P<eval_accuracy>[^,\s]+))?"
+        r"(?:.*?, eval_f1: (?P<eval_f1>[^,\s]+))?",
     ),
 }
 
@@ -167,7 +182,9 @@ class ReadOptions:
     pattern: tuple[str, ...] = option(
         (),
         TEXTS,
-        "a text log's record lines: named groups are keys, one must be (?P<step>...)",
+        "a text log's record lines (repeatable): named groups are keys; a pattern without (?P<step>...) "
+        "reads values at the latest step, a (?P<ckpt>...) group names a saved checkpoint, a (?P<dict>...) "
+        "group holds a dict literal of keys",
         metavar="REGEX",
         commands=READ_COMMANDS,
     )
@@ -183,7 +200,7 @@ class ReadOptions:
         None,
         TEXT,
         "the log to watch, relative to RUN_DIR (default: stdout.log with --format text, nanogpt, "
-        "megatron or --pattern, else RUN_DIR's metrics.jsonl, trainer_state.json or another tool's log)",
+        "megatron, paddlenlp, hf or --pattern, else RUN_DIR's metrics.jsonl, trainer_state.json or another tool's log)",
         none=True,
         metavar="PATH",
         commands=("launch", "supervise"),
@@ -201,10 +218,10 @@ class ReadOptions:
                 rx = re.compile(p)
             except re.error as exc:
                 raise ConfigError(f"read.pattern: {p!r} is not a regular expression: {exc}") from None
-            if "step" not in rx.groupindex:
-                raise ConfigError(f"read.pattern must have a named group (?P<step>...), got {p!r}")
+            if not rx.groupindex:
+                raise ConfigError(f"read.pattern must have a named group (?P<NAME>...), got {p!r}")
         if self.format == "text" and not self.pattern:
-            raise ConfigError("read.format text needs --pattern REGEX (with a named group (?P<step>...))")
+            raise ConfigError("read.format text needs --pattern REGEX (named groups are keys, (?P<step>...) the step)")
         if self.run is not None and self.format not in (None, "mlflow"):
             raise ConfigError(f"read.run applies to MLflow stores, got {self.run!r} with --format {self.format}")
 

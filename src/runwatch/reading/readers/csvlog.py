@@ -7,24 +7,29 @@ whole — Lightning's `CSVLogger` does so when a new column appears — is notic
 header (or its truncation) and read again from the start, skipping the rows already applied.
 A row that is not text or has more cells than the header is an `invalid_log` naming its line.
 A header that holds no comma but semicolons or tabs sets the delimiter; a UTF-8 byte order mark
-before it is dropped.
+before it is dropped, and its cells are stripped of surrounding white space (Ultralytics pads its
+`results.csv` header). A file of any name (`training.log`: Keras' `CSVLogger`) whose first line is a
+comma-separated header naming a loss, epoch or step column is a CSV log (`looks_like_csv`).
 """
 
 from __future__ import annotations
 
 import csv
 import os
+import re
 from typing import Any
 
 from ..follow import READ_CHUNK_BYTES, LogFollower
 from .base import BaseReader, Chunk, ReadOptions
 from .keys import ALIASES, KeyMap
 
-__all__ = ["CsvReader", "number", "is_log", "open_reader"]
+__all__ = ["CsvReader", "number", "is_log", "looks_like_csv", "open_reader"]
 
 # The head of a file searched for its header line.
 _HEAD_BYTES = 64 * 1024
 _BOM = b"\xef\xbb\xbf"
+# A column name of a CSV log found by its content: a name, not a line of text (no `:`, no numbers)
+_COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_/.()\[\]@# -]{0,127}$")
 
 
 def open_reader(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None = None) -> CsvReader:
@@ -38,17 +43,42 @@ def _delimiter(header: bytes) -> str:
     return ";" if b";" in header else "\t" if b"\t" in header else ","
 
 
-def is_log(path: str) -> bool:
-    """A CSV whose header names a step column (or an alias of it, any case) or an `epoch` column:
-    a log of steps (Lightning's CSVLogger, YOLO's results.csv), not a data table."""
+def _header(path: str) -> tuple[bytes, list[str]] | None:
+    """The first line of the file and its cells (None: unreadable, not text, not a CSV line)."""
     try:
         with open(path, "rb") as f:
             head = f.read(_HEAD_BYTES).removeprefix(_BOM).split(b"\n", 1)[0].rstrip(b"\r")
-        cells = next(csv.reader([head.decode("utf-8")], delimiter=_delimiter(head)), [])
+        return head, next(csv.reader([head.decode("utf-8")], delimiter=_delimiter(head)), [])
     except (OSError, UnicodeDecodeError, csv.Error):
-        return False
+        return None
+
+
+def _names_a_log(cells: list[str]) -> bool:
     names = {c.strip().lower() for c in cells}
-    return bool(names & {*ALIASES["step"], "epoch"})
+    return bool(names & {*(n.lower() for n in ALIASES["step"]), "epoch"}) or any("loss" in n for n in names)
+
+
+def is_log(path: str) -> bool:
+    """A CSV whose header names a step column (or an alias of it, any case), an `epoch` column or
+    a loss: a log of steps (Lightning's CSVLogger, YOLO's results.csv), not a data table."""
+    got = _header(path)
+    return got is not None and _names_a_log(got[1])
+
+
+def looks_like_csv(path: str) -> bool:
+    """A file of any name whose first line is a comma-separated header (two cells or more, not a
+    JSON object) naming a loss, epoch or step column: Keras' `CSVLogger` writes `training.log`."""
+    got = _header(path)
+    if got is None:
+        return False
+    head, cells = got
+    if head.lstrip().startswith((b"{", b"[")) or b"," not in head or len(cells) < 2:
+        return False
+    for c in cells:  # column names, not a sentence or a printed record with commas
+        name = c.strip()
+        if not _COLUMN.match(name) or any(isinstance(number(t), (int, float)) for t in name.split()):
+            return False
+    return _names_a_log(cells)
 
 
 def number(text: str) -> int | float | str:
@@ -121,7 +151,8 @@ class CsvReader(BaseReader):
             if self.header is None:
                 if not cells or not any(cells):
                     continue  # blank lines before the header
-                self.header, self.header_raw = cells, line  # as in the file: a rewrite changes it
+                # the cells stripped (padded headers), the raw line as in the file: a rewrite changes it
+                self.header, self.header_raw = [c.strip() for c in cells], line
                 continue
             if not cells:
                 continue

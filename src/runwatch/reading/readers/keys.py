@@ -35,7 +35,8 @@ __all__ = [
 
 # canonical key -> the names read for it when no --map names it, in order (first present wins)
 ALIASES: dict[str, tuple[str, ...]] = {
-    "step": ("step", "global_step", "trainer/global_step", "iter", "iteration"),
+    # integer step keys (they win over a fractional `epoch`: LLaMA-Factory's `current_steps`, W&B's `_step`)
+    "step": ("step", "global_step", "trainer/global_step", "current_steps", "iteration", "iter", "it", "Step", "_step"),
     "t": ("t", "time", "wall_time"),
     "loss": ("loss", "train/loss", "train_loss", "train_loss_step", "train/loss_step"),
     "lr": ("lr", "learning_rate", "train/learning_rate", "train/lr"),  # then any `lr-*` (Lightning)
@@ -53,7 +54,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "FATAL": ("FATAL",),
 }
 # `eval/X`, `val/X`, `val_X`, `validation/X` → `eval_X` (an `eval_X` key itself wins)
-EVAL_PREFIXES = ("eval/", "val/", "val_", "validation/")
+EVAL_PREFIXES = ("eval/", "val/", "val_", "validation/", "metrics/", "test/")
 
 # Task metrics by the last part of their name, and which way is better: "max" (higher) or "min".
 # A name ending in `*` matches any name that starts with the rest (`rouge1`, `rougeL`); `map*` only

@@ -12,7 +12,9 @@ SDK's worker threads. `wait_for_verdict` is asynchronous: it polls two small fil
 second (their stat; a re-read only when they change, and a liveness re-check every few seconds),
 each look in a worker thread, so that nothing a run directory holds can stop the event loop.
 `check_run` replays in a child process, killed at its `timeout_s` or when the call is cancelled.
-Needs `runwatch[mcp]`; imported only when `runwatch mcp` runs.
+Needs `runwatch[mcp]`; imported only when `runwatch mcp` runs. Longer than 500 lines on purpose:
+one binding a tool, each with its arguments' descriptions (what the client shows the model), beside
+the three asynchronous tools' loops that keep files off the event loop.
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ from ...errors import InvalidRunError, UsageError
 from ...files.rundir import RunDir, recorded_reading
 from ...judging.liveness import watchdog_liveness
 from ...judging.replay import RunReplay, recoverable
-from ...judging.rules import STOP, Finding, RuleOptions
+from ...judging.rules import Finding, RuleOptions
+from ...judging.ruleset import STOP
 from ...options import build
 from ...procs.process import launch_info
 from ...reading.readers import ReadOptions, detect, sniff_log
