@@ -2,7 +2,8 @@
 
 `RunReplay` is the replay every surface that judges a whole log uses (`check`, the MCP tool
 `check_run`, `plot`, the `serve` page): the rules of each session, and the run's history over
-them — a fault a later session went on from is recovered, not the verdict (`recovered_by`).
+them — a fault a later session went on from (a divergence: rolled back past) is recovered, not
+the verdict (`recovered_by`).
 Standard library only. The command line is in `watchdog` (it shares the watch's options).
 """
 
