@@ -182,7 +182,7 @@ def test_a_rolled_back_run_keeps_the_path_to_its_final_step_and_marks_what_happe
     assert times == sorted(times)
     marks = {(m["type"], m["step"]): m["title"] for m in d["markers"]}
     assert marks[("rollback", 30)] == "rollback to step 30 (ckpt-30.json), attempt 2"
-    assert marks[("stop", 45)].startswith("loss_spike (stop) at step 45: loss ")
+    assert marks[("warn", 45)].startswith("loss_spike (recovered) at step 45: loss ")  # rolled back past
     assert sorted(s for t, s in marks if t == "checkpoint") == [10, 20, 30, 40, 50, 60]  # the undone save at 40 once
     r = served.json("/api/run/relaunched")
     marks = {(m["type"], m["step"]): m["title"] for m in r["markers"]}

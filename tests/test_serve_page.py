@@ -344,11 +344,11 @@ def test_a_rolled_back_run_is_drawn_once_along_its_path_with_its_markers(served,
             " g.getAttribute('aria-label'), g.querySelector('title').textContent, g.querySelector('line').getAttribute('x1')])"
         )
         types = [m[0] for m in marks]
-        assert types.count("rollback") == 1 and types.count("stop") == 1 and types.count("checkpoint") == 6
+        assert types.count("rollback") == 1 and types.count("warn") == 1 and types.count("checkpoint") == 6
         rollback = next(m for m in marks if m[0] == "rollback")
         assert rollback[1] == rollback[2] == "rollback to step 30 (ckpt-30.json), attempt 2"
-        stop = next(m for m in marks if m[0] == "stop")
-        assert stop[1].startswith("loss_spike (stop) at step 45: ")
+        spike = next(m for m in marks if m[0] == "warn")  # rolled back past: recovered, not a stop
+        assert spike[1].startswith("loss_spike (recovered) at step 45: ") and "recovered: the run went on" in spike[1]
         # the rollback's line stands at step 30: the sixth point of the loss line (steps 5, 10, ...)
         smoothed = next(ln for ln in b.evaluate(f"{LINES}('loss')") if "raw" not in ln["cls"])
         assert abs(float(rollback[3]) - smoothed["points"][5][0]) < 0.2

@@ -502,3 +502,30 @@ def test_demo_without_torch_says_what_to_install(tmp_path):
     assert res.returncode == 2
     assert res.stderr == "runwatch demo needs torch: pip install 'runwatch[torch]'\n"
     assert os.listdir(tmp_path) == []
+
+
+def test_the_demo_completes_and_check_judges_its_log_as_the_supervisor_did(tmp_path):
+    # a crash, a NaN and a hang: relaunched, rolled back to before the NaN, relaunched; `check` of
+    # the log finds the NaN and the hang recovered (the crash left no end record: nothing to find)
+    pytest.importorskip("torch", reason="runwatch[torch] is not installed")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    demo = [sys.executable, "-m", "runwatch", "demo", "--dir", str(tmp_path), "--steps", "300"]
+    res = subprocess.run(demo, capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    run = tmp_path / "torch"
+    acts = [r["event"] for r in _journal(run) if r["event"] in ("relaunch", "rollback", "done")]
+    assert acts == ["relaunch", "rollback", "relaunch", "done"]
+    with open(run / "run.json") as f:
+        sessions = [(s["session_id"], s["start"]["step"]) for s in json.load(f)["sessions"]]
+    assert [step for _, step in sessions] == [0, 50, 100, 200]  # the rollback went to step 100, before the NaN
+    res = subprocess.run([sys.executable, "-m", "runwatch", "check", str(run)], capture_output=True, text=True, env=env)
+    assert (res.returncode, res.stdout.splitlines()) == (
+        0,
+        [
+            "RECOVERED nonfinite_loss step=146: session ended with reason nonfinite_loss: non-finite loss nan at the "
+            f"attempted update after step 146; recovered: the run went on in session {sessions[2][0]}",
+            "RECOVERED interrupted step=220: session ended with reason interrupted: SIGTERM; "
+            f"recovered: the run went on in session {sessions[3][0]}",
+            "OK clean step=300",
+        ],
+    )

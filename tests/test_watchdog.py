@@ -164,13 +164,89 @@ def test_check_every_session_an_error_a_later_session_went_on_from_is_recovered(
     ]
 
 
-def test_check_a_divergence_stops_in_whichever_session_it_is(tmp_path, capsys):
+def test_check_a_divergence_rolled_back_past_is_recovered_the_latest_session_s_stops(tmp_path, capsys):
+    # the NaN came at the attempted update after step 6: a session resumed from step 6 redid it
     saved = make_run(tmp_path, end="nonfinite_loss")
+    log = RunLogger(tmp_path, recipe=RECIPE, hardware={}, window=2, resume_from=saved)
+    log.step(1.0, 0.1, 1.0)
+    saved = log.state_dict()
+    log.close("nonfinite_loss", "boom again")
+    first, second = _sessions(tmp_path)
+    recovered = (
+        "RECOVERED nonfinite_loss step=6: session ended with reason nonfinite_loss: boom; "
+        f"recovered: the run went on in session {second}"
+    )
+    stop = "nonfinite_loss step=7: session ended with reason nonfinite_loss: boom again"
+    code, lines, _ = cli(capsys, "check", tmp_path)
+    assert (code, lines) == (7, [recovered, f"FINDING {stop}", f"ANOMALY {stop}"])
     log = RunLogger(tmp_path, recipe=RECIPE, hardware={}, window=2, resume_from=saved)
     log.step(1.0, 0.1, 1.0)
     log.close()
     code, lines, _ = cli(capsys, "check", tmp_path)
-    assert (code, lines[-1]) == (7, "ANOMALY nonfinite_loss step=6: session ended with reason nonfinite_loss: boom")
+    assert (code, lines[-1]) == (0, "OK clean step=8")
+
+
+def _minimal_log(path, *sessions):
+    """A minimal-telemetry log: each session's steps (a step in a tuple: a NaN loss there); a step
+    that does not exceed the one before starts the next session, as a relaunch writes it."""
+    with open(path, "w") as f:
+        for steps in sessions:
+            for step in steps:
+                f.write(
+                    f'{{"step": {step[0]}, "loss": NaN}}\n'
+                    if isinstance(step, tuple)
+                    else f'{{"step": {step}, "loss": 1.0}}\n'
+                )
+    return path
+
+
+NAN = "nonfinite_loss step=6: train loss is NaN"
+
+
+@pytest.mark.parametrize(
+    ("sessions", "expected"),
+    [
+        # rolled back to before the onset: the NaN's steps are off the run's path
+        (
+            ([1, 2, 3, 4, 5, (6,), 7, 8], [4, 5, 6, 7, 8, 9, 10]),
+            (0, [f"RECOVERED {NAN}; recovered: the run went on in session session-2", "OK clean step=10"]),
+        ),
+        # rolled back to the onset itself (the session redid step 6)
+        (
+            ([1, 2, 3, 4, 5, (6,), 7, 8], range(6, 11)),
+            (0, [f"RECOVERED {NAN}; recovered: the run went on in session session-2", "OK clean step=10"]),
+        ),
+        # continued from after the onset: the NaN's step stays on the path
+        (([1, 2, 3, 4, 5, (6,), 7, 8], range(7, 11)), (7, [f"FINDING {NAN}", f"ANOMALY {NAN}"])),
+        # continued past it, then rolled back past it by a later session
+        (
+            ([1, 2, 3, 4, 5, (6,), 7, 8], [7, 8, 9], range(4, 11)),
+            (0, [f"RECOVERED {NAN}; recovered: the run went on in session session-3", "OK clean step=10"]),
+        ),
+        # the latest session's divergence is the run's verdict
+        (([1, 2, 3, 4, 5, 6, 7, 8], [4, 5, (6,), 7, 8, 9, 10]), (7, [f"FINDING {NAN}", f"ANOMALY {NAN}"])),
+    ],
+    ids=[
+        "rolled-back-before",
+        "rolled-back-to-onset",
+        "continued-past",
+        "continued-then-rolled-back",
+        "latest-session",
+    ],
+)
+def test_check_a_divergence_is_recovered_only_when_a_later_session_rolled_back_past_it(
+    tmp_path, capsys, sessions, expected
+):
+    log = _minimal_log(tmp_path / "train.jsonl", *sessions)
+    code, lines, _ = cli(capsys, "check", log)
+    assert (code, lines) == expected
+    code = main(["check", str(log), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (code, doc["recovered"], doc["class"]) == (
+        expected[0],
+        int(expected[0] == 0),
+        None if expected[0] == 0 else "divergence",
+    )
 
 
 def test_check_minimal_torn_tail_and_json(tmp_path, capsys):

@@ -2,7 +2,8 @@
 
 `RunReplay` is the replay every surface that judges a whole log uses (`check`, the MCP tool
 `check_run`, `plot`, the `serve` page): the rules of each session, and the run's history over
-them — a fault a later session went on from is recovered, not the verdict (`recovered_by`).
+them — a fault a later session went on from (a divergence: rolled back past) is recovered, not
+the verdict (`recovered_by`).
 Standard library only. The command line is in `watchdog` (it shares the watch's options).
 """
 
@@ -15,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRunError, UsageError
+from ..reading.history import origin_step, path
 from ..reading.nosignal import holds_something, no_signal_message
 from ..reading.readers import ReadOptions
-from ..reading.records import Record, RecordSource, parser_for, resolve_target
+from ..reading.records import Record, RecordSource, Session, parser_for, resolve_target
 from ..reading.source import reached  # the step a log reached: one definition for check, status and the page
 from .rules import Finding, Replay, RuleOptions, fmt_step, verdict_class
-from .ruleset import STOP, TRANSIENT, WARN
+from .ruleset import DIVERGENCE, STOP, TRANSIENT, WARN
 from .verdict import exit_status
 
 __all__ = ["CheckResult", "RunReplay", "check", "reached", "name_loss_key", "recoverable", "finding_line", "RECOVERED"]
@@ -33,14 +35,17 @@ PREFIXES = {STOP: "FINDING", WARN: "WARNING", RECOVERED: "RECOVERED"}
 
 
 def recoverable(kind: str) -> bool:
-    """Whether a later session answers a stop of `kind`: a `transient` kind, or `session_error`.
+    """Whether a later session may answer a stop of `kind`: a `transient` kind, `session_error`,
+    or a `divergence` kind (`RunReplay.recovered_by` says whether one did).
 
     A session that ended with an error and was followed by another is what a relaunch looks
     like from the log: a killed rank takes rank 0 down with a collective's error (`watch` judges
     that `process_exit`, transient, from the heartbeats, which the next session overwrites), or
-    someone fixed the code and resumed. A `divergence` or another `fatal` finding says something
-    about the training itself and stops whichever session it is in."""
-    return kind == "session_error" or verdict_class(kind) == TRANSIENT
+    someone fixed the code and resumed. A divergence is answered only by a rollback past its
+    onset: a later session that started at or before it, so the diverged steps are off the run's
+    path. Another `fatal` finding says something about the training itself and stops whichever
+    session it is in."""
+    return kind == "session_error" or verdict_class(kind) in (TRANSIENT, DIVERGENCE)
 
 
 def finding_line(f: Finding) -> str:
@@ -56,28 +61,57 @@ class RunReplay(Replay):
         super().__init__(*args, **kwargs)
         self.sessions: list[str] = []  # in the order of their first records
         self.order: dict[str, int] = {}  # session → its place in `sessions`
+        # each session as `history.path` reads it: where it started, and its furthest valid record
+        self.outline: dict[str, Session] = {}
 
     def observe(self, rec: Record) -> tuple[Finding, ...]:
         if rec.session not in self.order:
             self.order[rec.session] = len(self.sessions)
             self.sessions.append(rec.session)
+        if rec.kind != "invalid":
+            s = self.outline.get(rec.session)
+            if s is None:
+                start = self.start_step(rec.session)  # run.json's `start.step`; else as `load_sessions` takes it
+                entry = None if start is None else {"start": {"step": start}}
+                s = self.outline[rec.session] = Session(
+                    rec.session, start if start is not None else rec.step if rec.kind == "train" else 0, [rec], entry
+                )
+            elif rec.step > s.records[0].step:
+                s.records[0] = rec
         return super().observe(rec)
 
-    def recovered_by(self, kind: str, severity: str, session: str | None) -> str | None:
-        """The session the run went on in after a stop of a recoverable kind in `session` (the
-        next one in the log); None when the finding stands (not a recoverable stop, or in the
-        latest session)."""
+    def recovered_by(
+        self, kind: str, severity: str, session: str | None, onset: int | float | None = None
+    ) -> str | None:
+        """The session the run went on in after a stop in `session` a later session answered;
+        None when the finding stands. A transient kind or `session_error`: the next session in
+        the log. A divergence (`onset`: where it began): the first later session that started
+        at or before the onset, when the onset is off the run's path (`history.path`) — rolled
+        back past, not merely continued from. Never in the latest session, never a fatal kind."""
         if severity != STOP or session is None or not recoverable(kind):
             return None
         at = self.order.get(session)
-        return None if at is None or at + 1 >= len(self.sessions) else self.sessions[at + 1]
+        if at is None or at + 1 >= len(self.sessions):
+            return None
+        if verdict_class(kind) != DIVERGENCE:
+            return self.sessions[at + 1]
+        if onset is None:
+            return None
+        kept = {s.key: end for s, end in path(list(self.outline.values()))}
+        if session in kept and kept[session] > onset:
+            return None  # the diverged steps are on the path: the run went on from them
+        for later in self.sessions[at + 1 :]:
+            s = self.outline.get(later)
+            if s is not None and origin_step(s, False) <= onset:
+                return later
+        return None
 
     def settle(self, findings: Iterable[Finding]) -> list[Finding]:
         """`findings` as the run's history judges them: a recovered one is `recovered`, its
         message naming the session the run went on in."""
         out = []
         for f in findings:
-            by = self.recovered_by(f.kind, f.severity, f.session)
+            by = self.recovered_by(f.kind, f.severity, f.session, f.step if f.onset is None else f.onset)
             out.append(f if by is None else dataclasses.replace(f, severity=RECOVERED, message=_went_on(f.message, by)))
         return out
 
@@ -85,7 +119,7 @@ class RunReplay(Replay):
         """`settle` of findings as JSON (`Finding.to_json()` and more keys: the page's)."""
         out = []
         for f in findings:
-            by = self.recovered_by(f["kind"], f["severity"], f["session"])
+            by = self.recovered_by(f["kind"], f["severity"], f["session"], f.get("onset"))
             out.append(f if by is None else {**f, "severity": RECOVERED, "message": _went_on(f["message"], by)})
         return out
 

@@ -292,8 +292,8 @@ class RunView:
         self.findings_total = 0
         self.warnings_total = 0  # those of the findings that warn
         self.kinds: dict[str, bool] = {}  # the findings' kinds: True when one of that kind warned
-        # the stops a later session may recover ((session, kind): how many), beyond MAX_FINDINGS too
-        self.recoverable: dict[tuple[str, str], int] = {}
+        # the stops a later session may recover ((session, kind, onset): how many), beyond MAX_FINDINGS too
+        self.recoverable: dict[tuple[str, str, int | float], int] = {}
         self.goodput = GoodputSteps()
         self.path_session: str | None = None  # the session of the last record on the path
         self.first_time: float | None = None
@@ -371,7 +371,7 @@ class RunView:
             self.warnings_total += not f.stops
             self.kinds[f.kind] = self.kinds.get(f.kind, False) or not f.stops
             if f.stops and recoverable(f.kind):
-                at = (rec.session, f.kind)
+                at = (rec.session, f.kind, f.step if f.onset is None else f.onset)
                 self.recoverable[at] = self.recoverable.get(at, 0) + 1
             if len(self.findings) < MAX_FINDINGS:
                 self.findings.append(finding)
@@ -436,8 +436,8 @@ class RunView:
         for f in end:
             kinds[f["kind"]] = kinds.get(f["kind"], False) or f["severity"] != STOP
             quiet += f["severity"] != STOP
-        for (session, kind), n in self.recoverable.items():
-            if self.replay.recovered_by(kind, STOP, session) is not None:
+        for (session, kind, onset), n in self.recoverable.items():
+            if self.replay.recovered_by(kind, STOP, session, onset) is not None:
                 kinds[kind] = True  # (a kind that also stopped in the latest session still counts there)
                 quiet += n
         return self.replay.settle_json(self.findings + end), quiet, kinds
