@@ -18,7 +18,7 @@ import pytest
 
 from runwatch import RunLogger
 from runwatch.cli import main
-from runwatch.errors import InvalidRunError, UsageError
+from runwatch.errors import UsageError
 from runwatch.judging.verdict import Verdict, write_verdict
 from runwatch.reading.records import Record, resolve_target
 from runwatch.views.agent import bound, skill_text
@@ -528,8 +528,8 @@ def test_run_status_and_tail_records_read_a_log_with_the_options_check_run_takes
     assert (st["loss"], tail["records"][-1]["loss"]) == (1.3, 1.3)
     _, mapped = tools.tail_records("text/train.out", 1, [*opts, "--map", "loss=nothing"])
     assert mapped["records"] == [{"step": 7}]  # --map, as status takes it: no loss read
-    _, plain = tools.run_status("text/train.out")
-    assert plain["step"] is None  # read as JSONL: no record
+    with pytest.raises(UsageError, match=r"train.out: not a JSON-lines log .*; name its format with --format"):
+        tools.run_status("text/train.out")  # never read as JSONL for want of a format
     with pytest.raises(UsageError, match=r"^run_status: read.pattern"):
         tools.run_status("text", ["--pattern", "no step group"])
 
@@ -543,5 +543,5 @@ def test_plan_run_reads_a_text_log_with_options(tmp_path):
     _, doc = tools.plan_run(4000, "20s", run="t/train.log", options=pattern)
     assert (doc["exit"], doc["meaning"]) == (0, "fits")
     assert doc["report"]["steady_samples_per_second"] == pytest.approx(400.0)
-    with pytest.raises(InvalidRunError, match=r"^train.log:1: malformed JSON"):  # read as JSONL without it
+    with pytest.raises(UsageError, match=r"train.log: not a JSON-lines log"):  # never read as JSONL without it
         tools.plan_run(4000, "20s", run="t/train.log")

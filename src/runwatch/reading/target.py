@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, UsageError
-from ..files.rundir import RunDir, recorded_reading
+from ..files.rundir import METRICS, RunDir, recorded_reading
 from ..options import option_fields
-from .readers import ReadOptions, detect, is_log, sniff_log
+from .readers import TEXT_FORMATS, ReadOptions, detect, is_log, sniff_log
 
 __all__ = [
     "Target",
@@ -197,7 +197,50 @@ def _resolve(target: str, read: ReadOptions) -> Target:
     sniffed = sniff_log(target) if read.format is None and os.path.isfile(target) else None
     if sniffed is not None:  # a text log in a preset's format (nanoGPT, Megatron-LM)
         return Target(run_dir, target, sniffed[0], sniffed[1])
+    if read.format is None and os.path.basename(target) != METRICS:  # (runwatch's own log: damage is a finding)
+        line = _first_line(target)
+        if line is not None and not _is_json(line):
+            # never invalid_log for its name alone: a file of another kind needs its format named
+            raise UsageError(
+                f"{target}: not a JSON-lines log (its first line: {_quote(line)}); name its format with "
+                f"--format csv|{'|'.join(TEXT_FORMATS)}, or --pattern for a text log"
+            )
     return Target(run_dir, target, "jsonl")
+
+
+# How much of a log's head `_first_line` reads: a first record is far shorter.
+HEAD_BYTES = 64 * 1024
+
+
+def _first_line(path: str) -> bytes | None:
+    """The first complete, non-blank line of the regular file `path`; None when it has none yet (or
+    cannot be read: the reader says why)."""
+    from ..files.safeio import read_bounded
+
+    try:
+        head = read_bounded(path, HEAD_BYTES)
+    except OSError:
+        return None
+    for line in head.split(b"\n")[:-1]:
+        if line.strip():
+            return line
+    return None
+
+
+def _is_json(line: bytes) -> bool:
+    """`line` is one JSON value (a record, or a value the reader reports as no record)."""
+    import json
+
+    try:
+        json.loads(line)
+    except ValueError:  # (UnicodeDecodeError too)
+        return False
+    return True
+
+
+def _quote(line: bytes, limit: int = 60) -> str:
+    text = line.decode("utf-8", "replace").strip()
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def _owned(folder: str) -> bool:
