@@ -96,6 +96,8 @@ METRIC_CASES = [
     ("a WER that falls", [0.40, 0.36, 0.34, 0.32], "wer", False),
     ("a WER that does not", [0.40, 0.40, 0.41, 0.405], "wer", True),
     ("three evals are too few", [0.5, 0.5, 0.5], "accuracy", False),
+    ("an AUROC at its bound from the first eval", [0.9956, 0.998, 1.0, 0.999], "auroc", False),
+    ("a WER near zero from the first eval", [0.012, 0.011, 0.012, 0.010], "wer", False),
     ("not a task metric by name", [0.5] * 6, "runtime", False),
 ]
 

@@ -194,8 +194,9 @@ class MetricStuck(Rule):
     """A task metric (by name, with its direction) that never moved: once the run is past
     `--progress-after` of its length (unknown: at the end in `check`, after 200 train records in a
     watch) and has at least 4 evals of it, its evals are all identical, or its best is no better
-    than its first by `--metric-min-gain` (absolute for a metric in [0, 1], relative otherwise), or
-    a higher-is-better metric in [0, 1] never exceeds 0.05. A value in (1, 100] of a metric in
+    than its first by `--metric-min-gain` (absolute for a metric in [0, 1], relative otherwise; not
+    asked of a metric in [0, 1] whose first eval is within that gain of its bound), or a
+    higher-is-better metric in [0, 1] never exceeds 0.05. A value in (1, 100] of a metric in
     [0, 1] is a percentage."""
 
     kind = name = "metric_stuck"
@@ -258,7 +259,9 @@ class MetricStuck(Rule):
                 return f"{name} is {_g(first)} at all {n} evals: the task metric never moved"
             better = best - first if direction == "higher" else first - best
             need = gain if unit else gain * abs(first)
-            if better < need:
+            # a metric in [0, 1] whose first eval is within the gain of its bound has no room to gain it
+            room = (1 - first if direction == "higher" else first) if unit else math.inf
+            if better < need and room >= need:
                 return (
                     f"{name}'s best {_g(best)} is not better than its first eval {_g(first)} by "
                     f"{_g(need)} over {n} evals: the task metric never improved"
