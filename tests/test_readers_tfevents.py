@@ -11,6 +11,7 @@ import struct
 import pytest
 
 from runwatch.cli import main
+from runwatch.errors import UsageError
 from runwatch.judging.watchdog import Options, Watcher, check
 from runwatch.reading.readers import ReadOptions, tfevents, tfrecord
 from runwatch.reading.readers.keys import KeyMap
@@ -418,7 +419,8 @@ def test_format_tensorboard_overrides_detection(tmp_path):
     path = write_events(tmp_path, range(1, 4))
     renamed = tmp_path / "scalars.bin"
     os.replace(path, renamed)
-    assert resolve_target(str(renamed)).format == "jsonl"
+    with pytest.raises(UsageError, match=r"scalars.bin: not a JSON-lines log .*--format tensorboard\|"):
+        resolve_target(str(renamed))  # never read as JSONL for want of a format
     t = resolve_target(str(renamed), ReadOptions(format="tensorboard"))
     assert t.format == "tensorboard"
     assert [r.step for r in iter_records(t)] == [1, 2, 3]

@@ -30,7 +30,7 @@ from typing import Any
 from ..errors import ConfigError, UsageError
 from ..files.rundir import METRICS, RunDir, recorded_reading
 from ..options import option_fields
-from .readers import TEXT_FORMATS, ReadOptions, detect, is_log, sniff_log
+from .readers import FORMATS, ReadOptions, detect, is_log, sniff_log
 
 __all__ = [
     "Target",
@@ -203,7 +203,7 @@ def _resolve(target: str, read: ReadOptions) -> Target:
             # never invalid_log for its name alone: a file of another kind needs its format named
             raise UsageError(
                 f"{target}: not a JSON-lines log (its first line: {_quote(line)}); name its format with "
-                f"--format csv|{'|'.join(TEXT_FORMATS)}, or --pattern for a text log"
+                f"--format {'|'.join(f for f in FORMATS if f != 'jsonl')}, or --pattern for a text log"
             )
     return Target(run_dir, target, "jsonl")
 
