@@ -104,9 +104,10 @@ class NotRegularFileError(RunwatchError, OSError):
     """A FIFO, a device, a socket or a directory where a regular file of a run directory should be
     (`files.safeio`): never read, never waited on. Its message is `<name> is not a regular file`."""
 
-    def __init__(self, path: str, what: str = "not a regular file") -> None:
+    def __init__(self, path: str, what: str = "not a regular file", *, is_directory: bool = False) -> None:
         super().__init__(errno.EINVAL, f"{os.path.basename(path)} is {what}")
         self.path = path
+        self.is_directory = is_directory
 
     def __str__(self) -> str:
         return str(self.strerror)

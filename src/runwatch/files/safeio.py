@@ -83,7 +83,7 @@ def open_regular(path: str, *, follow: bool = True) -> int:
         raise
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise NotRegularFileError(path, _kind(mode))
+        raise NotRegularFileError(path, _kind(mode), is_directory=stat.S_ISDIR(mode))
     return fd
 
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import InvalidRunError
+from ..errors import InvalidRunError, NotRegularFileError
+from . import safeio
 from .jsonio import dumps, json_problem, loads, orjson_misread, strict_json
 from .rundir import RunDir
 
@@ -117,22 +117,16 @@ def _get(obj: dict[str, Any], key: str, where: str, field: str) -> Any:
 def open_regular(path: str, where: str, *, name_directory: bool = True, at: str = "") -> int:
     """A descriptor open for reading on `path`, which must be a regular file; the caller closes it.
 
-    O_NONBLOCK and fstat, not isfile() then open(): a FIFO put there in between would block, and
-    /dev/zero never ends. Raises what os.open raises (the caller knows what a missing file means
-    to it), else InvalidRunError `<where>: a directory<at>` (`not a regular file` without
-    `name_directory`) or `<where>: not a regular file<at>`.
+    `safeio.open_regular` (O_NONBLOCK and fstat, not isfile() then open(): a FIFO put there in
+    between would block, and /dev/zero never ends). Raises what os.open raises (the caller knows
+    what a missing file means to it), else InvalidRunError `<where>: a directory<at>` (`not a
+    regular file` without `name_directory`) or `<where>: not a regular file<at>`.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        mode = os.fstat(fd).st_mode
-    except BaseException:
-        os.close(fd)
-        raise
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        what = "a directory" if name_directory and stat.S_ISDIR(mode) else "not a regular file"
-        raise InvalidRunError(f"{where}: {what}{at}")
-    return fd
+        return safeio.open_regular(path)
+    except NotRegularFileError as exc:
+        what = "a directory" if name_directory and exc.is_directory else "not a regular file"
+        raise InvalidRunError(f"{where}: {what}{at}") from None
 
 
 def read_regular_file(path: str, where: str, limit: int, *, show_path: bool = False) -> bytes:
