@@ -2,6 +2,7 @@
 
     python benchmarks/bench_mcp.py                 # 1 GB log, 10 starts, 20 calls, 20 verdicts
     python benchmarks/bench_mcp.py --gb 0.2 --starts 5
+    python benchmarks/bench_mcp.py --evidence --only list_runs --repeat 4   # one tool, 4 calls
 
 Driven by the MCP Python SDK's own client over stdio, as an agent's client drives it:
 - start: from spawning `runwatch mcp ROOT` to `initialize()` answered, then one `list_tools`;
@@ -258,28 +259,35 @@ async def bench_event_wake(root: str, rounds: int) -> list[float]:
     return out
 
 
-def evidence(root: str, size: int, rounds: int, records: int) -> None:
+# The read tools the evidence section calls on the big log, in turn.
+EVIDENCE_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("list_runs", {}),
+    ("run_status", {"run": "big"}),
+    ("tail_records", {"run": "big", "n": 20}),
+    ("explain", {"kind": "loss_spike"}),
+    ("wait_for_verdict", {"run": "big", "timeout_s": 0}),
+    ("wait_for_event", {"run": "big", "timeout_s": 0}),
+    ("compare_runs", {"runs": ["big", "small"]}),
+    ("plan_run", {"run": "big", "samples": 100000, "window": "8h"}),
+    ("get_series", {"run": "big"}),
+    ("incident", {"run": "big", "compare": "small"}),
+    ("check_run", {"run": "big"}),
+]
+
+
+def evidence(root: str, size: int, rounds: int, records: int, only: list[str], repeat: int) -> None:
     defs = anyio.run(tool_bytes, root)
     print(f"\ntool definitions (list_tools, compact JSON): {defs['read']} bytes read-only, {defs['act']} with --act")
     for name, n in sorted(defs["act_tools"].items(), key=lambda kv: -kv[1]):
         print(f"  {name:<18} {n:6d}")
-    calls: list[tuple[str, dict[str, Any]]] = [
-        ("list_runs", {}),
-        ("run_status", {"run": "big"}),
-        ("tail_records", {"run": "big", "n": 20}),
-        ("explain", {"kind": "loss_spike"}),
-        ("wait_for_verdict", {"run": "big", "timeout_s": 0}),
-        ("wait_for_event", {"run": "big", "timeout_s": 0}),
-        ("compare_runs", {"runs": ["big", "small"]}),
-        ("plan_run", {"run": "big", "samples": 100000, "window": "8h"}),
-        ("get_series", {"run": "big"}),
-        ("incident", {"run": "big", "compare": "small"}),
-        ("check_run", {"run": "big"}),
-    ]
-    lat = anyio.run(evidence_calls, root, calls, 2)
-    print(f"\nevery read tool on the {size / 2**30:.2f} GiB log (2 calls each, one session), s: first / second, bytes")
+    lat = anyio.run(evidence_calls, root, [c for c in EVIDENCE_CALLS if not only or c[0] in only], repeat)
+    print(
+        f"\nevery read tool on the {size / 2**30:.2f} GiB log ({repeat} calls each, one session), s: each call, bytes"
+    )
     for name, xs in lat.items():
-        print(f"  {name:<18} {xs[0][0]:8.3f} {xs[1][0]:8.3f}   {xs[1][1]:6d}")
+        print(f"  {name:<18} " + " ".join(f"{x[0]:8.3f}" for x in xs) + f"   {xs[-1][1]:6d}")
+    if only:
+        return
     make_minimal(os.path.join(root, "million", "metrics.jsonl"), records)
     mb = os.path.getsize(os.path.join(root, "million", "metrics.jsonl")) / 2**20
     keys = ["loss", "eval_loss", "lr", "grad_norm", "sps", "eval_auroc"]
@@ -303,8 +311,15 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--evidence", action="store_true", help="only the section 'MCP evidence tools'")
+    p.add_argument(
+        "--only", action="append", default=[], metavar="TOOL", help="with --evidence: only this read tool (repeatable)"
+    )
+    p.add_argument("--repeat", type=int, default=2, help="with --evidence: calls of each read tool (default 2)")
     p.add_argument("--records", type=int, default=1_000_000, help="records of get_series's log (default 1M)")
     args = p.parse_args()
+    unknown = sorted(set(args.only) - {name for name, _ in EVIDENCE_CALLS})
+    if unknown:
+        p.error(f"--only: {', '.join(unknown)}: not a read tool of the evidence section")
     root = tempfile.mkdtemp(prefix="rw-mcp-bench-", dir="/tmp")
     try:
         t0 = time.time() - 10**6
@@ -315,7 +330,7 @@ def main() -> None:
         print(f"logs written in {time.perf_counter() - t:.0f} s: big {size / 2**30:.2f} GiB, small 1 MiB")
         print("load average before: " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
         if args.evidence:
-            evidence(root, size, args.rounds, args.records)
+            evidence(root, size, args.rounds, args.records, args.only, args.repeat)
             print("load average after: " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
             return
 

@@ -483,6 +483,39 @@ def test_list_runs_under_a_run_lists_that_run(root):
     assert [r["path"] for r in doc["runs"]] == ["runs/a"] and doc["total"] == 1
 
 
+def test_list_runs_reads_one_bounded_pass_a_call_and_says_catching_up(tmp_path, monkeypatch, capsys):
+    from runwatch.views.serve import runs
+
+    monkeypatch.setattr(runs, "POLL_BYTES", 16 << 10)  # a poll, a pass (and the page's 1 MiB, 32 MiB) made small
+    monkeypatch.setattr(runs, "REFRESH_BYTES", 64 << 10)
+    log = tmp_path / "big" / "metrics.jsonl"
+    minimal_log(str(log), range(1, 4001))
+    size = os.path.getsize(log)
+    assert size > 5 * runs.REFRESH_BYTES
+    read: list[int] = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, off: read.append(len(data := real(fd, n, off))) or data)
+    tools = Tools(str(tmp_path))
+    rows = []
+    for _ in range(size // runs.REFRESH_BYTES + 2):
+        read.clear()
+        _, doc = tools.list_runs()
+        assert sum(read) <= runs.REFRESH_BYTES  # one pass a call, at most its bound
+        rows.append(doc["runs"][0])
+        if "catching_up" not in rows[-1]:
+            break
+    assert rows[0]["catching_up"] is True and 1 < rows[0]["step"] < 4000
+    assert all(r["catching_up"] is True for r in rows[:-1]) and len(rows) >= size // runs.REFRESH_BYTES
+    assert [r["step"] for r in rows] == sorted({r["step"] for r in rows})  # each call continues the last
+    assert rows[-1]["step"] == 4000 and "catching_up" not in rows[-1]
+    # the shell form is one pass of the same catalog: a new listing starts at the log's start
+    assert main(["runs", str(tmp_path), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["runs"][0]
+    assert row["catching_up"] is True and row["step"] == rows[0]["step"]
+    assert main(["runs", str(tmp_path)]) == 0
+    assert "catching up (the log read in part)" in capsys.readouterr().out
+
+
 def test_launch_supervised_refuses_before_starting_anything(root):
     from runwatch.views.agent.act import launch_supervised
 

@@ -469,6 +469,7 @@ def test_the_page_reads_about_its_per_pass_bound_of_a_long_log(tmp_path, monkeyp
     monkeypatch.setattr(os, "pread", lambda fd, n, off: read.append(len(data := real(fd, n, off))) or data)
     assert view.refresh(max_bytes=4 << 20)  # more is waiting: the run is catching up
     assert 4 << 20 <= sum(read) <= 5 << 20  # a pass reads about its bound, never a 16 MiB read a poll
+    assert view.summary()["catching_up"] is True  # the list says so (the unread tail is no line being written)
 
 
 def test_a_fifo_as_runwatch_toml_is_one_line_never_a_hang(tmp_path):

@@ -295,6 +295,7 @@ def run_runs(args: argparse.Namespace) -> int:
         loss_text = f"{loss:.4g}" if isinstance(loss, (int, float)) else "-"
         step = f"{r.get('step')}" + (f"/{r['max_steps']}" if r.get("max_steps") else "")
         extra = f"  warnings {r['warnings']}" if r.get("warnings") else ""
+        extra += "  catching up (the log read in part)" if r.get("catching_up") else ""
         print(f"{r['path']:<32} {r['verdict']:<12} step {step:<12} loss {loss_text}{extra}")
     return 0
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any
 
 from ...errors import InsufficientRunError, InvalidRunError, RunwatchError, UsageError
@@ -68,9 +67,11 @@ MAX_SERIES_POINTS = 500
 MAX_SERIES_BYTES = 24576
 # compare_runs: how many runs one call compares.
 COMPARE_RUNS = (2, 8)
-# How long one `list_runs` reads logs it has not caught up on yet (a 1 GB log takes several
-# calls; its row says `catching_up` meanwhile, and the next call continues where this one stopped).
-LIST_READ_SECONDS = 5.0
+# One `list_runs` is one pass of the page's reader over its catalog: each run reads at most the
+# pass's bound (serve.runs.REFRESH_BYTES, 32 MiB) of what its log gained. A 1 GB log takes ~30
+# calls; its row says `catching_up` meanwhile, and the next call continues where this one stopped.
+# How long a call waits for another one still reading:
+LIST_WAIT_SECONDS = 10.0
 # Attempts of the supervision shown by `run_status` (the latest ones).
 STATUS_ATTEMPTS = 5
 # What an option list may not hold: these print to stdout (the protocol's channel) and exit.
@@ -158,7 +159,7 @@ class Tools:
         if not os.path.isdir(base):
             raise UsageError(f"list_runs: {under}: not a folder")
         real = os.path.realpath(base)
-        if not self._list_lock.acquire(timeout=LIST_READ_SECONDS * 2):  # never queued behind a stuck call for good
+        if not self._list_lock.acquire(timeout=LIST_WAIT_SECONDS):  # never queued behind a stuck call for good
             raise UsageError("list_runs: another list_runs is still reading the runs; try again")
         try:
             catalog = self._catalogs.get(real)
@@ -166,9 +167,7 @@ class Tools:
                 catalog = self._catalogs[real] = Catalog(real)
             else:
                 catalog.scan()
-            deadline = time.monotonic() + LIST_READ_SECONDS
-            while catalog.refresh() and time.monotonic() < deadline:
-                pass
+            catalog.refresh()  # one pass, bounded per run: a log not caught up says so (`catching_up`)
             summaries = catalog.summaries()
         finally:
             self._list_lock.release()

@@ -79,7 +79,7 @@ class RunSummary(Status):
     records: int
     error: str | None  # the first of `errors`
     errors: list[str]  # why the log, a line of it or runwatch.toml cannot be read
-    catching_up: bool  # more than 1 MiB of the log is still unread
+    catching_up: bool  # the last pass stopped at its bound with more of the log waiting
     version: int
     best_eval_loss: Best | None  # the lowest eval loss on the path to the final step, and its step
     best_metric: BestMetric | None  # the best value of the run's task metric (bests.task_metric)
@@ -288,6 +288,7 @@ class RunView:
         self.last_session: str | None = None  # the session of the latest record
         self.ended_session: str | None = None  # the latest session that ended (an end record)
         self.caught_up = False  # the last refresh read to the log's end
+        self.behind = False  # the last refresh stopped at its bound (REFRESH_BYTES) with more waiting
         self.findings: list[dict[str, Any]] = []
         self.findings_total = 0
         self.warnings_total = 0  # those of the findings that warn
@@ -316,12 +317,13 @@ class RunView:
 
     # --- reading ----------------------------------------------------------------------------
 
-    def refresh(self, max_bytes: int = REFRESH_BYTES) -> bool:
-        """Read what is new (about `max_bytes` at most); True when more is waiting already."""
-        more = False
+    def refresh(self, max_bytes: int | None = None) -> bool:
+        """Read what is new (about `max_bytes`, default REFRESH_BYTES, at most); True when more
+        is waiting already."""
+        more = behind = False
         error = None
         try:
-            more = self._refresh(max_bytes)
+            more, behind = self._refresh(REFRESH_BYTES if max_bytes is None else max_bytes)
         except InvalidRunError as exc:  # not a regular file, run.json broken, trainer_state.json broken
             error = str(exc)
         except OSError as exc:
@@ -334,21 +336,23 @@ class RunView:
         with self.lock:
             self.error = error
             self.caught_up = not more and error is None
+            self.behind = behind and error is None
             if sup_error is not None:
                 self.supervision.error = sup_error
             if changed:
                 self.version += 1
         return more
 
-    def _refresh(self, max_bytes: int) -> bool:
-        """Poll the source (the reads outside the lock), apply the records under it, a slice at a time."""
+    def _refresh(self, max_bytes: int) -> tuple[bool, bool]:
+        """Poll the source (the reads outside the lock), apply the records under it, a slice at a
+        time. (more waiting, stopped at the bound with more of the log unread)"""
         source = self.source
         for _ in range(max(1, max_bytes // POLL_BYTES)):
             polled = source.poll()
             if polled.reset is not None:  # read again from its start: what was shown goes
                 with self.lock:
                     self._reset()
-                return True
+                return True, True
             if polled.manifest_changed:
                 with self.lock:
                     self.version += 1
@@ -360,8 +364,8 @@ class RunView:
                     self.version += 1
             if not polled.more:
                 # a step held back (values grouped by step) is released by the next, idle poll: ask for it
-                return polled.grew and source.holding()
-        return True
+                return polled.grew and source.holding(), False
+        return True, True
 
     def _apply(self, rec: Record) -> None:
         self.records += 1
@@ -483,8 +487,9 @@ class RunView:
         (kept while nothing they come from changed: `facts.FactsCache`)."""
         now = time.time() if now is None else now
         pending = self.source.pending_bytes()
-        catching_up = pending > 1 << 20
-        key = (self.version, self.error, self.invalid, self.options_error, pending, self.settled(now))
+        # behind: the last pass stopped at its bound; or a tail longer than a poll not read yet
+        catching_up = self.behind or pending > POLL_BYTES
+        key = (self.version, self.error, self.invalid, self.options_error, pending, catching_up, self.settled(now))
         return self.facts.get(key, now, lambda: self._summary(now, catching_up))
 
     def _summary(self, now: float, catching_up: bool) -> RunSummary:
