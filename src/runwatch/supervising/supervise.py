@@ -367,6 +367,7 @@ class Supervisor:
             if v.kind in ("session_error", "interrupted"):  # its session has ended: the process is on its way out
                 self._let_exit(min(self.opts.exit_grace, ENDED_GRACE_SECONDS), f"its session ended ({v.kind})")
             self._stop(f"after a {v.kind}")
+        # the journal as the next record carries it on: its last record's counters, the attempt judged
         d = decide([self.counters.to_json()], v, self.opts, self._attempt(v), self.codes)
         if d.action == "refuse":
             last = last_error(RunDir(self.run_dir).stdout, or_last_line=True)
