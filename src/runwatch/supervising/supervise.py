@@ -20,9 +20,11 @@ arrive. Standard library only (Apprise for --notify, imported when asked for).
 
 Longer than 500 lines on purpose: one state machine (launch, watch, act on the class, adopt a
 running training, continue an allocation, be preempted, finish) whose steps share the
-supervisor's counters and journal; its options, counters and journal records (`supervision.py`),
-the signals that stop it (`preemption.py`), the rollback choice and goodput (`goodput.py`), the
-scheduler (`scheduler.py`) and the dead-man heartbeat (`deadman.py`) live in their own places.
+supervisor's counters and journal. What to do with a verdict (relaunch, roll back, give up; the
+budgets, the back-off) is a pure function of the journal (`policy.py`) that `_act` carries out;
+its options, counters and journal records (`supervision.py`), the signals that stop it
+(`preemption.py`), the rollback choice and goodput (`goodput.py`), the scheduler (`scheduler.py`)
+and the dead-man heartbeat (`deadman.py`) live in their own places.
 """
 
 from __future__ import annotations
@@ -37,19 +39,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, InvalidRunError, UsageError
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, InvalidRunError, UsageError
 from ..files.heartbeats import read_heartbeats
-from ..files.rundir import ENV_RESUME_FROM, ENV_ROLLBACK, ENV_SKIP_STEPS, JOURNAL, LOCK, RunDir
+from ..files.rundir import ENV_RESUME_FROM, JOURNAL, LOCK, RunDir
 from ..judging.liveness import last_error
-from ..judging.rules import Finding, fmt_step
-from ..judging.verdict import exit_status, read_verdict, write_verdict
+from ..judging.rules import Finding
+from ..judging.verdict import read_verdict, write_verdict
 from ..judging.watchdog import Options, Verdict, Watcher, load_options
 from ..options import add_command_arguments, add_flags, given_options, split_command
 from ..procs import process as _proc
 from ..procs import proctree
 from ..procs.launched import not_launched, refusal
 from ..procs.waiter import reap, subreaper
-from ..reading.history import checkpoints, latest_checkpoint, rollback_target
+from ..reading.history import latest_checkpoint
 from ..reading.readers import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.records import Session, load_sessions, resolve_target
@@ -58,6 +60,7 @@ from .deadman import DeadMan
 from .goodput import goodput, goodput_line
 from .launch import abandon, launch, reading_record, watch_read
 from .notify import Notifier, mask_url
+from .policy import MAX_BACKOFF_SECONDS, Attempt, decide, progress, rollback_facts, stopped
 from .preemption import PREEMPT_SIGNALS, StopSignals
 from .scheduler import SlurmJob, requeue
 from .supervision import (
@@ -86,9 +89,6 @@ __all__ = [
     "PREEMPT_SIGNALS",  # (from preemption)
 ]
 
-# The back-off doubles with each consecutive transient relaunch up to this (ten minutes: long enough
-# for a node to be drained or a file system to come back, short enough not to waste a night).
-MAX_BACKOFF_SECONDS = 600.0
 # Lines of stdout.log that go with an anomaly's notification.
 NOTIFY_TAIL_LINES = 20
 _NOTIFIED = ("verdict", "warning", "rollback", "relaunch", "done", "gave_up", "preempted")
@@ -345,19 +345,6 @@ class Supervisor:
         self.out(line)
         return code
 
-    def _give_up(self, verdict: Verdict, why: str | None, *, budget: bool = False) -> int:
-        self._stop("on giving up")
-        fields: dict[str, Any] = {}
-        if budget and self.counters.stuck >= 2:  # the budget went on attempts that logged no new step
-            why = f"{why}: {self.counters.stuck} attempts in a row made no progress"
-            fields["no_progress"] = self.counters.stuck
-        line = verdict.line() + (f" ({why})" if why else "")
-        # a spent budget has gave_up's code whatever the verdict; a divergence with nothing to roll back to is fatal
-        code = exit_status(
-            "gave_up" if budget else "fatal" if verdict.cls == "divergence" else verdict.outcome, self.codes
-        )
-        return self._finish("gave_up", verdict, line, code, **fields)
-
     def _let_exit(self, grace: float, why: str) -> None:
         """Give a process whose session has ended `grace` seconds to exit on its own, then stop
         it and whatever it left running."""
@@ -369,89 +356,49 @@ class Supervisor:
         lingered = self.pid is not None and _proc.alive(self.pid)
         self._stop(f"when still running {grace:g} s after {why}" if lingered else f"when left running after {why}")
 
-    def _done(self, verdict: Verdict) -> int:
-        self._let_exit(self.opts.exit_grace, "the run completed")
-        return self._finish("done", verdict, verdict.line(), EXIT_OK)
-
     def _act(self, v: Verdict) -> int | None:
-        """Do what the verdict's class asks; an exit status, or None once relaunched."""
-        if v.verdict == "done":
-            return self._done(v)
-        cls = v.cls
+        """Carry out what `policy.decide` makes of the verdict; an exit status, or None once relaunched."""
         w = self.watcher
-        if w is not None:  # (None: a verdict recorded by a supervisor that was stopped before acting)
-            if w.have_record and w.last_step > self.counters.high_step:
-                self.counters.stuck, self.counters.high_step = 0, w.last_step
-            else:
-                self.counters.stuck += 1
-        if v.kind in ("session_error", "interrupted"):  # its session has ended: the process is on its way out
-            self._let_exit(min(self.opts.exit_grace, ENDED_GRACE_SECONDS), f"its session ended ({v.kind})")
-        self._stop(f"after a {v.kind}")
-        if (
-            cls == "transient"
-            and self.counters.attempt == 1
-            and not self.adopted
-            and self.fresh == 0
-            and v.kind == "process_exit"
-            and self.counters.restarts == 0
-            and self.counters.rollbacks == 0
-        ):
-            # A command that dies before its first record on its first launch (a typo, an import
-            # error) does the same on every relaunch: say so instead of looping.
+        if v.verdict == "done":
+            self._let_exit(self.opts.exit_grace, "the run completed")
+        else:
+            if w is not None:  # (None: a verdict recorded by a supervisor that was stopped before acting)
+                self.counters = progress(self.counters, w.last_step if w.have_record else None)
+            if v.kind in ("session_error", "interrupted"):  # its session has ended: the process is on its way out
+                self._let_exit(min(self.opts.exit_grace, ENDED_GRACE_SECONDS), f"its session ended ({v.kind})")
+            self._stop(f"after a {v.kind}")
+        # the journal as the next record carries it on: its last record's counters, the attempt judged
+        d = decide([self.counters.to_json()], v, self.opts, self._attempt(v), self.codes)
+        if d.action == "refuse":
             last = last_error(RunDir(self.run_dir).stdout, or_last_line=True)
-            self._finish("gave_up", v, v.line() + " (not relaunched: it ended before its first record)", EXIT_USAGE)
+            self._finish(d.event, v, d.line, EXIT_USAGE)
             raise UsageError(
                 f"supervise: {' '.join(self.cmd)}: ended before writing its first record "
                 f"({v.message}); not relaunched" + (f". Last output: {last}" if last else "")
             )
-        if cls == "transient":
-            if self.counters.restarts >= self.opts.restarts:
-                return self._give_up(v, f"gave up after {self.counters.restarts} restarts", budget=True)
-            progressed = self._drained(self.watcher).checkpoints > self.counters.checkpoints_at_launch
-            if progressed:
-                self.counters.streak = 0
-            wait = min(MAX_BACKOFF_SECONDS, self.opts.backoff * 2**self.counters.streak) if self.opts.backoff else 0.0
-            self.counters.streak += 1
-            env = (
-                self.counters.env if self.counters.env and not progressed else {}
-            )  # a rollback not yet checkpointed past
-            self.log(f"runwatch supervise: {v.kind} ({cls}); relaunching in {wait:g} s")
-            if not self.signals.sleep(wait):
+        if d.code is not None:
+            if d.action == "give_up":
+                self._stop("on giving up")
+            return self._finish(d.event, v, d.line, d.code, **d.fields)
+        self.log(d.line)
+        if d.action == "relaunch":  # a relaunch is counted once it happens, not while it waits
+            self.counters = dataclasses.replace(d.counters, restarts=self.counters.restarts)
+            if not self.signals.sleep(d.delay):
                 return None
-            self.counters.restarts += 1
-            self._launch("relaunch", env, backoff_seconds=wait)
-            return None
-        if cls == "divergence":
-            if self.counters.rollbacks >= self.opts.rollbacks:
-                return self._give_up(v, f"gave up after {self.counters.rollbacks} rollbacks", budget=True)
-            sessions = self._sessions()
+        self.counters = d.counters
+        self._launch(d.event, dict(d.env), **d.fields)
+        return None
+
+    def _attempt(self, v: Verdict) -> Attempt:
+        """What the policy needs of the stopped attempt's log: its checkpoints and rollback target."""
+        facts = Attempt(self.fresh, self.adopted)
+        if v.cls == "transient" and self.counters.restarts < self.opts.restarts:
+            return dataclasses.replace(facts, checkpoints=self._drained(self.watcher).checkpoints)
+        if v.cls == "divergence" and self.counters.rollbacks < self.opts.rollbacks:
             info = _proc.launch_info(self.run_dir)
             cwd = info.get("cwd") if info is not None and isinstance(info.get("cwd"), str) else None
-            rb = rollback_target(sessions, v.kind, v.step, v.onset, cwd=cwd)
-            if rb is None:
-                onset = v.step if v.onset is None else v.onset
-                named = checkpoints(sessions, on_path=False)
-                why = "the log names no checkpoints to roll back to" if not named else None
-                return self._give_up(v, why or f"no checkpoint before step {fmt_step(onset)} to roll back to")
-            self.counters.rollbacks += 1
-            env = {
-                ENV_RESUME_FROM: rb.checkpoint.path,
-                ENV_ROLLBACK: str(self.counters.rollbacks),
-                ENV_SKIP_STEPS: rb.skip_text,
-            }
-            self.log(
-                f"runwatch supervise: {v.kind} ({cls}) from step {fmt_step(rb.first_bad_step)}; rolling back to "
-                f"{rb.checkpoint.path} (step {fmt_step(rb.checkpoint.step)})"
-            )
-            self._launch(
-                "rollback",
-                env,
-                checkpoint=rb.checkpoint.path,
-                checkpoint_step=rb.checkpoint.step,
-                skip_steps=rb.skip_text,
-            )
-            return None
-        return self._give_up(v, None)
+            return rollback_facts(facts, self._sessions(), v, cwd)
+        return facts
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -594,19 +541,16 @@ class Supervisor:
         sessions = [s for s in self._sessions() if s.records]
         step = sessions[-1].records[-1].step if sessions else 0
         fields: dict[str, Any] = {"signal": sig.name, "signal_time": round(self.signals.time or time.time(), 3)}
-        if user:
-            v = Verdict.of(
-                Finding("interrupted", step, "the supervisor received SIGINT; the training was stopped"), time.time()
-            )
-            return self._finish("gave_up", v, v.line(), EXIT_INTERRUPTED, **fields)
-        v = Verdict.of(Finding("interrupted", step, f"preempted by {sig.name}"), time.time())
-        if self.opts.requeue and self.slurm is not None:
+        why = "the supervisor received SIGINT; the training was stopped" if user else f"preempted by {sig.name}"
+        v = Verdict.of(Finding("interrupted", step, why), time.time())
+        d = stopped([self.counters.to_json()], v, sig.name, self.codes)
+        if d.event == "preempted" and self.opts.requeue and self.slurm is not None:
             fields["requeue"] = done = requeue(self.slurm)
             self.log(
                 f"runwatch supervise: {' '.join(done['command'])}: "
                 + ("requeued" if done["requeued"] else f"not requeued ({done['output'] or done['status']})")
             )
-        return self._finish("preempted", v, v.line(), exit_status("preempted", self.codes), **fields)
+        return self._finish(d.event, v, d.line, d.code if d.code is not None else EXIT_INTERRUPTED, **fields)
 
 
 # --- the command line -----------------------------------------------------------------------------

@@ -208,9 +208,9 @@ class Counters:
             v = rec.get(key)
             return v if type(v) is int and v >= 0 else 0
 
-        def number(key: str) -> float | None:
+        def number(key: str) -> float | None:  # as written (a step stays an int): to_json's record reads back equal
             v = rec.get(key)
-            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
         env, stale = rec.get("env"), rec.get("stale_sessions")
         return cls(
