@@ -165,29 +165,17 @@ def latest_stop(run_dir: str) -> dict[str, Any] | None:
     with a kind, else watchdog.json's anomaly; None when there is none."""
     from .events import journal_records
 
+    def stop(rec: dict[str, Any], source: str) -> dict[str, Any]:
+        fields = {k: rec.get(k) for k in ("kind", "class", "step", "message")}
+        return {**fields, "severity": "stop", "onset": rec.get("onset", rec.get("step")), "source": source}
+
     recs, _, _ = journal_records(run_dir, 0)
     for rec in reversed(recs):
         if rec.get("event") in ("verdict", "gave_up", "done", "preempted") and rec.get("kind"):
-            return {
-                "kind": rec.get("kind"),
-                "class": rec.get("class"),
-                "severity": "stop",
-                "step": rec.get("step"),
-                "onset": rec.get("onset", rec.get("step")),
-                "message": rec.get("message"),
-                "source": JOURNAL,
-            }
+            return stop(rec, JOURNAL)
     doc = read_json(os.path.join(run_dir, VERDICT))
     if isinstance(doc, dict) and doc.get("verdict") == "anomaly":
-        return {
-            "kind": doc.get("kind"),
-            "class": doc.get("class"),
-            "severity": "stop",
-            "step": doc.get("step"),
-            "onset": doc.get("onset", doc.get("step")),
-            "message": doc.get("message"),
-            "source": VERDICT,
-        }
+        return stop(doc, VERDICT)
     return None
 
 
