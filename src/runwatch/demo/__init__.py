@@ -23,6 +23,7 @@ import time
 
 from ..files.rundir import RunDir
 from ..judging.summary import summarize
+from ..supervising.goodput import goodput_line
 from ..supervising.launch import launch
 
 __all__ = ["run", "EXPECTED_KIND"]
@@ -180,10 +181,7 @@ def _full(args: argparse.Namespace, run_dir: str) -> int:
         and events.count("relaunch") == 2
         and events.count("rollback") == 1
     )
-    _say(
-        f"goodput {g.get('ratio')}: {g.get('steps_kept')} steps kept of {g.get('steps_run')} run, "
-        f"{g.get('restarts')} restarts, {g.get('rollbacks')} rollback, {g.get('seconds_lost')} s lost"
-    )
+    _say(goodput_line(g))  # the line `supervise` printed and `status` shows: one goodput
     _say(
         "demo: "
         + (
