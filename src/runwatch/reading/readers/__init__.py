@@ -17,17 +17,18 @@ event file); the JSONL reader returns its complete lines as `Chunk.lines` instea
 validates schema v1 from the bytes). `state_dict()` / `load_state_dict()` give the position as
 plain JSON.
 
-A new format is one module here with an `open_reader(path, keys, read, chunk_bytes)` function and
-one entry in `READERS` (and, when it can be recognised by name or content, a line in `detect`).
+A new format is one module here with an `open_reader(path, keys, read, chunk_bytes)` function, one
+opener and one entry in `READERS` below (a static table: an editor follows `open_reader` to the
+format's reader; each module is imported when first opened), and, when it can be recognised by name
+or content, a line in `detect`.
 The options `--format`, `--pattern` and `--run` are declared here (`add_arguments`), in one place.
 Standard library only.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ...errors import UsageError
 from ...files.rundir import RunDir
@@ -35,7 +36,6 @@ from .base import (
     FORMATS,
     PRESETS,
     READER_FORMATS,
-    READERS,
     TEXT_FORMATS,
     BaseReader,
     Chunk,
@@ -129,6 +129,57 @@ def detect(path: str, read: ReadOptions) -> tuple[str, str, str] | None:
 
 # --- opening and feeding ----------------------------------------------------------------------------
 
+if TYPE_CHECKING:
+    from .keys import KeyMap
+
+
+def _open_jsonl(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None) -> Reader:
+    from .jsonl import open_reader as opener
+
+    return opener(path, keys, read, chunk_bytes)
+
+
+def _open_trainer_state(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None) -> Reader:
+    from .trainerstate import open_reader as opener
+
+    return opener(path, keys, read, chunk_bytes)
+
+
+def _open_tensorboard(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None) -> Reader:
+    from .tfevents import open_reader as opener
+
+    return opener(path, keys, read, chunk_bytes)
+
+
+def _open_mlflow(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None) -> Reader:
+    from .mlflowstore import open_reader as opener
+
+    return opener(path, keys, read, chunk_bytes)
+
+
+def _open_csv(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None) -> Reader:
+    from .csvlog import open_reader as opener
+
+    return opener(path, keys, read, chunk_bytes)
+
+
+def _open_text(path: str, keys: KeyMap, read: ReadOptions, chunk_bytes: int | None) -> Reader:
+    from .textlog import open_reader as opener
+
+    return opener(path, keys, read, chunk_bytes)
+
+
+# Every target format: one entry here, one module beside this file.
+READERS: dict[str, Format] = {
+    "jsonl": Format(_open_jsonl, maps=False),  # runwatch's schema v1, minimal telemetry, any JSONL
+    "trainer_state": Format(_open_trainer_state, maps=False),  # the Hugging Face Trainer's trainer_state.json
+    # a file or a run is a session; a live watch may apply a step before its last value came
+    "tensorboard": Format(_open_tensorboard, same_step_continues=True),
+    "mlflow": Format(_open_mlflow, same_step_continues=True),
+    "csv": Format(_open_csv),
+    "text": Format(_open_text),
+}
+
 
 def open_reader(
     fmt: str, path: str, read: ReadOptions, maps: dict[str, str] | None = None, chunk_bytes: int | None = None
@@ -140,10 +191,7 @@ def open_reader(
     spec = READERS.get(fmt)
     if spec is None:
         raise UsageError(f"read.format: no reader for {fmt!r}")
-    opener: Callable[[str, KeyMap, ReadOptions, int | None], Reader] = importlib.import_module(
-        f"{__name__}.{spec.module}"
-    ).open_reader
-    return opener(path, KeyMap(maps), read, chunk_bytes)
+    return spec.open(path, KeyMap(maps), read, chunk_bytes)
 
 
 def sniff_log(path: str) -> tuple[str, ReadOptions] | None:

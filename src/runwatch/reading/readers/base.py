@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,7 +16,6 @@ from ...options import TEXT, TEXTS, Check, add_flags, given_options, option, val
 
 __all__ = [
     "FORMATS",
-    "READERS",
     "READER_FORMATS",
     "TEXT_FORMATS",
     "Format",
@@ -39,23 +39,12 @@ TEXT_FORMATS = ("text", "nanogpt", "megatron", "paddlenlp", "hf")
 
 @dataclass(frozen=True, slots=True)
 class Format:
-    """How a target format is read: its reader's module and what the record parser does with it."""
+    """How a target format is read: its reader's opener and what the record parser does with it."""
 
-    module: str  # the module of this package whose `open_reader(path, keys, read, chunk_bytes)` opens it
+    open: Callable[..., Reader]  # its module's `open_reader(path, keys, read, chunk_bytes)`, imported when called
     maps: bool = True  # its reader applies the key aliases and --map (keys.KeyMap); else the parser applies --map
     same_step_continues: bool = False  # a train record at the previous one's step continues the session
 
-
-# Every target format: one entry here, one module beside this file.
-READERS: dict[str, Format] = {
-    "jsonl": Format("jsonl", maps=False),  # runwatch's schema v1, minimal telemetry, any JSONL
-    "trainer_state": Format("trainerstate", maps=False),  # the Hugging Face Trainer's trainer_state.json
-    # a file or a run is a session; a live watch may apply a step before its last value came
-    "tensorboard": Format("tfevents", same_step_continues=True),
-    "mlflow": Format("mlflowstore", same_step_continues=True),
-    "csv": Format("csvlog"),
-    "text": Format("textlog"),
-}
 
 # One line a record; a named group a key. Values that parse as numbers become numbers. A pattern
 # without a `step` group reads values attached to the latest step seen; a `ckpt` group names a
