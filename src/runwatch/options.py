@@ -33,6 +33,7 @@ from .files.rundir import CONFIG
 from .files.safeio import read_bounded
 
 __all__ = [
+    "default_text",
     "Parser",
     "add_command_arguments",
     "split_command",
@@ -202,7 +203,7 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _default_text(f: dataclasses.Field[Any]) -> str:
+def default_text(f: dataclasses.Field[Any]) -> str:
     d = f.default
     if d is None:
         return "none"
@@ -227,7 +228,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, command: str, *, skip:
             continue
         meta = f.metadata
         check: Check = meta["check"]
-        text = f"{meta['help']} (default {_default_text(f)})"
+        text = f"{meta['help']} (default {default_text(f)})"
         if check.arg_type is None:
             parser.add_argument(_flag(f.name), dest=f.name, action="store_true", default=None, help=text)
         elif isinstance(f.default, tuple):
@@ -306,5 +307,5 @@ def markdown_table(cls: type, command: str | None = None, *, without: type | Non
             continue
         meta = f.metadata
         flag = _flag(f.name) + (f" {meta['metavar']}" if meta["metavar"] else "")
-        rows.append(f"| `{flag}` | {_default_text(f)} | {meta['help']} |")
+        rows.append(f"| `{flag}` | {default_text(f)} | {meta['help']} |")
     return "\n".join(rows)

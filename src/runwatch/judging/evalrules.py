@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from ..reading.records import Record
-from .ruleset import SKIP, Look, Rule, SessionFacts, _extend, _show_nonfinite, _Skip
+from .ruleset import SKIP, Look, Rule, SessionFacts, Skip, extend_streak, show_nonfinite
 
 __all__ = [
     "EvalNonfiniteLoss",
@@ -55,7 +55,7 @@ class EvalNonfiniteLoss(Rule):
             return SKIP
         for name, v in series:
             if not math.isfinite(v):
-                return f"{name} is {_show_nonfinite(v)}"
+                return f"{name} is {show_nonfinite(v)}"
         return None
 
 
@@ -96,7 +96,7 @@ class Overfitting(Rule):
             first, best, streak, start = s
             limit = (1 + opts.overfit_tolerance) * best
             hit = v > limit and v - best >= opts.overfit_min_rise * (first - best)
-            s[2], s[3] = _extend(streak, start, hit, rec.step)
+            s[2], s[3] = extend_streak(streak, start, hit, rec.step)
             if v < best:
                 s[1] = v
             if s[2] >= patience and self.message is None:
@@ -120,7 +120,7 @@ MAX_EVAL_SERIES = 64
 class _Metric(Rule):
     looks_at = frozenset({"eval values"})
 
-    def value(self, rec: Record) -> float | _Skip:
+    def value(self, rec: Record) -> float | Skip:
         m = rec.metrics
         if not m or rec.step < self.opts.metric_after_step:
             return SKIP
@@ -139,7 +139,7 @@ class InvertedMetric(_Metric):
         if self.opts.metric_chance != 0.5:
             return SKIP
         v = self.value(rec)
-        if isinstance(v, _Skip):
+        if isinstance(v, Skip):
             return SKIP
         low = 1 - self.opts.metric_min
         if v < low:
@@ -155,7 +155,7 @@ class StuckMetric(_Metric):
 
     def look(self, rec: Record) -> Look:
         v = self.value(rec)
-        if isinstance(v, _Skip):
+        if isinstance(v, Skip):
             return SKIP
         x = self.opts.metric_min
         chance = self.opts.metric_chance

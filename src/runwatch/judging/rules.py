@@ -63,8 +63,8 @@ from .ruleset import (
     Rule,
     SessionError,
     SessionFacts,
+    Skip,
     ThroughputDrop,
-    _Skip,
     fmt_step,
     verdict_class,
 )
@@ -514,7 +514,7 @@ class Rules:
             rules = rules + self._by_kind["eval values"]
         for i, look, rule in rules:
             msg = look(rec)
-            if isinstance(msg, _Skip):
+            if isinstance(msg, Skip):
                 continue
             if msg is None:
                 active[i] = False

@@ -30,6 +30,7 @@ __all__ = [
     "SEVERITIES",
     "verdict_class",
     "SKIP",
+    "Skip",
     "Look",
     "Rule",
     "SessionFacts",
@@ -40,6 +41,8 @@ __all__ = [
     "median",
     "slide",
     "spread",
+    "extend_streak",
+    "show_nonfinite",
 ]
 
 # The session's reference loss is the median of its first (up to) this many train losses.
@@ -53,15 +56,15 @@ SPIKE_SPREADS = 10.0
 GRAD_MIN_HISTORY = 5
 
 
-class _Skip:
+class Skip:
     """The type of `SKIP`."""
 
     def __repr__(self) -> str:
         return "SKIP"
 
 
-SKIP = _Skip()  # `look` result: this rule does not look at this record
-Look = str | None | _Skip  # what `look` says: a message (the condition holds), None (it does not), SKIP
+SKIP = Skip()  # `look` result: this rule does not look at this record
+Look = str | None | Skip  # what `look` says: a message (the condition holds), None (it does not), SKIP
 
 
 def fmt_step(step: int | float) -> str:
@@ -175,7 +178,7 @@ class _Streak(Rule):
             self.held: list[Any] = []
 
     def step_streak(self, hit: bool, step: int | float) -> bool:
-        self.streak, self.first = _extend(self.streak, self.first, hit, step)
+        self.streak, self.first = extend_streak(self.streak, self.first, hit, step)
         return self.streak >= self.patience
 
     def onset(self, rec: Record) -> int | float:
@@ -235,7 +238,7 @@ class NonfiniteLoss(Rule):
             if loss is None:
                 return None
             if not math.isfinite(loss):
-                return f"train loss is {_show_nonfinite(loss)}"
+                return f"train loss is {show_nonfinite(loss)}"
             if loss == 0 and rec.nonfinite_grads > 0:
                 return "train loss is exactly 0 with a non-finite gradient norm (a NaN loss filtered by the trainer)"
             return None
@@ -417,7 +420,7 @@ class LossSpike(_Streak):
                 hit = loss - med >= (opts.spike_min_excess * ref if ref is not None and ref > 0 else 0.0)
             if hit and len(self.window) >= SPIKE_MIN_HISTORY:  # and far outside the run's own spread
                 hit = loss - med > SPIKE_SPREADS * spread(self.window, med)
-            self.streak, self.first = _extend(self.streak, self.first, hit, rec.step)
+            self.streak, self.first = extend_streak(self.streak, self.first, hit, rec.step)
             result = None
             if self.streak >= opts.spike_patience:
                 result = (
@@ -563,7 +566,7 @@ class ThroughputDrop(_Streak):
         if self.baseline is None:
             return SKIP  # no baseline in this session: the rule stays off
         limit = (1 - opts.throughput_drop) * self.baseline
-        self.streak, self.first = _extend(self.streak, self.first, span < limit, rec.step)
+        self.streak, self.first = extend_streak(self.streak, self.first, span < limit, rec.step)
         if self.streak >= opts.throughput_patience:
             return (
                 f"throughput {_g(span)} < {_g(limit)} ((1 - {_g(opts.throughput_drop)}) x baseline "
@@ -610,14 +613,17 @@ def slide(window: deque[float], x: float, extreme: float | None, largest: bool) 
     return x if (x > extreme if largest else x < extreme) else extreme
 
 
-def _extend(streak: int, first: int | float | None, hit: bool, step: int | float) -> tuple[int, int | float | None]:
+def extend_streak(
+    streak: int, first: int | float | None, hit: bool, step: int | float
+) -> tuple[int, int | float | None]:
     """A streak counter and the step of its first record, after one more looked-at record."""
     if not hit:
         return 0, None
     return streak + 1, step if streak == 0 else first
 
 
-def _show_nonfinite(x: float) -> str:
+def show_nonfinite(x: float) -> str:
+    """How a non-finite value reads in a message: NaN, Infinity or -Infinity."""
     if math.isnan(x):
         return "NaN"
     return "Infinity" if x > 0 else "-Infinity"

@@ -446,7 +446,7 @@ def rules_table() -> list[dict[str, Any]]:
     """Every kind the watchdog reports: its class, default severity, what it means, and its options
     with their defaults (from the options' declarations and the runbook)."""
     from ...judging.runbook import explain, kinds
-    from ...options import _default_text
+    from ...options import default_text
 
     ks = kinds()
     by_kind = _options_of_kind(ks)
@@ -462,7 +462,7 @@ def rules_table() -> list[dict[str, Any]]:
                 "options": [
                     {
                         "flag": "--" + f.name.replace("_", "-"),
-                        "default": _default_text(f),
+                        "default": default_text(f),
                         "help": f.metadata["help"],
                     }
                     for f in by_kind[k]
