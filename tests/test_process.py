@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from runwatch.procs.process import OOM_TAIL_BYTES, alive, exit_status, oom_line, read_pid_file, stop
+from runwatch.procs.process import OOM_TAIL_BYTES, alive, how_ended, oom_line, read_pid_file, stop
 from runwatch.procs.proctree import start_ticks
 
 
@@ -53,7 +53,7 @@ def test_our_child_is_reaped_and_its_end_kept(code, sig, expected):
         if sig is not None:
             child.send_signal(sig)
         assert _wait_for(lambda: not alive(child.pid))
-        assert exit_status(child.pid) == expected
+        assert how_ended(child.pid) == expected
         assert not alive(child.pid)  # asked again: still gone, not a new process by that number
 
 
@@ -68,7 +68,7 @@ def test_a_zombie_that_is_not_our_child_is_gone():
             zombie = int(holder.stdout.readline())
             assert _wait_for(lambda: _state(zombie) == b"Z")
             assert not alive(zombie)
-            assert exit_status(zombie) is None  # not ours: nothing reaped here
+            assert how_ended(zombie) is None  # not ours: nothing reaped here
         finally:
             holder.kill()
 
@@ -165,7 +165,7 @@ def test_stop_kills_a_launched_group_that_ignores_sigterm(tmp_path):
             (tmp_path / "launch.json").write_text(json.dumps(info))
             note = stop(proc.pid, str(tmp_path), grace=0.5)
             assert note == "stopped after an anomaly: SIGTERM, then SIGKILL after 0.5 s (2 processes)"
-            assert exit_status(proc.pid) == "killed by SIGKILL"
+            assert how_ended(proc.pid) == "killed by SIGKILL"
             assert _wait_for(lambda: not alive(worker))  # the group's other member went with it
         finally:
             if alive(proc.pid):
@@ -192,7 +192,7 @@ def test_stop_a_process_that_obeys_sigterm(tmp_path):
     with _sleeper() as proc:
         # a pid the user gave (`watch --pid`), no launch.json: only the process itself is signalled
         assert stop(proc.pid, str(tmp_path), grace=30, given=True) == "stopped after an anomaly: SIGTERM (1 process)"
-        assert exit_status(proc.pid) == "killed by SIGTERM"
+        assert how_ended(proc.pid) == "killed by SIGTERM"
 
 
 def test_stop_a_process_already_gone(tmp_path):

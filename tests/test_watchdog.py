@@ -549,9 +549,9 @@ def test_sigterm_ignored_then_sigkill(tmp_path, writer):
     v = Watcher(str(log), Options(poll=0.05, pid=p.pid, stop_on_anomaly=True), stop_grace=0.5, log=notes.append).run()
     assert v.kind == "nonfinite_loss"
     assert notes[-1] == "runwatch watch: stopped after a nonfinite_loss: SIGTERM, then SIGKILL after 0.5 s (1 process)"
-    from runwatch.procs.process import alive, exit_status
+    from runwatch.procs.process import alive, how_ended
 
-    assert not alive(p.pid) and exit_status(p.pid) == "killed by SIGKILL"  # reaped by the watchdog
+    assert not alive(p.pid) and how_ended(p.pid) == "killed by SIGKILL"  # reaped by the watchdog
 
 
 def test_new_session_in_run_json_is_followed(tmp_path, writer):

@@ -398,7 +398,7 @@ class Watcher:
             return v
         if self.pending is not None:
             return self._found(self.pending)
-        status = _proc.exit_status(pid)
+        status = _proc.how_ended(pid)
         ended = _proc.wait_exit(self.run_dir, pid)
         if ended is not None and ended.status == 0:
             # Nothing in the log's latest session stopped the watch (an error or a non-finite loss

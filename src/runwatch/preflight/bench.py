@@ -164,7 +164,7 @@ def bench(
     line of its output) or gives no update for `options.timeout` seconds (with what its log looked
     like), InvalidRunError when its log is invalid.
     """
-    from ..procs.process import alive, exit_status, stop, wait_exit
+    from ..procs.process import alive, how_ended, stop, wait_exit
     from ..supervising.launch import launch
 
     if not cmd:
@@ -207,9 +207,7 @@ def bench(
             if not running or (ended_at is not None and now - ended_at > EXIT_WAIT_SECONDS):
                 ended = wait_exit(run_dir, pid) if not running else None
                 how = (
-                    (ended.describe() if ended else exit_status(pid) or "exited")
-                    if not running
-                    else "its session ended"
+                    (ended.describe() if ended else how_ended(pid) or "exited") if not running else "its session ended"
                 )
                 line = last_error(RunDir(run_dir).stdout, or_last_line=True)
                 seen_log = "" if done else f"; {describe_log(run_dir, reading, tail.target, output=False)}"

@@ -27,7 +27,7 @@ __all__ = [
     "Exit",
     "alive",
     "valid_pid",
-    "exit_status",
+    "how_ended",
     "read_exit",
     "wait_exit",
     "read_pid_file",
@@ -103,12 +103,12 @@ def alive(pid: int) -> bool:
     except (OSError, ValueError):
         return True
     if state in (b"Z", b"X"):
-        _reap(pid)  # our child may have ended since the first look: keep how, for exit_status
+        _reap(pid)  # our child may have ended since the first look: keep how, for how_ended
         return False
     return True
 
 
-def exit_status(pid: int) -> str | None:
+def how_ended(pid: int) -> str | None:
     """How our child ended (`exit status 1`, `killed by SIGKILL`), reaping it if need be; else None."""
     _reap(pid)
     return _reaped.get(pid)
