@@ -39,7 +39,7 @@ from typing import TypedDict, cast
 
 from ..errors import UsageError
 from ..files.journal import atomic_write_text
-from .auditpool import Chunk, Pool, chunked, run_pool
+from .auditpool import Pool, RowBatch, chunked, run_pool
 from .corpus import Corpus, JsonlWriter, Row, Writer, open_writer
 from .rowcheck import CHECKS, NORMALIZERS, CheckResult, make_checker
 
@@ -174,7 +174,7 @@ def audit(input_path: str, options: AuditOptions) -> AuditReport:
         rej_w = JsonlWriter(tmp["rejected"])
         writers.append(rej_w)
 
-        def emit(chunk: Chunk) -> None:
+        def emit(chunk: RowBatch) -> None:
             for row, result in zip(chunk.rows, chunk.results):
                 stats["rows"] += 1
                 if row.error is not None:
@@ -203,7 +203,7 @@ def audit(input_path: str, options: AuditOptions) -> AuditReport:
         if options.workers == 0:
             noop = _noop
             for chunk_rows in chunks:
-                chunk = Chunk(chunk_rows)
+                chunk = RowBatch(chunk_rows)
                 for k, row in enumerate(chunk_rows):
                     if row.error is None:
                         chunk.results[k] = process(cast(str, row.text), noop)  # a readable row has its text

@@ -26,7 +26,7 @@ from ..errors import DataError
 from .corpus import Row
 from .rowcheck import CheckResult, make_checker
 
-__all__ = ["Chunk", "Pool", "chunked", "run_pool", "MAX_CHUNKS_PER_WORKER", "MAX_CONSECUTIVE_DEATHS"]
+__all__ = ["RowBatch", "Pool", "chunked", "run_pool", "MAX_CHUNKS_PER_WORKER", "MAX_CONSECUTIVE_DEATHS"]
 
 # Chunks read ahead per worker: keeps every worker fed while one slow chunk holds up the writing.
 MAX_CHUNKS_PER_WORKER = 4
@@ -79,7 +79,7 @@ def _worker(
 # --- the pool ---------------------------------------------------------------------------------------
 
 
-class Chunk:
+class RowBatch:
     """Rows read together: their results (in row order) and how many are still with a worker."""
 
     __slots__ = ("rows", "results", "pending")
@@ -213,9 +213,9 @@ def chunked(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
         yield chunk
 
 
-def run_pool(pool: Pool, chunks: Iterator[list[Row]], emit: Callable[[Chunk], None]) -> None:
+def run_pool(pool: Pool, chunks: Iterator[list[Row]], emit: Callable[[RowBatch], None]) -> None:
     """Feed chunks to the pool, collect results, cut off hung rows, emit chunks in order."""
-    held: dict[int, Chunk] = {}  # chunk number -> chunk, read and not yet written
+    held: dict[int, RowBatch] = {}  # chunk number -> chunk, read and not yet written
     ready: deque[tuple[int, list[int]]] = deque()  # (chunk number, positions) waiting for a worker
     state = {"read": 0, "exhausted": False}
     next_emit = 0
@@ -230,7 +230,7 @@ def run_pool(pool: Pool, chunks: Iterator[list[Row]], emit: Callable[[Chunk], No
         if rows is None:
             state["exhausted"] = True
             return False
-        chunk = Chunk(rows)
+        chunk = RowBatch(rows)
         held[state["read"]] = chunk
         positions = [k for k, row in enumerate(rows) if row.error is None]
         if positions:
@@ -304,7 +304,7 @@ def run_pool(pool: Pool, chunks: Iterator[list[Row]], emit: Callable[[Chunk], No
 
 
 def _cut(
-    chunk: Chunk,
+    chunk: RowBatch,
     positions: list[int],
     pos: int,
     ready: deque[tuple[int, list[int]]],

@@ -38,7 +38,7 @@ from ..reading.readers import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.records import resolve_target
 from ..reading.target import recorded_rule_options
-from .plotdata import RunView, SessionSeries, load_run
+from .plotdata import PlotView, SessionSeries, load_run
 
 if TYPE_CHECKING:  # matplotlib loads only when a picture is drawn
     from matplotlib.axes import Axes
@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # matplotlib loads only when a picture is drawn
 
 __all__ = [
     "SessionSeries",
-    "RunView",
+    "PlotView",
     "Snapshot",
     "load_run",
     "snapshot",
@@ -106,7 +106,7 @@ def figure_size(panels: int) -> tuple[int, int]:
     return WIDTH_PX, HEADER_PX + PANEL_PX * panels + FOOTER_PX
 
 
-def _panels(view: RunView) -> list[str]:
+def _panels(view: PlotView) -> list[str]:
     def any_finite(attr: str) -> bool:
         return any(math.isfinite(v) for s in view.sessions for v in getattr(s, attr))
 
@@ -124,7 +124,7 @@ def _panels(view: RunView) -> list[str]:
     return out
 
 
-def _header(view: RunView) -> tuple[str, list[tuple[str, str]]]:
+def _header(view: PlotView) -> tuple[str, list[tuple[str, str]]]:
     latest = view.sessions[-1]
     n = len(view.sessions)
     parts = [f"session {n}/{n}" if n > 1 else "1 session"]
@@ -172,7 +172,7 @@ def _fmt(v: Any) -> str:
     return fmt_step(v) if type(v) in (int, float) else str(v)
 
 
-def _draw(view: RunView, panels: list[str], opts: RuleOptions) -> Figure:
+def _draw(view: PlotView, panels: list[str], opts: RuleOptions) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import EngFormatter, FuncFormatter, MaxNLocator
@@ -254,7 +254,7 @@ def _step_label(v: float, _pos: Any = None) -> str:
     return f"{v:.4g}"
 
 
-def _x_range(view: RunView) -> tuple[float, float]:
+def _x_range(view: PlotView) -> tuple[float, float]:
     steps = [st for s in view.sessions for st in s.train_step + s.eval_step]
     lo, hi = min(steps), max(steps)
     if view.sessions[-1].start_step is not None:
@@ -270,7 +270,7 @@ def _label(latest: bool, text: str) -> str | None:
     return text if latest else None  # earlier sessions share the latest one's legend entries
 
 
-def _loss(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+def _loss(ax: Axes, s: SessionSeries, view: PlotView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("loss", loc="left", fontsize=10, pad=3)
     ax.plot(s.train_step, s.loss, color=_C["loss"], alpha=alpha, linewidth=1.4, label=_label(latest, "train"))
     if any(math.isfinite(v) for v in s.eval_loss):
@@ -295,7 +295,7 @@ def _loss(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: f
         ax.set_yscale("log")
 
 
-def _lr(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+def _lr(ax: Axes, s: SessionSeries, view: PlotView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("learning rate", loc="left", fontsize=10, pad=3)
     ax.plot(s.train_step, s.lr, color=_C["lr"], alpha=alpha, linewidth=1.4)
     from matplotlib.ticker import FuncFormatter
@@ -306,7 +306,7 @@ def _lr(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: flo
         ax.set_ylim(0, top * 1.15 if top > 0 else 1)
 
 
-def _grad(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+def _grad(ax: Axes, s: SessionSeries, view: PlotView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("gradient norm (pre-clip, log scale)", loc="left", fontsize=10, pad=3)
     ax.plot(
         s.train_step,
@@ -336,7 +336,7 @@ def _positive(values: list[float]) -> list[float]:
     return [v if math.isfinite(v) and v > 0 else math.nan for v in values]
 
 
-def _throughput(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+def _throughput(ax: Axes, s: SessionSeries, view: PlotView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     unit = "tokens/s of training time" if view.schema_v1 else "the log's sps"
     ax.set_title(f"throughput ({unit})", loc="left", fontsize=10, pad=3)
     ax.plot(s.train_step, s.throughput, color=_C["throughput"], alpha=alpha, linewidth=1.4)
@@ -368,7 +368,7 @@ def _eng(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _metrics(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha: float, latest: bool) -> None:
+def _metrics(ax: Axes, s: SessionSeries, view: PlotView, opts: RuleOptions, alpha: float, latest: bool) -> None:
     ax.set_title("eval metrics", loc="left", fontsize=10, pad=3)
     names = sorted({n for ss in view.sessions for n in ss.metrics}, key=lambda n: (n != opts.metric, n))
     others = iter(_OTHER_METRIC_COLOURS)
@@ -414,7 +414,7 @@ def _metrics(ax: Axes, s: SessionSeries, view: RunView, opts: RuleOptions, alpha
             )
 
 
-def _mark_findings(view: RunView, by_name: dict[str, Axes], axes: list[Axes]) -> None:
+def _mark_findings(view: PlotView, by_name: dict[str, Axes], axes: list[Axes]) -> None:
     latest = view.sessions[-1].key
     marks = [(f.step, f.kind, f.session == latest) for f in view.findings]
     v = view.verdict

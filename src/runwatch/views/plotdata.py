@@ -20,7 +20,7 @@ from ..judging.verdict import read_verdict
 from ..reading.readers import ReadOptions
 from ..reading.records import Record, Target, iter_records, parser_for, resolve_target
 
-__all__ = ["SessionSeries", "RunView", "load_run"]
+__all__ = ["SessionSeries", "PlotView", "load_run"]
 
 
 # The Hugging Face Trainer logs these among its eval_* values; they are timings, not model quality,
@@ -54,7 +54,7 @@ class SessionSeries:
 
 
 @dataclass
-class RunView:
+class PlotView:
     """A run as the plot sees it."""
 
     target: Target
@@ -66,7 +66,7 @@ class RunView:
     verdict_problem: str | None  # why watchdog.json could not be read
 
 
-def load_run(target: str, opts: RuleOptions, read: ReadOptions | None = None) -> RunView:
+def load_run(target: str, opts: RuleOptions, read: ReadOptions | None = None) -> PlotView:
     """Read `target` through the one record parser and replay the watchdog's rules over it."""
     t = resolve_target(target, read)
     if not os.path.exists(t.log_path):
@@ -86,7 +86,7 @@ def load_run(target: str, opts: RuleOptions, read: ReadOptions | None = None) ->
     v1 = parser.mode == "v1"
     title = parser.manifest["run_id"] if v1 and parser.manifest else os.path.basename(t.log_path)
     verdict, problem = read_verdict(t.run_dir)
-    return RunView(t, title, v1, list(sessions.values()), rules.settle(findings), verdict, problem)
+    return PlotView(t, title, v1, list(sessions.values()), rules.settle(findings), verdict, problem)
 
 
 def _add(s: SessionSeries, rec: Record) -> None:
