@@ -5,6 +5,10 @@ standard library. `resume_checkpoint` names the checkpoint a (supervised) relaun
 from. `verify_checkpoint` reads a checkpoint back (torch/safetensors, imported lazily).
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Every exception a public function raises is exported here, so callers can catch it by name.
 from .errors import (
     CheckpointError,
     ConfigError,
@@ -22,13 +26,33 @@ from .errors import (
     UnsafeWriteError,
     UsageError,
 )
-from .files.checkpoint import verify_checkpoint
-from .judging.summary import summarize
-from .logger.metrics import RunLogger
-from .reading.resume import resume_checkpoint
-
-# Every exception a public function raises is exported here, so callers can catch it by name.
 from .version import __version__
+
+if TYPE_CHECKING:
+    from .files.checkpoint import verify_checkpoint
+    from .judging.summary import summarize
+    from .logger.metrics import RunLogger
+    from .reading.resume import resume_checkpoint
+
+# Imported on first use (PEP 562), so that `from runwatch import RunLogger` in a training process
+# loads the logger and not the acceptance summary or the resume helpers; the exceptions above are
+# imported at once (every public function may raise them).
+_LAZY = {
+    "RunLogger": ".logger.metrics",
+    "summarize": ".judging.summary",
+    "resume_checkpoint": ".reading.resume",
+    "verify_checkpoint": ".files.checkpoint",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runwatch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups find it without this hook
+    return value
+
 
 __all__ = [
     "RunLogger",
