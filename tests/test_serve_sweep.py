@@ -75,7 +75,10 @@ def test_api_runs_carries_best_eval_loss_best_metric_and_goodput(served, root):
     with open(root / "rolled" / "supervise.jsonl") as f:
         journal = [json.loads(line) for line in f]
     ratio = journal[-1]["goodput"]["ratio"]
-    assert 0 < ratio < 1 and runs["rolled"]["goodput_ratio"] == ratio  # a rollback redid steps
+    # a time ratio (a tiny training's seconds among its launches' start-up: may round to 0.0 on a
+    # loaded machine); the rollback redid steps
+    assert 0 <= ratio < 1 and runs["rolled"]["goodput_ratio"] == ratio
+    assert journal[-1]["goodput"]["steps_ratio"] < 1
     assert runs["rolled"]["goodput"] == journal[-1]["goodput"]  # the figure `status` shows
     assert "loss_spike" in runs["rolled"]["finding_kinds"]
     # how supervise launched it: launch.json's command and provenance, beside run.json's
