@@ -2,17 +2,23 @@
 loss, overfitting, and a metric stuck at chance or inverted.
 
 They look at any record that carries eval values (`looks_at = {"eval values"}`) and are built like
-the train-record rules of `ruleset`, on its `Rule` and shared helpers; `rules.Rules` runs them
-after those. Standard library only.
+the train-record rules, on `rulebase`'s `Rule` and shared helpers, each with its declarations
+(class, severity, runbook) and its options beside it; `rules.Rules` runs them after those.
+Standard library only.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ConfigError
+from ..options import INT_0, INT_1, NON_NEGATIVE, OPEN_01, TEXT, option
 from ..reading.records import Record
-from .ruleset import SKIP, Look, Rule, SessionFacts, Skip, extend_streak, show_nonfinite
+from .declaring import FATAL, FRACTION, RECORD_COMMANDS, STOP, WARN, OptionGroup, Runbook
+from .lossrules import NonfiniteLoss
+from .rulebase import SKIP, Look, Rule, SessionFacts, Skip, extend_streak, show_nonfinite
 
 __all__ = [
     "EvalNonfiniteLoss",
@@ -44,8 +50,9 @@ def eval_losses(rec: Record) -> list[tuple[str, float]]:
     return out
 
 
-class EvalNonfiniteLoss(Rule):
-    kind = "nonfinite_loss"
+class EvalNonfiniteLoss(NonfiniteLoss):
+    """`nonfinite_loss` of an eval loss: the kind and its declarations are the train rule's."""
+
     name = "eval_nonfinite_loss"
     looks_at = frozenset({"eval values"})
 
@@ -59,12 +66,42 @@ class EvalNonfiniteLoss(Rule):
         return None
 
 
+@dataclass(frozen=True)
+class OverfittingOptions(OptionGroup):
+    """`overfitting`'s options."""
+
+    overfit_tolerance: float = option(
+        0.10,
+        NON_NEGATIVE,
+        "overfitting: eval loss above (1+F) x the best so far",
+        metavar="F",
+        commands=RECORD_COMMANDS,
+    )
+    overfit_patience: int = option(
+        3, INT_1, "overfitting needs K consecutive such eval records", metavar="K", commands=RECORD_COMMANDS
+    )
+    overfit_min_rise: float = option(
+        0.1,
+        NON_NEGATIVE,
+        "overfitting: the eval loss must also rise above its best by G x what it had gained "
+        "(its first value - its best)",
+        metavar="G",
+        commands=RECORD_COMMANDS,
+    )
+
+
 class Overfitting(Rule):
     """K consecutive evals of one eval loss series above (1 + F) x its best so far, and above it by
     at least G x what the series had gained (its first value - its best). The rule holds while any
     series does; its message names the series that started it."""
 
     kind = name = "overfitting"
+    cls = FATAL
+    severity = WARN
+    runbook = Runbook(
+        "eval loss stayed above (1 + `--overfit-tolerance`) x its best for `--overfit-patience` evaluations",
+        "keep the best checkpoint; stop early, add regularization or data",
+    )
     looks_at = frozenset({"eval values"})
     _fields: tuple[str, ...] = ("series", "message", "since")
 
@@ -117,6 +154,49 @@ class Overfitting(Rule):
 MAX_EVAL_SERIES = 64
 
 
+@dataclass(frozen=True)
+class MetricOptions(OptionGroup):
+    """The options of the rules on the judged eval metric (`inverted_metric`, `stuck_metric`)."""
+
+    metric: str = option(
+        "auroc",
+        TEXT,
+        "the eval metric judged: metrics.NAME of a val record, eval_NAME in minimal telemetry",
+        metavar="NAME",
+        commands=RECORD_COMMANDS,
+    )
+    metric_chance: float = option(
+        0.5,
+        OPEN_01,
+        "the metric's chance level (0.5: a two-class metric such as AUROC; 0.1: accuracy over 10 classes)",
+        metavar="C",
+        commands=RECORD_COMMANDS,
+    )
+    metric_min: float = option(
+        0.70,
+        FRACTION,
+        "at a val record from --metric-after-step: below X is stuck_metric; "
+        "at chance 0.5 below 1-X is inverted_metric (labels look inverted)",
+        metavar="X",
+        commands=RECORD_COMMANDS,
+    )
+    metric_after_step: int = option(
+        500,
+        INT_0,
+        "judge the eval metric only at steps >= N (it starts near chance)",
+        metavar="N",
+        commands=RECORD_COMMANDS,
+    )
+
+    def check_together(self) -> None:
+        if self.metric_chance == 0.5 and self.metric_min < 0.5:
+            raise ConfigError(f"watch.metric_min must be a number in [0.5, 1], got {self.metric_min:g}")
+        if self.metric_min <= self.metric_chance:
+            raise ConfigError(
+                f"watch.metric_min must be > watch.metric_chance {self.metric_chance:g}, got {self.metric_min:g}"
+            )
+
+
 class _Metric(Rule):
     looks_at = frozenset({"eval values"})
 
@@ -134,6 +214,12 @@ class InvertedMetric(_Metric):
     """Only for a two-class metric (chance 0.5): below 1 - metric-min, the labels look inverted."""
 
     kind = name = "inverted_metric"
+    cls = FATAL
+    severity = STOP
+    runbook = Runbook(
+        "the eval metric is below 1 - `--metric-min`: the labels look inverted",
+        "stop and check the label mapping and the sign of the score: a relaunch repeats it",
+    )
 
     def look(self, rec: Record) -> Look:
         if self.opts.metric_chance != 0.5:
@@ -152,6 +238,12 @@ class InvertedMetric(_Metric):
 
 class StuckMetric(_Metric):
     kind = name = "stuck_metric"
+    cls = FATAL
+    severity = STOP
+    runbook = Runbook(
+        "the eval metric stays near chance (below `--metric-min`) after `--metric-after-step`",
+        "stop and look at the data, the labels and the learning rate: a relaunch repeats it",
+    )
 
     def look(self, rec: Record) -> Look:
         v = self.value(rec)
@@ -190,6 +282,20 @@ def task_metric(name: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class MetricStuckOptions(OptionGroup):
+    """`metric_stuck`'s options (it is judged from `--progress-after` too)."""
+
+    metric_min_gain: float = option(
+        0.02,
+        NON_NEGATIVE,
+        "metric_stuck: a task metric whose best eval is not better than its first by G (absolute for a "
+        "metric in [0, 1], else relative) never improved",
+        metavar="G",
+        commands=RECORD_COMMANDS,
+    )
+
+
 class MetricStuck(Rule):
     """A task metric (by name, with its direction) that never moved: once the run is past
     `--progress-after` of its length (unknown: at the end in `check`, after 200 train records in a
@@ -200,6 +306,15 @@ class MetricStuck(Rule):
     [0, 1] is a percentage."""
 
     kind = name = "metric_stuck"
+    cls = FATAL
+    severity = WARN
+    runbook = Runbook(
+        "a task metric (accuracy, F1, mAP, ... by name; WER, perplexity lower is better) never moved over at least "
+        "4 evals: identical evals, a best no better than the first by `--metric-min-gain`, or at most 0.05",
+        "a warning: look at the metric's curve; a classifier at its majority class or a detector at mAP 0 learned "
+        "nothing of the task (check the labels, the head, the learning rate); raise `--metric-min-gain` or set "
+        "`--severity metric_stuck=off` for a metric that starts where it should stay",
+    )
     looks_at = frozenset({"train", "eval values"})
     _fields: tuple[str, ...] = ("series", "trains")
 

@@ -12,6 +12,9 @@ functions of the run directory's files, so `watch`, `status` and `supervise` jud
 - `last_error`: the last error line a dead process printed (traceback, CUDA, NCCL, `Killed`, Slurm).
 - `watching_record` / `watchdog_liveness`: the watchdog's own heartbeat in `watchdog.json`.
 
+The kinds the watch reports from these (`stall`, `timeout`, `process_exit`, `oom`) are declared
+here (`PollKind`: class, severity, runbook), with their options (`StallOptions`, `PhaseOptions`).
+
 Standard library only.
 """
 
@@ -29,7 +32,9 @@ from ..errors import ConfigError, InvalidRunError
 from ..files.heartbeats import MAX_HEARTBEAT_BYTES, Heartbeat, heartbeat_path, parse_heartbeat, read_heartbeats
 from ..files.rundir import LAUNCH_HEADER
 from ..files.safeio import read_tail
+from ..options import POSITIVE, TEXTS, option
 from ..procs.process import launch_info
+from .declaring import FATAL, STOP, TRANSIENT, OptionGroup, PollKind, Runbook
 
 __all__ = [
     "PHASE_NAME",
@@ -57,6 +62,91 @@ WATCHING_EVERY_SECONDS = 30.0
 # How much of the end of stdout.log is searched for the last error: a traceback and the
 # launcher's own lines fit easily, and a 100 GB log costs one seek.
 ERROR_TAIL_BYTES = 64 * 1024
+
+
+# --- the kinds judged on every poll, and their options ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class StallOptions(OptionGroup):
+    """The options of `stall` and `timeout` (`--stall` is also `status`'s)."""
+
+    stall: float = option(
+        360.0,
+        POSITIVE,
+        "stall: no new record for S seconds (outside a phase)",
+        metavar="S",
+        commands=("watch", "status"),
+    )
+    startup_grace: float = option(
+        600.0,
+        POSITIVE,
+        "stall before the first record: none S seconds after the watch (or the session) began",
+        metavar="S",
+    )
+    timeout: float | None = option(None, POSITIVE, "timeout: the watch has run S seconds", none=True, metavar="S")
+
+
+@dataclass(frozen=True)
+class PhaseOptions(OptionGroup):
+    """`stall` inside a phase (`parse_phase_limits`)."""
+
+    stall_phase: tuple[str, ...] = option(
+        (),
+        TEXTS,
+        "stall inside phase P: no progress for S seconds from the "
+        "phase's start (eval and checkpoint 3600, setup the startup grace, "
+        "another phase --stall)",
+        metavar="P=S",
+        expect="a list of P=S strings",
+    )
+
+
+# `stall_finding` (and the startup grace, before the first record)
+STALL = PollKind(
+    "stall",
+    cls=TRANSIENT,
+    severity=STOP,
+    runbook=Runbook(
+        "no new record for `--stall` seconds (or a phase's limit, or `--startup-grace` before the first record)",
+        "look at the stack (`py-spy dump --pid PID`), then stop and relaunch from the latest checkpoint; "
+        "a stall inside a phase names it (a hung evaluation or save)",
+    ),
+)
+# `--timeout`: the watch has run that long
+TIMEOUT = PollKind(
+    "timeout",
+    cls=FATAL,
+    severity=STOP,
+    runbook=Runbook(
+        "the watch ran `--timeout` seconds",
+        "decide whether the run may go on: raise `--timeout` and watch again, or stop it",
+    ),
+)
+# the process is gone without a normal end (`dead_rank` names the rank that died first, `last_error`
+# what it printed)
+PROCESS_EXIT = PollKind(
+    "process_exit",
+    cls=TRANSIENT,
+    severity=STOP,
+    runbook=Runbook(
+        "the training process is gone and its log has no normal end (a crash, a lost node, a killed rank)",
+        "read `last_error` (in the message, `watchdog.json`, `status`); relaunch from the latest checkpoint "
+        "(`runwatch supervise` does it)",
+    ),
+)
+# the process is gone and its output ends in an out-of-memory error
+OOM = PollKind(
+    "oom",
+    cls=FATAL,
+    severity=STOP,
+    runbook=Runbook(
+        "the process died and the end of `stdout.log` shows an out-of-memory error",
+        "lower the batch size or sequence length first: the same recipe fails again",
+    ),
+)
+# The kinds this module declares, in the order of the runbook's poll kinds.
+LIVENESS_KINDS = (STALL, TIMEOUT, PROCESS_EXIT, OOM)
 
 
 @dataclass(frozen=True)

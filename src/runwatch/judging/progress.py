@@ -12,6 +12,7 @@
 - `no_signal` (warn): a log that gives no train loss at all (`check`: the whole log; `watch`: its
   first 50 records), naming the keys it saw so that `--map loss=KEY` can fix it.
 
+Each is declared (class, severity, runbook) beside its code, `no_progress`'s options too.
 Standard library only.
 """
 
@@ -19,11 +20,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
+from ..options import INT_1, OPEN_01, option
 from ..reading.readers.keys import original_keys
 from ..reading.records import Record
-from .ruleset import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median, slide, spread
+from .declaring import FATAL, FRACTION, RECORD_COMMANDS, STOP, WARN, OptionGroup, Runbook
+from .rulebase import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median, slide, spread
 
 __all__ = ["NoProgress", "NoSignal", "NO_SIGNAL_RECORDS", "PROGRESS_HEAD_SHARE", "PROGRESS_MIN_HALF", "head_length"]
 
@@ -58,8 +62,54 @@ def head_length(losses: list[float], count: int, drop: float) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class NoProgressOptions(OptionGroup):
+    """`no_progress`'s options (`--progress-after` is also `metric_stuck`'s)."""
+
+    progress_after: float = option(
+        0.25,
+        FRACTION,
+        "no_progress is judged once the session has reached F of its max_steps",
+        metavar="F",
+        commands=RECORD_COMMANDS,
+    )
+    # 500: without max_steps a slow start cannot be told from a stuck run (a contrastive model whose
+    # loss falls 2.5 % in its first 200 records and 10 % by its 1500th); wait longer.
+    progress_after_records: int = option(
+        500,
+        INT_1,
+        "no_progress, when max_steps is unknown: judged after N train records",
+        metavar="N",
+        commands=RECORD_COMMANDS,
+    )
+    progress_window: int = option(
+        20,
+        INT_1,
+        "no_progress: the median of the last W train losses against that of the first (up to 20); "
+        "needs 2 x W train records",
+        metavar="W",
+        commands=RECORD_COMMANDS,
+    )
+    progress_min_drop: float = option(
+        0.05,
+        OPEN_01,
+        "no_progress: the last window's median is not below (1-D) x the first's",
+        metavar="D",
+        commands=RECORD_COMMANDS,
+    )
+
+
 class NoProgress(Rule):
     kind = name = "no_progress"
+    cls = FATAL
+    severity = STOP
+    runbook = Runbook(
+        "past a quarter of the run, the median of the last train losses is not 5% below the median of the run's "
+        "first losses (before it could have learned): the run never learned",
+        "check the learning rate (too low, or a scheduler stuck at 0), that the optimizer steps the model's "
+        "parameters (frozen layers, a detached loss), that labels match inputs, and that the loss is the one you "
+        "mean; for a run that starts slowly by nature, raise `--progress-after` or set `--max-steps`",
+    )
     _fields: tuple[str, ...] = ("head", "tail_steps", "tail", "count")
 
     def __init__(self, opts: Any, facts: SessionFacts | None = None) -> None:
@@ -158,6 +208,14 @@ class NoSignal(Rule):
     """No train loss in the log: after `limit` records (watch), or at its end (`final`, check)."""
 
     kind = name = "no_signal"
+    cls = FATAL
+    severity = WARN
+    runbook = Runbook(
+        "the log gives no train loss (the finding names the keys it saw), or the format in use reads no record "
+        "of a log that holds something (it names the format, the file and what it saw): nothing can be judged",
+        "point one key at the loss with `--map loss=KEY` (a text log: a `(?P<loss>...)` group in `--pattern`), "
+        "or log a key named `loss`; for no record at all, give the log's real format (`--format`, `--log`)",
+    )
     # A train record always carries a loss: `Rules` marks `loss_seen` for it without a call.
     looks_at = frozenset({"eval", "checkpoint", "end", "fatal", "other"})
     _fields: tuple[str, ...] = ("records", "keys", "loss_seen", "log")

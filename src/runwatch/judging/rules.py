@@ -1,19 +1,17 @@
 """The watchdog's record rules as an engine (docs/WATCHDOG.md, "Rules on records"): records in,
 findings out.
 
-The rules themselves are small classes in `ruleset` (train records), `evalrules` (eval values)
-and `progress` (the session as a whole).
-`Rules` runs them in the order docs/WATCHDOG.md lists, reports a rule once when its condition
-starts to hold and again only after it has cleared, and gives each finding its severity: `stop`
-(it ends a watch and drives `supervise`) or `warn` (reported, never acted on). On one record it
-reports at most the first stop and the first warning, in that order. Everything a rule remembers
-is plain JSON (`state_dict()` / `load_state_dict()`), so a watch can be saved and resumed.
+The rules themselves are small classes beside their declarations and options (`ruleset` lists
+them in order). `Rules` runs them in that order, reports a rule once when its condition starts to
+hold and again only after it has cleared, and gives each finding its severity: `stop` (it ends a
+watch and drives `supervise`) or `warn` (reported, never acted on). On one record it reports at
+most the first stop and the first warning, in that order. Everything a rule remembers is plain JSON
+(`state_dict()` / `load_state_dict()`), so a watch can be saved and resumed. `Replay` runs them
+over every session of a log as it stands.
 
-Rules never print or exit: the watchdog decides what a finding means. Standard library only.
-
-Longer than 500 lines on purpose: the rules' options (about 250 lines of declarations with their
-help), the severities and classes of the kinds, and the `Rules` that orders them are read
-together; a rule's option, its class and its place in the order change in one commit.
+`RuleOptions` is every record rule's option group put together, with the engine's own reading
+options (`--max-steps`, `--severity`, `--map`). Rules never print or exit: the watchdog decides
+what a finding means. Standard library only.
 """
 
 from __future__ import annotations
@@ -24,271 +22,48 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..options import (
-    GREATER_1,
-    INT_0,
-    INT_1,
-    NON_NEGATIVE,
-    NUMBER,
-    OPEN_01,
-    POSITIVE,
-    TEXT,
-    TEXTS,
-    Check,
-    option,
-    validate,
-)
+from ..options import INT_1, TEXTS, option, validate
 from ..reading.records import Record, parse_maps
-from .evalrules import EvalNonfiniteLoss, InvertedMetric, MetricStuck, Overfitting, StuckMetric
-from .progress import NoProgress, NoSignal
-from .ruleset import (
-    CLASSES,
-    DEFAULT_SEVERITY,
-    FATAL,
-    OFF,
-    REFERENCE_RECORDS,
-    SEVERITIES,
-    SKIP,
-    STOP,
-    WARN,
-    GradCollapse,
-    GradExplosion,
-    Interrupted,
-    InvalidLog,
-    LossAtChance,
-    LossCollapse,
-    LossSpike,
-    NonfiniteGrad,
-    NonfiniteLoss,
-    Rule,
-    SessionError,
-    SessionFacts,
-    Skip,
-    ThroughputDrop,
-    fmt_step,
-    verdict_class,
-)
+from .declaring import FATAL, OFF, RECORD_COMMANDS, SEVERITIES, STOP, WARN, check_groups
+from .evalrules import MetricOptions, MetricStuck, MetricStuckOptions, OverfittingOptions
+from .gradrules import GradOptions
+from .lossrules import LossAtChanceOptions, LossCollapseOptions, LossSpikeOptions
+from .progress import NoProgress, NoProgressOptions, NoSignal
+from .rulebase import REFERENCE_RECORDS, SKIP, Rule, SessionFacts, Skip, fmt_step
+from .ruleset import CLASSES, DEFAULT_SEVERITY, RECORD_KINDS, RULE_ORDER, verdict_class
+from .throughput import ThroughputDrop, ThroughputOptions
 
 __all__ = ["Finding", "Rule", "RuleOptions", "Rules", "RULE_ORDER", "SKIP", "Replay", "CLASSES", "SEVERITIES"]
 __all__ += ["DEFAULT_SEVERITY", "RECORD_KINDS", "ThroughputDrop", "verdict_class", "fmt_step", "replay"]
 
-_RECORD_COMMANDS = ("watch", "check", "plot")
-# `--metric-min` is a number in (0, 1]; [0.5, 1] for a two-class metric (checked with its chance)
-_UNIT = Check("a number in (0, 1]", lambda v: type(v) in (int, float) and 0 < v <= 1)
 
-
+# The bases are listed last group first: a dataclass takes its bases' fields from its last base to
+# its first, so the options read (in `--help`, runwatch.toml and the docs table) in the order
+# metric, loss_at_chance, gradient, throughput, loss_spike, loss_collapse, overfitting, no_progress,
+# metric_stuck, then the engine's own.
 @dataclass(frozen=True)
-class RuleOptions:
-    """What a replay of a log takes (`check`, `plot`, and `watch` on top): the record rules'
-    thresholds and how to read the log's keys. A bad value raises ConfigError naming the option."""
+class RuleOptions(
+    MetricStuckOptions,
+    NoProgressOptions,
+    OverfittingOptions,
+    LossCollapseOptions,
+    LossSpikeOptions,
+    ThroughputOptions,
+    GradOptions,
+    LossAtChanceOptions,
+    MetricOptions,
+):
+    """What a replay of a log takes (`check`, `plot`, and `watch` on top): every record rule's
+    option group (declared beside the rule) and how to read the log's keys. A bad value raises
+    ConfigError naming the option."""
 
-    metric: str = option(
-        "auroc",
-        TEXT,
-        "the eval metric judged: metrics.NAME of a val record, eval_NAME in minimal telemetry",
-        metavar="NAME",
-        commands=_RECORD_COMMANDS,
-    )
-    metric_chance: float = option(
-        0.5,
-        OPEN_01,
-        "the metric's chance level (0.5: a two-class metric such as AUROC; 0.1: accuracy over 10 classes)",
-        metavar="C",
-        commands=_RECORD_COMMANDS,
-    )
-    metric_min: float = option(
-        0.70,
-        _UNIT,
-        "at a val record from --metric-after-step: below X is stuck_metric; "
-        "at chance 0.5 below 1-X is inverted_metric (labels look inverted)",
-        metavar="X",
-        commands=_RECORD_COMMANDS,
-    )
-    metric_after_step: int = option(
-        500,
-        INT_0,
-        "judge the eval metric only at steps >= N (it starts near chance)",
-        metavar="N",
-        commands=_RECORD_COMMANDS,
-    )
-    chance_loss: float | None = option(
-        None,
-        NUMBER,
-        "loss_at_chance: the loss at chance level (binary cross-entropy: 0.693); the rule is off when unset",
-        none=True,
-        metavar="X",
-        commands=_RECORD_COMMANDS,
-    )
-    chance_after_step: int = option(
-        400, INT_0, "loss_at_chance looks only at train records from step N", metavar="N", commands=_RECORD_COMMANDS
-    )
-    chance_patience: int = option(
-        3,
-        INT_1,
-        "loss_at_chance: the last K train records all at or above chance",
-        metavar="K",
-        commands=_RECORD_COMMANDS,
-    )
-    chance_tolerance: float = option(
-        0.02, NON_NEGATIVE, "loss_at_chance: at chance means a loss >= X - T", metavar="T", commands=_RECORD_COMMANDS
-    )
-    # Relative by default: warm-up norms (286, 67, 52 in a healthy speech fine-tune) and model
-    # families whose norms live at 1e5-1e6 make any absolute limit wrong for someone.
-    grad_factor: float = option(
-        10.0,
-        GREATER_1,
-        "grad_explosion: pre-clip gradient norm above F x the median of the records before",
-        metavar="F",
-        commands=_RECORD_COMMANDS,
-    )
-    grad_window: int = option(
-        20,
-        INT_1,
-        "grad_explosion: the median is over the W train records before (judged from the 6th norm)",
-        metavar="W",
-        commands=_RECORD_COMMANDS,
-    )
-    grad_max: float | None = option(
-        None,
-        POSITIVE,
-        "grad_explosion also when the norm is above X (an absolute limit, judged from the first record)",
-        none=True,
-        metavar="X",
-        commands=_RECORD_COMMANDS,
-    )
-    grad_min: float = option(
-        1e-3,
-        NON_NEGATIVE,
-        "grad_collapse: pre-clip gradient norm below Y (after 5 records, while the loss is above half "
-        "the reference loss)",
-        metavar="Y",
-        commands=_RECORD_COMMANDS,
-    )
-    grad_patience: int = option(
-        3,
-        INT_1,
-        "grad_explosion, grad_collapse and nonfinite_grad need K consecutive train records",
-        metavar="K",
-        commands=_RECORD_COMMANDS,
-    )
-    throughput_drop: float = option(
-        0.25,
-        OPEN_01,
-        "throughput_drop: throughput below (1-F) x the session's baseline",
-        metavar="F",
-        commands=_RECORD_COMMANDS,
-    )
-    throughput_baseline_steps: int = option(
-        200,
-        INT_1,
-        "the baseline is the median throughput of the session's first N steps (its first record left out)",
-        metavar="N",
-        commands=_RECORD_COMMANDS,
-    )
-    throughput_patience: int = option(
-        3, INT_1, "throughput_drop needs K consecutive slow spans", metavar="K", commands=_RECORD_COMMANDS
-    )
-    throughput_span: float = option(
-        30.0,
-        POSITIVE,
-        "throughput is judged over spans of at least S seconds of training (consecutive records merged)",
-        metavar="S",
-        commands=(*_RECORD_COMMANDS, "status"),
-    )
-    spike_factor: float = option(
-        3.0,
-        GREATER_1,
-        "loss_spike: loss above F x the median of the records before",
-        metavar="F",
-        commands=_RECORD_COMMANDS,
-    )
-    spike_window: int = option(
-        20, INT_1, "loss_spike: the median is over the W train records before", metavar="W", commands=_RECORD_COMMANDS
-    )
-    spike_patience: int = option(
-        2, INT_1, "loss_spike needs K consecutive spiking train records", metavar="K", commands=_RECORD_COMMANDS
-    )
-    # 0.1: what a spike must undo of where the session started; heavy-tailed per-batch losses near
-    # zero are told apart by the run's own band (a spike is above the window's largest), not by this.
-    spike_min_excess: float = option(
-        0.1,
-        NON_NEGATIVE,
-        "loss_spike: the loss must exceed the median by at least E x the reference loss (the median "
-        "of the session's first 20 train losses)",
-        metavar="E",
-        commands=_RECORD_COMMANDS,
-    )
-    collapse_patience: int = option(
-        5,
-        INT_1,
-        "loss_collapse: K consecutive train records with loss exactly 0",
-        metavar="K",
-        commands=_RECORD_COMMANDS,
-    )
-    overfit_tolerance: float = option(
-        0.10,
-        NON_NEGATIVE,
-        "overfitting: eval loss above (1+F) x the best so far",
-        metavar="F",
-        commands=_RECORD_COMMANDS,
-    )
-    overfit_patience: int = option(
-        3, INT_1, "overfitting needs K consecutive such eval records", metavar="K", commands=_RECORD_COMMANDS
-    )
-    overfit_min_rise: float = option(
-        0.1,
-        NON_NEGATIVE,
-        "overfitting: the eval loss must also rise above its best by G x what it had gained "
-        "(its first value - its best)",
-        metavar="G",
-        commands=_RECORD_COMMANDS,
-    )
-    progress_after: float = option(
-        0.25,
-        _UNIT,
-        "no_progress is judged once the session has reached F of its max_steps",
-        metavar="F",
-        commands=_RECORD_COMMANDS,
-    )
-    # 500: without max_steps a slow start cannot be told from a stuck run (a contrastive model whose
-    # loss falls 2.5 % in its first 200 records and 10 % by its 1500th); wait longer.
-    progress_after_records: int = option(
-        500,
-        INT_1,
-        "no_progress, when max_steps is unknown: judged after N train records",
-        metavar="N",
-        commands=_RECORD_COMMANDS,
-    )
-    progress_window: int = option(
-        20,
-        INT_1,
-        "no_progress: the median of the last W train losses against that of the first (up to 20); "
-        "needs 2 x W train records",
-        metavar="W",
-        commands=_RECORD_COMMANDS,
-    )
-    progress_min_drop: float = option(
-        0.05,
-        OPEN_01,
-        "no_progress: the last window's median is not below (1-D) x the first's",
-        metavar="D",
-        commands=_RECORD_COMMANDS,
-    )
-    metric_min_gain: float = option(
-        0.02,
-        NON_NEGATIVE,
-        "metric_stuck: a task metric whose best eval is not better than its first by G (absolute for a "
-        "metric in [0, 1], else relative) never improved",
-        metavar="G",
-        commands=_RECORD_COMMANDS,
-    )
     max_steps: int | None = option(
         None,
         INT_1,
         "the run's max_steps, for no_progress (default: run.json's recipe, trainer_state.json's)",
         none=True,
         metavar="N",
-        commands=_RECORD_COMMANDS,
+        commands=RECORD_COMMANDS,
     )
     severity: tuple[str, ...] = option(
         (),
@@ -296,7 +71,7 @@ class RuleOptions:
         "set a record rule's severity: stop (ends a watch, drives supervise), warn (reported only) "
         "or off (overfitting and no_signal warn, every other kind stops)",
         metavar="KIND=SEVERITY",
-        commands=_RECORD_COMMANDS,
+        commands=RECORD_COMMANDS,
         expect="a list of KIND=stop|warn|off strings",
     )
 
@@ -305,22 +80,17 @@ class RuleOptions:
         TEXTS,
         "read a minimal telemetry key from another key of the log",
         metavar="CANONICAL=SOURCE",
-        commands=(*_RECORD_COMMANDS, "status"),
+        commands=(*RECORD_COMMANDS, "status"),
         expect="a list of CANONICAL=SOURCE strings",
     )
 
     def __post_init__(self) -> None:
         validate(self)
-        parse_maps(self.map)
-        if self.grad_max is not None and self.grad_min >= self.grad_max:
-            raise ConfigError(f"watch.grad_min must be < watch.grad_max {self.grad_max:g}, got {self.grad_min:g}")
-        if self.metric_chance == 0.5 and self.metric_min < 0.5:
-            raise ConfigError(f"watch.metric_min must be a number in [0.5, 1], got {self.metric_min:g}")
-        if self.metric_min <= self.metric_chance:
-            raise ConfigError(
-                f"watch.metric_min must be > watch.metric_chance {self.metric_chance:g}, got {self.metric_min:g}"
-            )
+        check_groups(self)  # --map first, then the groups' limits on each other
         object.__setattr__(self, "_severities", parse_severities(self.severity))
+
+    def check_together(self) -> None:
+        parse_maps(self.map)
 
     @property
     def maps(self) -> dict[str, str]:
@@ -370,32 +140,6 @@ class Finding:
             "message": self.message,
             "session": self.session,
         }
-
-
-# The reporting order on one record (docs/WATCHDOG.md, "Rules on records"): train rules, then
-# eval-value rules, then what is judged of the log as a whole.
-RULE_ORDER: tuple[type[Rule], ...] = (
-    InvalidLog,
-    NonfiniteLoss,
-    NonfiniteGrad,
-    GradExplosion,
-    GradCollapse,
-    LossSpike,
-    LossCollapse,
-    LossAtChance,
-    NoProgress,
-    ThroughputDrop,
-    SessionError,
-    Interrupted,
-    EvalNonfiniteLoss,
-    Overfitting,
-    InvertedMetric,
-    StuckMetric,
-    MetricStuck,
-    NoSignal,
-)
-# The kinds the record rules report (what `--severity` accepts).
-RECORD_KINDS: tuple[str, ...] = tuple(dict.fromkeys(cls.kind for cls in RULE_ORDER))
 
 
 def parse_severities(items: Iterable[str]) -> dict[str, str]:

@@ -5,7 +5,9 @@
 
 `runwatch mcp`'s `explain` tool and the docs table both come from `RUNBOOK` (a test keeps the
 docs equal to `markdown_table()`, and another checks that every kind the watchdog can report has
-an entry). The class of a kind is `rules.verdict_class`'s, never written here. Standard library only.
+an entry). Each entry is what the rule that reports the kind declares beside its code
+(`ruleset.DECLARED`), as are its class and default severity; only the table's order is written
+here. Standard library only.
 """
 
 from __future__ import annotations
@@ -13,128 +15,54 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from .rules import RULE_ORDER
-from .ruleset import CLASSES, DEFAULT_SEVERITY, STOP, verdict_class
+from .declaring import STOP, Runbook
+from .ruleset import CLASSES, DECLARED, DEFAULT_SEVERITY, POLL_DECLARATIONS, RULE_ORDER, verdict_class
+from .verdict import DONE, DONE_RUNBOOK
 
 __all__ = ["RUNBOOK", "POLL_KINDS", "DONE", "kinds", "explain", "markdown_table"]
 
 # The kinds the watch judges on every poll rather than on a record (docs/WATCHDOG.md, "Rules on every poll").
-POLL_KINDS = ("stall", "timeout", "process_exit", "oom", "rank_stall", "straggler")
-# The verdict of a completed run: not an anomaly kind, but an agent asks about it too.
-DONE = "done"
+POLL_KINDS = tuple(p.kind for p in POLL_DECLARATIONS)
 
-# kind -> (what it means, what a person or an agent should do), in the order of the docs table.
-RUNBOOK: dict[str, tuple[str, str]] = {
-    DONE: (
-        "the latest session ended normally, the `--done` sentinel appeared, or the process exited with status 0",
-        "evaluate, summarize (`runwatch summarize RUN_DIR`), move on",
-    ),
-    "process_exit": (
-        "the training process is gone and its log has no normal end (a crash, a lost node, a killed rank)",
-        "read `last_error` (in the message, `watchdog.json`, `status`); relaunch from the latest checkpoint "
-        "(`runwatch supervise` does it)",
-    ),
-    "oom": (
-        "the process died and the end of `stdout.log` shows an out-of-memory error",
-        "lower the batch size or sequence length first: the same recipe fails again",
-    ),
-    "stall": (
-        "no new record for `--stall` seconds (or a phase's limit, or `--startup-grace` before the first record)",
-        "look at the stack (`py-spy dump --pid PID`), then stop and relaunch from the latest checkpoint; "
-        "a stall inside a phase names it (a hung evaluation or save)",
-    ),
-    "rank_stall": (
-        "one rank's heartbeat fell behind the others' or stopped at an earlier step",
-        "look at that rank's stack (the message names rank, host and pid), then stop and relaunch",
-    ),
-    "interrupted": (
-        "the session ended on a signal: a scheduler's preemption or Ctrl-C",
-        "relaunch (`--exit-code transient=75` lets a requeue script do it); `supervise` itself exits 75 "
-        "(`preempted`) on a scheduler's SIGTERM or SIGUSR1 and 130 on Ctrl-C (docs/SUPERVISE.md)",
-    ),
-    "straggler": (
-        "one rank's window time stayed above `--straggler-factor` x the median over ranks",
-        "find the slow node (the message names rank and host); exclude it and relaunch",
-    ),
-    "timeout": (
-        "the watch ran `--timeout` seconds",
-        "decide whether the run may go on: raise `--timeout` and watch again, or stop it",
-    ),
-    "nonfinite_loss": (
-        "a train or eval loss was NaN, infinite or null, a `FATAL` record, or a session that ended `nonfinite_loss`",
-        "roll back to a checkpoint before the onset, skip the batches from there to the anomaly, perhaps lower "
-        "the learning rate (`runwatch supervise` does the roll-back)",
-    ),
-    "nonfinite_grad": (
-        "`--grad-patience` train records in a row had a non-finite gradient norm",
-        "roll back before the onset and skip those batches; check the loss scaling and the learning rate",
-    ),
-    "loss_spike": (
-        "`--spike-patience` train records in a row had a loss far above the median of those before",
-        "roll back before the onset and skip those batches (`runwatch supervise` does it); look at the data "
-        "of those steps",
-    ),
-    "grad_explosion": (
-        "`--grad-patience` train records in a row had a gradient norm above the limit",
-        "roll back before the onset; lower the learning rate or clip the gradients",
-    ),
-    "grad_collapse": (
-        "`--grad-patience` train records in a row had a gradient norm below `--grad-min`",
-        "stop and look at the learning rate, the initialization and frozen parameters: a relaunch repeats it",
-    ),
-    "loss_collapse": (
-        "`--collapse-patience` train records in a row had a loss of exactly 0",
-        "stop and look for a label or masking bug or a memorised data set: a relaunch repeats it",
-    ),
-    "loss_at_chance": (
-        "the last train losses stay at or above `--chance-loss`: the model learns nothing",
-        "stop and look at the labels, the data pipeline and the learning rate: a relaunch repeats it",
-    ),
-    "throughput_drop": (
-        "throughput stayed below (1 - `--throughput-drop`) x the session's baseline",
-        "look at the input pipeline, the disk, other jobs on the node, thermal throttling",
-    ),
-    "overfitting": (
-        "eval loss stayed above (1 + `--overfit-tolerance`) x its best for `--overfit-patience` evaluations",
-        "keep the best checkpoint; stop early, add regularization or data",
-    ),
-    "inverted_metric": (
-        "the eval metric is below 1 - `--metric-min`: the labels look inverted",
-        "stop and check the label mapping and the sign of the score: a relaunch repeats it",
-    ),
-    "stuck_metric": (
-        "the eval metric stays near chance (below `--metric-min`) after `--metric-after-step`",
-        "stop and look at the data, the labels and the learning rate: a relaunch repeats it",
-    ),
-    "metric_stuck": (
-        "a task metric (accuracy, F1, mAP, ... by name; WER, perplexity lower is better) never moved over at least "
-        "4 evals: identical evals, a best no better than the first by `--metric-min-gain`, or at most 0.05",
-        "a warning: look at the metric's curve; a classifier at its majority class or a detector at mAP 0 learned "
-        "nothing of the task (check the labels, the head, the learning rate); raise `--metric-min-gain` or set "
-        "`--severity metric_stuck=off` for a metric that starts where it should stay",
-    ),
-    "no_progress": (
-        "past a quarter of the run, the median of the last train losses is not 5% below the median of the run's "
-        "first losses (before it could have learned): the run never learned",
-        "check the learning rate (too low, or a scheduler stuck at 0), that the optimizer steps the model's "
-        "parameters (frozen layers, a detached loss), that labels match inputs, and that the loss is the one you "
-        "mean; for a run that starts slowly by nature, raise `--progress-after` or set `--max-steps`",
-    ),
-    "no_signal": (
-        "the log gives no train loss (the finding names the keys it saw), or the format in use reads no record "
-        "of a log that holds something (it names the format, the file and what it saw): nothing can be judged",
-        "point one key at the loss with `--map loss=KEY` (a text log: a `(?P<loss>...)` group in `--pattern`), "
-        "or log a key named `loss`; for no record at all, give the log's real format (`--format`, `--log`)",
-    ),
-    "session_error": (
-        "the session ended with an error (an exception in the training code)",
-        "read the error; fix the code, then relaunch",
-    ),
-    "invalid_log": (
-        "a line of the log is not a valid record (not JSON, or failing the schema)",
-        "read the message (file and line); fix the log writer",
-    ),
-}
+# The order of the docs table: how the run ended, what stops it for a relaunch, then the rules on
+# what it learned. Only the order is here; a kind missing from it is listed at the end.
+TABLE_ORDER = (
+    DONE,
+    "process_exit",
+    "oom",
+    "stall",
+    "rank_stall",
+    "interrupted",
+    "straggler",
+    "timeout",
+    "nonfinite_loss",
+    "nonfinite_grad",
+    "loss_spike",
+    "grad_explosion",
+    "grad_collapse",
+    "loss_collapse",
+    "loss_at_chance",
+    "throughput_drop",
+    "overfitting",
+    "inverted_metric",
+    "stuck_metric",
+    "metric_stuck",
+    "no_progress",
+    "no_signal",
+    "session_error",
+    "invalid_log",
+)
+
+
+def _runbook() -> dict[str, Runbook]:
+    entries = {DONE: DONE_RUNBOOK, **{kind: d.runbook for kind, d in DECLARED.items()}}
+    order = [kind for kind in TABLE_ORDER if kind in entries] + [kind for kind in entries if kind not in TABLE_ORDER]
+    return {kind: entries[kind] for kind in order}
+
+
+# kind -> (what it means, what a person or an agent should do), in the order of the docs table:
+# each kind's entry as the rule that reports it declares it.
+RUNBOOK: dict[str, Runbook] = _runbook()
 
 
 def kinds() -> list[str]:

@@ -23,6 +23,7 @@ from ..files.jsonio import loads
 from ..files.rundir import VERDICT
 from ..files.safeio import loads_value
 from ..files.schema import read_regular_file
+from .declaring import Runbook
 from .rules import Finding, fmt_step, verdict_class
 
 __all__ = [
@@ -35,6 +36,12 @@ __all__ = [
     "DEFAULT_EXIT_CODES",
 ]
 
+# The verdict of a completed run (`Verdict.done`): not an anomaly kind, but an agent asks about it too.
+DONE = "done"
+DONE_RUNBOOK = Runbook(
+    "the latest session ended normally, the `--done` sentinel appeared, or the process exited with status 0",
+    "evaluate, summarize (`runwatch summarize RUN_DIR`), move on",
+)
 # A verdict is a few hundred bytes; the watching record adds the watch's state (rule windows: a few KB).
 MAX_VERDICT_BYTES = 1 << 20
 # What `--exit-code CLASS=N` names: the anomaly classes, and two ways a supervision ends.

@@ -1,5 +1,7 @@
 """The watch's options (`runwatch watch`, `check`, `launch --watch`, `supervise`): the record
-rules' (`rules.RuleOptions`) and the watch's own, declared once (`options.option`), and how a
+rules' (`rules.RuleOptions`), those of the kinds judged on every poll (`liveness.StallOptions`,
+`liveness.PhaseOptions`, `rankrules.RankOptions`) and the watch's own, each declared once
+(`options.option`) beside the code that reads it, and how a
 command builds them: `runwatch.toml`'s [watch] table, then the rule options the run directory
 recorded at launch (`launch.json`, `target.recorded_rule_options`), then the command line, each
 over the one before. Standard library only.
@@ -11,9 +13,11 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from ..options import EXIT_CODE, FLAG, GREATER_1, INT_1, POSITIVE, TEXT, TEXTS, build, given_options, option
+from ..options import EXIT_CODE, FLAG, INT_1, POSITIVE, TEXT, TEXTS, build, given_options, option
 from ..reading.target import recorded_rule_options
-from .liveness import PhaseLimits, parse_phase_limits
+from .declaring import OptionGroup
+from .liveness import PhaseLimits, PhaseOptions, StallOptions, parse_phase_limits
+from .rankrules import RankOptions
 from .rules import RuleOptions
 from .verdict import parse_exit_codes
 
@@ -23,28 +27,16 @@ _WATCH = ("watch",)
 
 
 @dataclass(frozen=True)
-class Options(RuleOptions):
-    """Every option of `runwatch watch`: the record rules' (RuleOptions) and the watch's own.
-
-    One declaration per option (`options.option`): the flags, `runwatch.toml`, the validation and
-    the docs table come from it. A bad value raises ConfigError naming the option.
-    """
+class LoopOptions(OptionGroup):
+    """How often the watch polls."""
 
     poll: float = option(5.0, POSITIVE, "seconds between polls", metavar="S")
-    stall: float = option(
-        360.0,
-        POSITIVE,
-        "stall: no new record for S seconds (outside a phase)",
-        metavar="S",
-        commands=("watch", "status"),
-    )
-    startup_grace: float = option(
-        600.0,
-        POSITIVE,
-        "stall before the first record: none S seconds after the watch (or the session) began",
-        metavar="S",
-    )
-    timeout: float | None = option(None, POSITIVE, "timeout: the watch has run S seconds", none=True, metavar="S")
+
+
+@dataclass(frozen=True)
+class ProcessOptions(OptionGroup):
+    """The training process a watch follows: which it is, when it is done, whether to stop it."""
+
     pid: int | None = option(
         None, INT_1, "the training process (default: RUN_DIR/pid when present)", none=True, metavar="PID"
     )
@@ -52,22 +44,19 @@ class Options(RuleOptions):
     stop_on_anomaly: bool = option(
         False, FLAG, "on an anomaly, stop the training: SIGTERM to its process group, SIGKILL after 30 s"
     )
-    rank_stall: float = option(
-        300.0, POSITIVE, "rank_stall: a rank's heartbeat S seconds behind the others' (multi-rank runs)", metavar="S"
-    )
-    straggler_factor: float = option(
-        1.5, GREATER_1, "straggler: a rank's window time above F x the median over ranks", metavar="F"
-    )
-    straggler_patience: int = option(5, INT_1, "straggler needs K consecutive such windows", metavar="K")
-    stall_phase: tuple[str, ...] = option(
-        (),
-        TEXTS,
-        "stall inside phase P: no progress for S seconds from the "
-        "phase's start (eval and checkpoint 3600, setup the startup grace, "
-        "another phase --stall)",
-        metavar="P=S",
-        expect="a list of P=S strings",
-    )
+
+
+# The bases are listed last group first (a dataclass takes its bases' fields from its last base to
+# its first): the options read as `runwatch watch --help` and the docs table list them.
+@dataclass(frozen=True)
+class Options(PhaseOptions, RankOptions, ProcessOptions, StallOptions, LoopOptions, RuleOptions):
+    """Every option of `runwatch watch`: the record rules' (RuleOptions), those of the kinds judged
+    on every poll (`liveness`, `rankrules`, declared beside them) and the watch's own.
+
+    One declaration per option (`options.option`): the flags, `runwatch.toml`, the validation and
+    the docs table come from it. A bad value raises ConfigError naming the option.
+    """
+
     exit_transient: int | None = option(
         None,
         EXIT_CODE,
