@@ -189,6 +189,7 @@ class MetricOptions(OptionGroup):
     )
 
     def check_together(self) -> None:
+        """`--metric-min` above the chance level (at least 0.5 for a two-class metric)."""
         if self.metric_chance == 0.5 and self.metric_min < 0.5:
             raise ConfigError(f"watch.metric_min must be a number in [0.5, 1], got {self.metric_min:g}")
         if self.metric_min <= self.metric_chance:

@@ -69,6 +69,7 @@ class GradOptions(OptionGroup):
     )
 
     def check_together(self) -> None:
+        """`--grad-min` below `--grad-max` when both are set."""
         if self.grad_max is not None and self.grad_min >= self.grad_max:
             raise ConfigError(f"watch.grad_min must be < watch.grad_max {self.grad_max:g}, got {self.grad_min:g}")
 

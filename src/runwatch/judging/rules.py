@@ -90,6 +90,7 @@ class RuleOptions(
         object.__setattr__(self, "_severities", parse_severities(self.severity))
 
     def check_together(self) -> None:
+        """`--map` entries are CANONICAL=SOURCE."""
         parse_maps(self.map)
 
     @property
