@@ -21,8 +21,9 @@ groups put together: nothing is written twice. Standard library only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..options import Check, validate
 
@@ -73,7 +74,12 @@ class OptionGroup:
 
 def check_groups(opts: OptionGroup) -> None:
     """Every `check_together` that the groups of `opts` declare, in the order of its bases."""
-    for group in type(opts).__mro__:
-        check = vars(group).get("check_together")
-        if check is not None:
-            check(opts)
+    cls = type(opts)
+    checks = _CHECKS.get(cls)
+    if checks is None:  # found once per options class, not on every construction
+        checks = _CHECKS[cls] = tuple(vars(g)["check_together"] for g in cls.__mro__ if "check_together" in vars(g))
+    for check in checks:
+        check(opts)
+
+
+_CHECKS: dict[type, tuple[Callable[[Any], None], ...]] = {}
