@@ -19,8 +19,8 @@ from typing import Any, Literal, overload
 
 from ..errors import ConfigError, InvalidRunError
 from .jsonio import loads
+from .lines import open_run_file
 from .rundir import HEARTBEATS
-from .schema import open_regular
 
 __all__ = [
     "HISTORY_WINDOWS",
@@ -221,7 +221,7 @@ def read_heartbeats(run_dir: str) -> tuple[dict[int, Heartbeat], list[str]]:
         where = f"{HEARTBEATS}/{name}"
         try:
             # raw reads: one syscall a file; O_NONBLOCK so that a FIFO in the way cannot block a poll
-            fd = open_regular(os.path.join(folder, name), where, name_directory=False)
+            fd = open_run_file(os.path.join(folder, name), where, name_directory=False)
             try:
                 data = os.read(fd, MAX_HEARTBEAT_BYTES + 1)
             finally:

@@ -25,8 +25,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from ..errors import InsufficientRunError, InvalidRunError
+from ..files.lines import read_regular_file
 from ..files.rundir import RunDir
-from ..files.schema import read_manifest, read_regular_file
+from ..files.schema import read_manifest
 from ..reading.target import Target
 from .logs import Reading
 
