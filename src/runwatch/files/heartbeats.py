@@ -30,6 +30,7 @@ __all__ = [
     "parse_heartbeat",
     "read_heartbeats",
     "current_session",
+    "PHASE_NAME",
 ]
 
 _NAME = re.compile(r"rank-(\d{1,9})\.json")
@@ -39,6 +40,9 @@ MAX_HEARTBEAT_BYTES = 64 * 1024
 # rank, and a poll every 5 s may miss a few fast windows between two reads.
 HISTORY_WINDOWS = 16
 STATES = frozenset({"running", "ended"})
+# Names of phases (`RunLogger.phase`, a heartbeat's `phase`, `--phase-stall NAME=S`): short
+# identifiers, safe in a file, a flag and a message.
+PHASE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 @dataclasses.dataclass(frozen=True)
