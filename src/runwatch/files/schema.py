@@ -24,7 +24,7 @@ from .rundir import RunDir
 
 __all__ = [
     "SCHEMA_VERSION",
-    "EVENTS",
+    "RECORD_EVENTS",
     "END_REASONS",
     "MAX_MANIFEST_BYTES",
     "loads",
@@ -34,13 +34,13 @@ __all__ = [
     "read_manifest",
     "validate_manifest",
     "SessionValidator",
-    "WindowValues",
+    "WindowSums",
     "window_tokens",
     "orjson_misread",
 ]
 
 SCHEMA_VERSION = 1
-EVENTS = frozenset({"train", "val", "checkpoint", "session_end"})
+RECORD_EVENTS = frozenset({"train", "val", "checkpoint", "session_end"})
 END_REASONS = frozenset({"normal", "nonfinite_loss", "error", "interrupted"})
 
 # run.json grows by ~400 bytes a session; 64 MiB is ~150k resumes.
@@ -169,7 +169,7 @@ def window_tokens(recipe: dict[str, Any], attempted: int) -> int:
 # What the summary sums of one train window (`SessionValidator.take_window`): step, updates,
 # skipped, tokens, nonfinite_grad_norms, train_seconds, loss, grad_norm.max, grad_clipped_fraction,
 # qk_clip (None when absent), memory (None when absent).
-WindowValues = tuple[int, int, int, int, int, float, float, float, float, dict[str, Any] | None, dict[str, int] | None]
+WindowSums = tuple[int, int, int, int, int, float, float, float, float, dict[str, Any] | None, dict[str, int] | None]
 
 
 class SessionValidator:
@@ -199,7 +199,7 @@ class SessionValidator:
         """
         return self.take_window(rec) is not None
 
-    def take_window(self, rec: Any) -> WindowValues | None:
+    def take_window(self, rec: Any) -> WindowSums | None:
         """Take `rec` if it is a train record of this session that `check` would take; else None.
 
         The common record of a log, checked by the same rules as `check` written inline, several
@@ -302,7 +302,7 @@ class SessionValidator:
         return step, updates, skipped, tokens, nonfinite, seconds, loss, grad_max, fraction, qk, memory
 
     @staticmethod
-    def window_values(rec: dict[str, Any]) -> WindowValues:
+    def window_values(rec: dict[str, Any]) -> WindowSums:
         """What `take_window` returns, of a train record that `check` took."""
         return (
             rec["step"],
@@ -331,7 +331,7 @@ class SessionValidator:
         if run_id != self.run_id:
             raise InvalidRunError(f"{where}: run_id {_show(run_id)} differs from the manifest's {self.run_id!r}")
         event = _get(rec, "event", where, "event")
-        if type(event) is not str or event not in EVENTS:
+        if type(event) is not str or event not in RECORD_EVENTS:
             raise _fail(where, "event", "one of train, val, checkpoint, session_end", event)
         step = _int(_get(rec, "step", where, "step"), where, "step")
         _number(_get(rec, "time", where, "time"), where, "time")
