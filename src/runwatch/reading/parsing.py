@@ -20,7 +20,7 @@ has none), `start_step(session)` (None when the log does not say where a session
 `sessions_by` ("manifest" or "records"), `windows` (a train record covers a window of updates
 and carries the logger's fields), `throughput` (what a train record's `throughput` counts, its
 unit and its column: `Throughput`) and `record_times` (a record's time says when it was
-logged). `source.RecordSource` hands the same facts on.
+logged). `source.RecordSource` hands `sessions_by` on (None before the log is open).
 
 Opening, following and keeping the position of a log is `source.RecordSource`'s. Standard library
 only (orjson is used for schema v1 when importable; same results).

@@ -185,25 +185,17 @@ class RecordSource:
 
     @property
     def v1(self) -> bool:
-        """The log is schema v1 (a parser in mode v1 reads it): this package's own question; a
-        caller asks the facts below."""
+        """The log is schema v1 (a parser in mode v1 reads it): `reading`'s own question."""
         return self.parser is not None and self.parser.mode == "v1"
 
-    # The log's facts, whatever its dialect, as its parser tells them (`RecordParser`: `manifest`,
-    # `start_step`, `entry`, `throughput`, `record_times` on `source.parser`); before the log is
-    # open there is no parser, and none of them.
+    # The log's facts, whatever its dialect, are its parser's (`RecordParser`: `manifest`,
+    # `start_step`, `entry`, `sessions_by`, `windows`, `throughput`, `record_times`).
 
     @property
     def sessions_by(self) -> str | None:
-        """ "manifest": run.json names the sessions (their ends, their heartbeats); "records": a
-        session starts where the records show one (`RecordParser.sessions_by`); None: not open yet."""
+        """`RecordParser.sessions_by`: "manifest" (run.json names the sessions, their ends and
+        heartbeats) or "records" (a step that goes back starts one); None before the log is open."""
         return self.parser.sessions_by if self.parser is not None else None
-
-    @property
-    def windows(self) -> bool:
-        """A train record covers a window of updates and carries the logger's fields
-        (`RecordParser.windows`); False too before the log is open."""
-        return self.parser is not None and self.parser.windows
 
     @property
     def notes(self) -> list[str]:

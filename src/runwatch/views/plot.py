@@ -337,8 +337,7 @@ def _positive(values: list[float]) -> list[float]:
 
 
 def _throughput(ax: Axes, s: SessionSeries, view: PlotView, opts: RuleOptions, alpha: float, latest: bool) -> None:
-    unit = "tokens/s of training time" if view.schema_v1 else "the log's sps"
-    ax.set_title(f"throughput ({unit})", loc="left", fontsize=10, pad=3)
+    ax.set_title(f"throughput ({view.throughput.unit})", loc="left", fontsize=10, pad=3)
     ax.plot(s.train_step, s.throughput, color=_C["throughput"], alpha=alpha, linewidth=1.4)
     if latest:
         top = max((v for ss in view.sessions for v in ss.throughput if math.isfinite(v)), default=1.0)

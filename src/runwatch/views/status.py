@@ -29,9 +29,9 @@ from ..judging.verdict import read_verdict
 from ..judging.watchoptions import Options, load_options
 from ..options import add_flags, given_options
 from ..procs.process import alive, launch_info, read_pid_file
-from ..reading.readers import READER_FORMATS, ReadOptions, read_options
+from ..reading.readers import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
-from ..reading.records import Record, Target, parse_maps, resolve_target
+from ..reading.records import Record, RecordParser, Target, parse_maps, resolve_target
 from ..reading.source import RecordSource, reached
 from ..reading.target import recorded_rule_options
 from ..supervising.goodput import goodput_line
@@ -173,15 +173,18 @@ def status(
     recs: list[Record] = []
     torn = False
     mtime = None
+    parser: RecordParser | None = None
     if os.path.exists(t.log_path):
         source = RecordSource(t, maps=maps)
         recs, torn = source.tail(TAIL_RECORDS)
         n = TAIL_RECORDS
-        while not source.v1 and len(recs) == n and n < MAX_TAIL_RECORDS and _covered(recs) < opts.throughput_span:
-            n *= 4  # a log of one record an update (a v1 log's are windows): read back until the span is covered
+        while (
+            not _windows(source) and len(recs) == n and n < MAX_TAIL_RECORDS and _covered(recs) < opts.throughput_span
+        ):
+            n *= 4  # a log of one record a step (not windows of updates): read back until the span is covered
             recs, torn = source.tail(n)
         parser = source.parser
-        if source.v1 and parser is not None and parser.manifest is not None:
+        if parser is not None and parser.manifest is not None:
             manifest = parser.manifest
             out.update(
                 {
@@ -193,21 +196,29 @@ def status(
             recipe = manifest["sessions"][-1].get("recipe")
             out["tokens_are_samples"] = isinstance(recipe, dict) and recipe.get("tokens") == "samples"
         out["max_steps"] = source.max_steps()
-        if parser is not None and parser.mode == "minimal":
+        if parser is not None:
             out["loss_key"] = parser.loss_key or None
         latest = out["session_id"] or (recs[-1].session if recs else None)
         recs = [r for r in recs if r.session == latest]  # the latest session's
         mtime = source.mtime()
     out["torn_tail"] = torn
-    return describe(t, out, recs, mtime, now, gpus=gpus)
+    return describe(t, out, recs, mtime, now, gpus=gpus, parser=parser)
 
 
 def describe(
-    t: Target, out: StatusHead, recs: list[Record], mtime: float | None, now: float, *, gpus: bool = True
+    t: Target,
+    out: StatusHead,
+    recs: list[Record],
+    mtime: float | None,
+    now: float,
+    *,
+    gpus: bool = True,
+    parser: RecordParser | None = None,
 ) -> Status:
     """The check-in facts: `out`'s (the run's identity, `max_steps` and `torn_tail`), then those of
-    the latest session's last records (`recs`, in log order) and of the run directory's side files
-    (pid, watchdog.json, launch.json, heartbeats). `mtime`: the log's, when it has one."""
+    the latest session's last records (`recs`, in log order, read by `parser`) and of the run
+    directory's side files (pid, watchdog.json, launch.json, heartbeats). `mtime`: the log's, when
+    it has one."""
     trains = [r for r in recs if r.kind == "train"]
     evals = [r for r in recs if r.has_eval]
     last = recs[-1] if recs else None
@@ -215,14 +226,16 @@ def describe(
     step: int | float | None = None
     for r in recs:  # the step reached: a late record of no kind (a hyperparameter at step 0) never moves it back
         step = r.step if step is None else reached(step, r)
-    when = last.time if last is not None and (t.schema_v1() or t.format in READER_FORMATS and last.time) else mtime
+    dated = parser is not None and parser.record_times  # (else the log's mtime says when)
+    when = last.time if last is not None and dated and last.time else mtime
     grad_norm: GradNorm | None = (
         {"mean": _num(lt.grad_mean), "max": _num(lt.grad_max)} if lt and lt.grad_mean is not None else None
     )
     tps: float | None = None
     sps: float | None = None
     span = out.get("throughput_span") or 30.0
-    if t.schema_v1():  # tokens are counted: tokens / s (the HF callback without seq_len counts samples)
+    counts = parser.throughput.counts if parser is not None else None
+    if counts == "tokens":  # tokens / s (the HF callback without seq_len counts samples)
         if last is not None and last.raw and isinstance(last.raw.get("session"), dict):
             tps = last.raw["session"].get("tokens_per_second")
         if tps is None and lt is not None:
@@ -291,6 +304,11 @@ def describe(
         "supervise": supervised,  # a supervised run: attempt, restarts, rollbacks; else None
         "goodput": good if isinstance(good, dict) else None,
     }
+
+
+def _windows(source: RecordSource) -> bool:
+    """The log's train records are windows of updates (each covers many: a short tail spans long)."""
+    return source.parser is not None and source.parser.windows
 
 
 def _read_as(t: Target) -> str | None:

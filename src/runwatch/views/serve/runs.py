@@ -400,12 +400,13 @@ class RunView:
             self.path_session = rec.session
         if rec.kind == "checkpoint":
             self.checkpoints.add(rec)
-        v1 = self.source.v1
+        parser = self.source.parser
+        assert parser is not None  # the record came from it
         if rec.kind == "train":
-            updates = rec.raw.get("updates") if v1 and rec.raw is not None else None
-            start = self._start_step(rec.session) if v1 else None
+            updates = rec.raw.get("updates") if parser.windows and rec.raw is not None else None
+            start = self._start_step(rec.session)
             self.goodput.add(rec.session, rec.step, updates if type(updates) is int else None, start)
-        for key, value in record_values(rec, v1):
+        for key, value in record_values(rec, parser):
             s = self.series.get(key)
             if s is None:
                 if key.startswith("eval_") and key != "eval_loss" and self._metrics() >= MAX_METRICS:
@@ -455,7 +456,7 @@ class RunView:
         step = self.reached
         if step is None:  # (check starts from the latest session's start step in a schema-v1 log)
             p = self.parser
-            step = (p.start_step(p.latest_session()) or 0) if p is not None and p.mode == "v1" else 0
+            step = (p.start_step(p.latest_session()) or 0) if p is not None else 0
         found: list[Finding] = self.replay.finish(step, commit=False)
         return [{**f.to_json(), "session": f.session, "time": None} for f in found]
 
@@ -474,13 +475,13 @@ class RunView:
             "max_steps": source.max_steps(),
             "torn_tail": source.torn() is not None,
         }
-        m = source.parser.manifest if source.v1 and source.parser is not None else None
+        m = source.parser.manifest if source.parser is not None else None
         if m is not None:
             latest = m["sessions"][-1]["session_id"]
             out.update({"run_id": m["run_id"], "session_id": latest, "sessions": len(m["sessions"])})
             recs = [r for r in recs if r.session == latest]
         mtime = source.mtime() if source.reader is not None else None
-        return describe(t, out, recs, mtime, now, gpus=False)
+        return describe(t, out, recs, mtime, now, gpus=False, parser=source.parser)
 
     def summary(self, now: float | None = None) -> RunSummary:
         """The list's facts: the `status --json` keys plus path, verdict, findings and errors
@@ -534,7 +535,7 @@ class RunView:
         summary = self.summary(now)
         findings = self.settled_findings(now)[0]
         p = self.parser
-        manifest = p.manifest if p is not None and p.mode == "v1" else None
+        manifest = p.manifest if p is not None else None
         origin = origin_facts(manifest, launch_info(self.target.run_dir))  # (as status reads launch.json)
         st: RunDetail = {
             **summary,
