@@ -25,8 +25,6 @@ from typing import Any
 from ..errors import UsageError
 from .readers.keys import ALIASES, EVAL_PREFIXES
 
-__all__ = ["MINIMAL_KEYS", "MinimalSteps", "parse_maps", "is_number", "INTERLEAVED_STEPS", "INTERLEAVED_TOLERANCE"]
-
 # The canonical keys of minimal telemetry (docs/WATCHDOG.md, "What is read"); `eval_<metric>` is any key starting eval_.
 MINIMAL_KEYS = ("step", "t", "loss", "lr", "learning_rate", "grad_norm", "sps", "eval_loss", "FATAL")
 # A log written by two processes at once repeats a step among its last few, with about its loss.
