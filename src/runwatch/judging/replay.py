@@ -203,7 +203,7 @@ def check(target: str, options: RuleOptions | None = None, read: ReadOptions | N
         return CheckResult([Finding("invalid_log", 0, str(exc))], 0)
     torn: list[int | str] = []
     rules = RunReplay(opts, parser.start_step, parser.max_steps)
-    last_step: int | float = parser.start_step(parser.latest_session()) or 0 if parser.mode == "v1" else 0
+    last_step: int | float = parser.start_step(parser.latest_session()) or 0
     source = RecordSource(t, parser=parser)
     count = 0
     try:
