@@ -23,7 +23,11 @@ from typing import Any
 
 from ..errors import InvalidRunError, NotRegularFileError
 from . import safeio
-from .jsonio import dumps, json_problem, loads, orjson_misread, strict_json
+from .jsonio import dumps as dumps
+from .jsonio import json_problem as json_problem
+from .jsonio import loads as loads
+from .jsonio import orjson_misread as orjson_misread
+from .jsonio import strict_json as strict_json
 from .rundir import RunDir
 
 __all__ = [

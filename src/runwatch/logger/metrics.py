@@ -35,7 +35,8 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigError, NonFiniteLossError, RanksOutOfStepError, RunwatchError
-from ..files.hardware import detect_hardware, memory_peaks, rank_hardware
+from ..files.hardware import detect_hardware as detect_hardware
+from ..files.hardware import memory_peaks, rank_hardware
 from ..files.heartbeats import HeartbeatConfig
 from ..files.journal import open_session, utc_now
 from ..files.jsonio import dumps
