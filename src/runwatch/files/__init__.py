@@ -5,8 +5,8 @@ only.
     from runwatch.files import RunDir, read_manifest, read_heartbeats, verify_checkpoint
 
     d = RunDir("runs/a")                       # d.metrics, d.manifest, d.verdict, d.journal, ...
-    manifest = read_manifest(d.manifest)       # run.json, validated
-    beats = read_heartbeats("runs/a")          # one Heartbeat a rank
+    manifest = read_manifest("runs/a")         # run.json, validated
+    beats, problems = read_heartbeats("runs/a")  # one Heartbeat a rank, a line per unreadable file
     report = verify_checkpoint("runs/a/ckpt")  # a checkpoint read back (torch/safetensors, lazily)
 
 This is the layer's face: every name below is imported on first use from the module that defines it,

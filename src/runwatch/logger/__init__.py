@@ -4,11 +4,11 @@ NVML are used when importable).
 
     from runwatch.logger import RunLogger
 
-    log = RunLogger("runs/a", seq_len=1024)
-    for step in range(steps):
-        ...
-        log.step(loss=loss)                    # a device tensor is read when the window closes
-    log.close()
+    log = RunLogger("runs/a", recipe={"batch_size": 32, "seq_len": 1024, "max_steps": 20_000})
+    with log:                                  # session_end on exit: normal, error or interrupted
+        for batch in loader:
+            ...
+            log.step(loss=loss, lr=lr, grad_norm=grad_norm)  # tensors are read when a window closes
 
 `from runwatch import RunLogger` is the same object. This is the layer's face: every name below is
 imported on first use from the module that defines it.
