@@ -21,29 +21,25 @@ from typing import TYPE_CHECKING, Any
 from .. import lazy
 
 if TYPE_CHECKING:
-    from .convert import Flag as Flag
-    from .convert import Scalar as Scalar
     from .distributed import HeartbeatWriter as HeartbeatWriter
     from .distributed import process_group as process_group
     from .distributed import rank_group as rank_group
     from .gpus import GpuSampler as GpuSampler
     from .metrics import RunLogger as RunLogger
-    from .metrics import default_window as default_window
 
 # The public names, module -> names: this face's __all__.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    ".convert": ("Scalar", "Flag"),
     ".distributed": ("process_group", "rank_group", "HeartbeatWriter"),
     ".gpus": ("GpuSampler",),
-    ".metrics": ("RunLogger", "default_window"),
+    ".metrics": ("RunLogger",),
 }
 # The other names the modules listed as exported before the faces: importable from here for one
 # release, not in __all__ (import them from the face, or better, use a public name).
 _KEPT: dict[str, tuple[str, ...]] = {
-    ".convert": ("as_float_list", "as_numbers", "Number"),
+    ".convert": ("Scalar", "Flag", "as_float_list", "as_numbers", "Number"),
     ".distributed": ("RankGroup", "SoloGroup", "is_waiting_frame"),
     ".gpus": ("MAX_GPUS", "MIN_INTERVAL_SECONDS"),
-    ".metrics": ("PHASE_NAME", "WINDOW_ENV"),
+    ".metrics": ("default_window", "PHASE_NAME", "WINDOW_ENV"),
     ".signals": ("SignalGuard",),
     ".window": ("OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "columns", "window_fields", "TrainLine"),
 }
