@@ -20,7 +20,7 @@ from ..reading.history import origin_step, path
 from ..reading.nosignal import holds_something, no_signal_message
 from ..reading.readers import ReadOptions
 from ..reading.records import Record, RecordSource, Session, parser_for, resolve_target
-from ..reading.source import reached  # the step a log reached: one definition for check, status and the page
+from ..reading.source import reached as reached
 from .rules import Finding, Replay, RuleOptions, fmt_step, verdict_class
 from .ruleset import DIVERGENCE, STOP, TRANSIENT, WARN
 from .verdict import exit_status

@@ -21,7 +21,7 @@ from typing import Any
 
 from ...reading.records import Record, RecordParser, Target
 from ...reading.source import RecordSource, reached
-from ..serve.runs import MAX_METRICS
+from ..serve.runs import MAX_METRICS as MAX_METRICS
 
 __all__ = ["last_records", "minimal_rows", "metrics_left_out", "seq_len_of", "MAX_METRICS"]
 
