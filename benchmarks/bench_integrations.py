@@ -59,7 +59,7 @@ def _hf_run(steps: int, with_callback: bool, root: str) -> float:
     from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    from runwatch.integrations.hf import RunwatchCallback
+    from runwatch.integrations import HFCallback
 
     class Timer(TrainerCallback):
         def on_train_begin(self, *args, **kwargs):
@@ -100,18 +100,18 @@ def _hf_run(steps: int, with_callback: bool, root: str) -> float:
     timer = Timer()
     hooks = ("on_train_begin", "on_step_end", "on_epoch_end", "on_log", "on_evaluate", "on_save", "on_train_end")
     callbacks = [timer] + (
-        [_time_hooks(RunwatchCallback(os.path.join(root, "runwatch"), seq_len=SEQ), hooks)] if with_callback else []
+        [_time_hooks(HFCallback(os.path.join(root, "runwatch"), seq_len=SEQ), hooks)] if with_callback else []
     )
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks)
     trainer.remove_callback(PrinterCallback)  # it prints every log line
-    from runwatch.integrations import hf
+    from runwatch.integrations import hfsession
 
-    capture = hf._Session._capture_loss
-    hf._Session._capture_loss = _timed(capture)
+    capture = hfsession.TrainerSession._capture_loss
+    hfsession.TrainerSession._capture_loss = _timed(capture)
     try:
         trainer.train()
     finally:
-        hf._Session._capture_loss = capture
+        hfsession.TrainerSession._capture_loss = capture
     return steps / (timer.t1 - timer.t0), timer.t1 - timer.t0
 
 
@@ -119,7 +119,7 @@ def _lightning_run(steps: int, with_callback: bool, root: str) -> float:
     import lightning as L
     import torch
 
-    from runwatch.integrations.lightning import RunwatchCallback
+    from runwatch.integrations import LightningCallback
 
     class Timer(L.Callback):
         def on_train_start(self, *args):
@@ -158,7 +158,7 @@ def _lightning_run(steps: int, with_callback: bool, root: str) -> float:
         "on_exception",
     )
     callbacks = [timer] + (
-        [_time_hooks(RunwatchCallback(os.path.join(root, "runwatch")), hooks)] if with_callback else []
+        [_time_hooks(LightningCallback(os.path.join(root, "runwatch")), hooks)] if with_callback else []
     )
     trainer = L.Trainer(
         max_steps=steps,

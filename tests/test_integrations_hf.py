@@ -486,9 +486,9 @@ def test_the_heartbeat_shows_eval_during_a_slow_compute_metrics_and_checkpoint_d
 
 
 def test_a_window_older_than_max_window_seconds_asks_the_trainer_for_a_log(tmp_path, monkeypatch):
-    import runwatch.integrations.hf as hf
+    import runwatch.integrations.hfsession as hfsession
 
-    monkeypatch.setattr(hf, "MAX_WINDOW_SECONDS", 0.0)  # every window is old: slow steps, in short
+    monkeypatch.setattr(hfsession, "MAX_WINDOW_SECONDS", 0.0)  # every window is old: slow steps, in short
     make_trainer(
         tmp_path, 6, [RunwatchCallback(seq_len=SEQ)], logging_steps=100, eval_strategy="no", save_strategy="no"
     ).train()

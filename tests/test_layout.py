@@ -23,7 +23,7 @@ def test_a_long_module_says_why_in_its_header():
 # never from above (docs/ARCHITECTURE.md draws them). The compatibility modules at the root
 # (runwatch.watchdog, .records, .status, .heartbeats) and the command line are the top.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "version"),  # the exception hierarchy and the exit codes
+    ("errors", "version", "lazy"),  # the exception hierarchy and the exit codes; the faces' lazy names
     ("files", "procs", "options"),  # a run directory's files and formats, its processes; the options contract
     ("reading",),  # any log, read and followed as records
     ("logger", "integrations"),  # the training side: RunLogger and its callbacks

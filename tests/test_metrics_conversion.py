@@ -1,4 +1,4 @@
-"""The logger's once-per-window conversion of tensors to floats (metrics._as_float_list)."""
+"""The logger's once-per-window conversion of tensors to floats (convert.as_float_list)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from runwatch import RunLogger
-from runwatch.logger.metrics import _as_float_list
+from runwatch.logger.convert import as_float_list
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
@@ -45,13 +45,13 @@ CASES = {
 
 @pytest.mark.parametrize("values", CASES.values(), ids=CASES.keys())
 def test_as_float_list_equals_one_by_one(values):
-    assert _same(_as_float_list(values), _one_by_one(values))
+    assert _same(as_float_list(values), _one_by_one(values))
 
 
 @pytest.mark.parametrize("values", [[T([1.0, 2.0])], [T(1.0), T([1.0, 2.0])], [T([1.0, 2.0]), T([3.0, 4.0])]])
 def test_many_element_tensor_is_refused_as_before(values):
     with pytest.raises(RuntimeError, match=r"shape '\[\]' is invalid for input of size 2"):
-        _as_float_list(values)
+        as_float_list(values)
 
 
 def _count_conversions(monkeypatch) -> dict:

@@ -10,15 +10,14 @@ import os
 import pytest
 
 from runwatch.errors import InvalidRunError
-from runwatch.files import schema
+from runwatch.files import lines
+from runwatch.files.lines import open_run_file, read_regular_file
 from runwatch.files.schema import (
     SessionValidator,
     json_problem,
     loads,
-    open_regular,
     orjson_misread,
     read_manifest,
-    read_regular_file,
     strict_json,
     validate_manifest,
 )
@@ -307,18 +306,18 @@ def test_read_regular_file_follows_a_symlink_to_a_regular_file(tmp_path):
         ("fifo", True, "w: not a regular file"),
     ],
 )
-def test_open_regular_closes_what_it_refuses(tmp_path, what, name_directory, message):
+def test_open_run_file_closes_what_it_refuses(tmp_path, what, name_directory, message):
     path = _make(tmp_path, what)
     before = len(os.listdir("/proc/self/fd"))
     with pytest.raises(InvalidRunError) as info:
-        open_regular(path, "w", name_directory=name_directory)
+        open_run_file(path, "w", name_directory=name_directory)
     assert str(info.value) == message
     assert len(os.listdir("/proc/self/fd")) == before
 
 
-def test_open_regular_leaves_missing_files_to_the_caller(tmp_path):
+def test_open_run_file_leaves_missing_files_to_the_caller(tmp_path):
     with pytest.raises(FileNotFoundError):
-        open_regular(str(tmp_path / "nope"), "w")
+        open_run_file(str(tmp_path / "nope"), "w")
 
 
 def test_read_manifest_reads_a_run_directory(tmp_path):
@@ -335,4 +334,4 @@ def test_line_blocks_refuse_a_torn_tail(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"a": 1}\n{"b": 2}\n{"c"')
     with pytest.raises(InvalidRunError, match="^Uncommitted metrics tail at line 3$"):
-        list(schema.iter_lines(str(path)))
+        list(lines.iter_lines(str(path)))

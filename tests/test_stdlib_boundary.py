@@ -66,7 +66,7 @@ CORE = [
     "runwatch.reading.readers.jsonl",
     "runwatch.reading.readers.trainerstate",
 ]
-# `runwatch mcp`'s tools (the SDK is imported by runwatch.views.agent.server alone) and the runbook.
+# `runwatch mcp`'s tools (the SDK is imported by runwatch.views.agent.server and the answers and waits it imports) and the runbook.
 CORE += [
     "runwatch.judging.runbook",
     "runwatch.views.agent",

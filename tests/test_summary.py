@@ -13,7 +13,7 @@ import pytest
 from runwatch import summarize
 from runwatch.cli import main
 from runwatch.errors import InvalidRunError
-from runwatch.files import schema
+from runwatch.files import lines
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -195,7 +195,7 @@ def test_run_dir_missing(tmp_path, capsys):
 
 def test_overlong_line_is_refused_without_reading_it_whole(tmp_path, monkeypatch, capsys):
     d = _copy_valid(tmp_path)
-    monkeypatch.setattr(schema, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(lines, "MAX_LINE_BYTES", 4096)
     with open(os.path.join(d, "metrics.jsonl"), "ab") as f:
         f.write(b'{"x": "' + b"a" * 100_000)  # no newline, far over the limit
     assert main(["summarize", d]) == 1

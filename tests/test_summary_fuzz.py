@@ -25,7 +25,7 @@ from fuzzing import BASE, FUZZ, HOSTILE_VALUES, NUMBER, RECIPE, lines_of, mutate
 from runwatch import RunLogger, summarize
 from runwatch.cli import main
 from runwatch.errors import InvalidRunError
-from runwatch.files import schema
+from runwatch.files import lines, schema
 
 
 def _outcome(run_dir: str, fast: bool) -> tuple[str, object]:
@@ -165,7 +165,7 @@ def test_2gb_line_without_newline_costs_bounded_memory(tmp_path, name):
         f.truncate(2 * 1024**3)
     code, out, err, rss = _run_bounded(["summarize", d])
     expected = {
-        "metrics.jsonl": f"metrics.jsonl:1: line longer than {schema.MAX_LINE_BYTES} bytes",
+        "metrics.jsonl": f"metrics.jsonl:1: line longer than {lines.MAX_LINE_BYTES} bytes",
         "run.json": f"run.json: larger than {schema.MAX_MANIFEST_BYTES} bytes",
     }[name]
     assert (code, out, err) == (1, "", f"Invalid training run: {expected}")

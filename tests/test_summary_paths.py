@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from runwatch import RunLogger, summarize
 from runwatch.errors import InvalidRunError
-from runwatch.files import schema
-from runwatch.files.schema import SessionValidator, iter_lines
+from runwatch.files import lines
+from runwatch.files.lines import iter_lines
+from runwatch.files.schema import SessionValidator
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 VALID = os.path.join(DATA, "valid", "two_sessions")
@@ -124,7 +125,7 @@ def test_odd_lines_give_the_same_outcome_with_and_without_orjson(tmp_path, text)
 @pytest.mark.parametrize("block", [1, 7, 64, 333, 4096])
 def test_block_size_changes_nothing(monkeypatch, tmp_path, block):
     expected = summarize(VALID, fast=False)
-    monkeypatch.setattr(schema, "READ_BLOCK_BYTES", block)
+    monkeypatch.setattr(lines, "READ_BLOCK_BYTES", block)
     assert summarize(VALID, fast=False) == expected
     assert summarize(VALID) == expected
     torn = _edit(tmp_path, LINE, lambda t: t)
@@ -148,7 +149,7 @@ def test_block_size_changes_nothing(monkeypatch, tmp_path, block):
 def test_iter_lines_reads_every_line_with_its_newline(monkeypatch, tmp_path, content, block):
     path = tmp_path / "m.jsonl"
     path.write_bytes(content)
-    monkeypatch.setattr(schema, "READ_BLOCK_BYTES", block)
+    monkeypatch.setattr(lines, "READ_BLOCK_BYTES", block)
     assert list(iter_lines(str(path))) == list(enumerate(content.splitlines(keepends=True), 1))
 
 
@@ -165,8 +166,8 @@ def test_iter_lines_reads_every_line_with_its_newline(monkeypatch, tmp_path, con
 def test_line_limit_whatever_the_block(monkeypatch, tmp_path, content, message, block):
     path = tmp_path / "m"
     path.write_bytes(content)
-    monkeypatch.setattr(schema, "MAX_LINE_BYTES", 40)
-    monkeypatch.setattr(schema, "READ_BLOCK_BYTES", block)
+    monkeypatch.setattr(lines, "MAX_LINE_BYTES", 40)
+    monkeypatch.setattr(lines, "READ_BLOCK_BYTES", block)
     with pytest.raises(InvalidRunError) as info:
         list(iter_lines(str(path), "m"))
     assert str(info.value) == message

@@ -1,12 +1,23 @@
 """runwatch: supervise long training runs.
 
-The logger (`RunLogger`) writes schema-v1 telemetry; `summarize` audits it. Both need only the
-standard library. `resume_checkpoint` names the checkpoint a (supervised) relaunch resumes
-from. `verify_checkpoint` reads a checkpoint back (torch/safetensors, imported lazily).
+The names a training script and a user need most, from the faces of their layers:
+
+    from runwatch import RunLogger            # the logger (runwatch.logger): schema-v1 telemetry
+    from runwatch import summarize            # the acceptance summary (runwatch.judging)
+    from runwatch import resume_checkpoint    # the checkpoint a (supervised) relaunch resumes from
+    from runwatch import verify_checkpoint    # a checkpoint read back (torch/safetensors, lazily)
+
+Each layer's package is its face and exports its public names: `runwatch.files`, `runwatch.procs`,
+`runwatch.options`, `runwatch.reading`, `runwatch.logger`, `runwatch.integrations`,
+`runwatch.judging`, `runwatch.supervising`, `runwatch.preflight`, `runwatch.views`, and
+`runwatch.errors` (docs/ARCHITECTURE.md, "The public API: one face per layer").
 """
 
-import importlib
+from __future__ import annotations
+
 from typing import TYPE_CHECKING, Any
+
+from . import lazy
 
 # Every exception a public function raises is exported here, so callers can catch it by name.
 from .errors import (
@@ -29,36 +40,24 @@ from .errors import (
 from .version import __version__
 
 if TYPE_CHECKING:
-    from .files.checkpoint import verify_checkpoint
-    from .judging.summary import summarize
-    from .logger.metrics import RunLogger
-    from .reading.resume import resume_checkpoint
+    from .files import verify_checkpoint as verify_checkpoint
+    from .judging import summarize as summarize
+    from .logger import RunLogger as RunLogger
+    from .reading import resume_checkpoint as resume_checkpoint
 
-# Imported on first use (PEP 562), so that `from runwatch import RunLogger` in a training process
-# loads the logger and not the acceptance summary or the resume helpers; the exceptions above are
-# imported at once (every public function may raise them).
-_LAZY = {
-    "RunLogger": ".logger.metrics",
-    "summarize": ".judging.summary",
-    "resume_checkpoint": ".reading.resume",
-    "verify_checkpoint": ".files.checkpoint",
+# Imported on first use (PEP 562) from their layers' faces, so that `from runwatch import RunLogger`
+# in a training process loads the logger and not the acceptance summary or the resume helpers; the
+# exceptions above are imported at once (every public function may raise them).
+_PUBLIC: dict[str, tuple[str, ...]] = {
+    ".logger": ("RunLogger",),
+    ".judging": ("summarize",),
+    ".reading": ("resume_checkpoint",),
+    ".files": ("verify_checkpoint",),
 }
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'runwatch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later lookups find it without this hook
-    return value
-
+_WHERE = lazy.index(_PUBLIC)
 
 __all__ = [
-    "RunLogger",
-    "summarize",
-    "resume_checkpoint",
-    "verify_checkpoint",
+    *lazy.public(_PUBLIC),
     "RunwatchError",
     "InvalidRunError",
     "UsageError",
@@ -76,3 +75,11 @@ __all__ = [
     "Terminated",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    return lazy.resolve(__name__, globals(), _WHERE, name)
+
+
+def __dir__() -> list[str]:
+    return lazy.listing(globals(), _WHERE)

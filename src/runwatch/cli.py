@@ -15,7 +15,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
-from .errors import run_guarded
+from .errors import run_guarded as run_guarded
 from .options import Parser
 
 __all__ = ["main", "build_parser", "run_guarded"]

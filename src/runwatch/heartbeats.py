@@ -1,10 +1,34 @@
-"""`runwatch.heartbeats`, kept where earlier docs and code import it: the per-rank heartbeat
-files (`runwatch.files.heartbeats`) and the rank rules that judge them (`runwatch.judging.ranks`).
-Everything they export is re-exported here."""
+"""`runwatch.heartbeats`, kept for one release where earlier docs and code import it: the per-rank heartbeat files and the rank rules that judge them.
 
-from .files.heartbeats import *  # noqa: F403
-from .files.heartbeats import __all__ as _files_all
-from .judging.ranks import *  # noqa: F403
-from .judging.ranks import __all__ as _ranks_all
+Import from `runwatch.files` and `runwatch.judging` instead. Each name below resolves on first use from where it
+lives now; this module exports nothing (no `__all__`) and nothing inside the package imports it.
+"""
 
-__all__ = [*_files_all, *_ranks_all]
+from __future__ import annotations
+
+from typing import Any
+
+from . import lazy
+
+# module -> the names this module used to export.
+_FROM: dict[str, tuple[str, ...]] = {
+    "runwatch.files": (
+        "HISTORY_WINDOWS",
+        "HeartbeatConfig",
+        "Heartbeat",
+        "heartbeat_path",
+        "parse_heartbeat",
+        "read_heartbeats",
+        "current_session",
+    ),
+    "runwatch.judging": ("rank_stall_finding", "StragglerRule", "RankMonitor", "rank_status_lines"),
+}
+_WHERE = lazy.index(_FROM)
+
+
+def __getattr__(name: str) -> Any:
+    return lazy.resolve(__name__, globals(), _WHERE, name)
+
+
+def __dir__() -> list[str]:
+    return lazy.listing(globals(), _WHERE)

@@ -1,5 +1,34 @@
-"""`runwatch.watchdog`, kept where earlier docs and code import it: the watch and its replay
-(`runwatch.judging.watchdog`, where it lives now). Everything it exports is re-exported here."""
+"""`runwatch.watchdog`, kept for one release where earlier docs and code import it: the watch and its replay.
 
-from .judging.watchdog import *  # noqa: F403
-from .judging.watchdog import __all__ as __all__
+Import from `runwatch.judging` instead. Each name below resolves on first use from where it
+lives now; this module exports nothing (no `__all__`) and nothing inside the package imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import lazy
+
+# module -> the names this module used to export.
+_FROM: dict[str, tuple[str, ...]] = {
+    "runwatch.judging": (
+        "Options",
+        "Verdict",
+        "Watcher",
+        "CheckResult",
+        "watch",
+        "check",
+        "load_options",
+        "POLL_CHECKS",
+    ),
+}
+_WHERE = lazy.index(_FROM)
+
+
+def __getattr__(name: str) -> Any:
+    return lazy.resolve(__name__, globals(), _WHERE, name)
+
+
+def __dir__() -> list[str]:
+    return lazy.listing(globals(), _WHERE)

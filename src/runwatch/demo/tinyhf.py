@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
     from ..errors import NonFiniteLossError
-    from ..integrations.hf import RunwatchCallback, auroc_metrics
+    from ..integrations.hf import HFCallback, auroc_metrics
     from ..reading.resume import resume_checkpoint
     from .tinytrain import make_batch
 
@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         train_dataset=Sequences(8000, 0, shift),
         eval_dataset=Sequences(256, 1),
         compute_metrics=auroc_metrics,
-        callbacks=[RunwatchCallback(opts.run_dir, seq_len=SEQ_LEN), Pace()],
+        callbacks=[HFCallback(opts.run_dir, seq_len=SEQ_LEN), Pace()],
     )
     # RUNWATCH_RESUME_FROM after a rollback, else the run's latest verified checkpoint; else the
     # Trainer's own latest in output_dir, if any

@@ -19,8 +19,8 @@ from typing import Any, Literal, overload
 
 from ..errors import ConfigError, InvalidRunError
 from .jsonio import loads
+from .lines import open_run_file
 from .rundir import HEARTBEATS
-from .schema import open_regular
 
 __all__ = [
     "HISTORY_WINDOWS",
@@ -30,6 +30,7 @@ __all__ = [
     "parse_heartbeat",
     "read_heartbeats",
     "current_session",
+    "PHASE_NAME",
 ]
 
 _NAME = re.compile(r"rank-(\d{1,9})\.json")
@@ -39,6 +40,9 @@ MAX_HEARTBEAT_BYTES = 64 * 1024
 # rank, and a poll every 5 s may miss a few fast windows between two reads.
 HISTORY_WINDOWS = 16
 STATES = frozenset({"running", "ended"})
+# Names of phases (`RunLogger.phase`, a heartbeat's `phase`, `--phase-stall NAME=S`): short
+# identifiers, safe in a file, a flag and a message.
+PHASE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,7 +225,7 @@ def read_heartbeats(run_dir: str) -> tuple[dict[int, Heartbeat], list[str]]:
         where = f"{HEARTBEATS}/{name}"
         try:
             # raw reads: one syscall a file; O_NONBLOCK so that a FIFO in the way cannot block a poll
-            fd = open_regular(os.path.join(folder, name), where, name_directory=False)
+            fd = open_run_file(os.path.join(folder, name), where, name_directory=False)
             try:
                 data = os.read(fd, MAX_HEARTBEAT_BYTES + 1)
             finally:

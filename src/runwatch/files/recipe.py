@@ -1,18 +1,19 @@
-"""What `RunLogger` accepts: the recipe, the counters a resumed session starts from, and its other
-arguments, each checked on construction: a `ConfigError` names the argument, what it must be and
+"""What `RunLogger` accepts: the recipe, the counters a resumed session starts from, its other
+arguments, each checked on construction, and a checkpoint's fields: a `ConfigError` names the argument, what it must be and
 what it got. Standard library only.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ConfigError
 from .heartbeats import HeartbeatConfig
 
-__all__ = ["check_recipe", "check_start", "check_arguments"]
+__all__ = ["check_recipe", "check_start", "check_arguments", "check_checkpoint"]
 
 
 def check_recipe(recipe: object) -> dict[str, Any]:
@@ -74,3 +75,24 @@ def check_arguments(
         raise ConfigError(f"RunLogger.heartbeat must be a HeartbeatConfig or None, got {type(heartbeat).__name__}")
     if hardware is not None and not isinstance(hardware, dict):
         raise ConfigError(f"RunLogger.hardware must be a dict or None, got {type(hardware).__name__}")
+
+
+def check_checkpoint(
+    path: str | os.PathLike[str], seconds: object, bytes: object = None, verified: object = None
+) -> dict[str, Any]:
+    """The fields of `RunLogger.checkpoint`'s record: `path`, `seconds` (a finite number >= 0),
+    `bytes` (an int >= 0) and `verified` when given."""
+    try:
+        value = float(seconds)  # type: ignore[arg-type]  # anything float() takes; checked below
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"RunLogger.checkpoint: seconds must be a finite number >= 0, got {seconds!r}")
+    fields: dict[str, Any] = {"path": os.fspath(path), "seconds": value}
+    if bytes is not None:
+        if type(bytes) is not int or bytes < 0:
+            raise ConfigError(f"RunLogger.checkpoint: bytes must be an int >= 0, got {bytes!r}")
+        fields["bytes"] = bytes
+    if verified is not None:
+        fields["verified"] = bool(verified)
+    return fields

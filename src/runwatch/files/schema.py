@@ -1,60 +1,52 @@
 """Schema v1 of a run directory (docs/FORMAT.md): the manifest and the records of `metrics.jsonl`.
 
-This is the one parser and validator of records. The summary, the watchdog, `status` and the
-plots all read through it. The strict JSON it parses and writes with (`loads`, `dumps`, ...) is
+This is the one validator of the manifest and the records; the summary, the watchdog, `status`
+and the plots all check through it (`lines` reads the files themselves: regular files only,
+bounded). The strict JSON it parses and writes with (`loads`, `dumps`, ...) is
 `jsonio`'s, re-exported here. Standard library only.
 
 Decisions where docs/FORMAT.md is silent (documented in docs/SCHEMA.md):
 - Unknown keys in records and manifests are allowed and ignored (forward compatibility).
 - `memory` values must be ints >= 0; their names are not checked.
 - The manifest's `recipe` must hold all four named keys (`qk_clip_threshold` may be null).
-
-Longer than 500 lines on purpose: the field-by-field checks and the fast check of a train window
-must agree on every record (a property test holds them to it), so they sit side by side.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-from collections.abc import Iterator
 from typing import Any
 
-from ..errors import InvalidRunError, NotRegularFileError
-from . import safeio
+from ..errors import InvalidRunError
 from .jsonio import dumps, json_problem, loads, orjson_misread, strict_json
+from .lines import MAX_LINE_BYTES as MAX_LINE_BYTES  # (the names below moved to lines: kept here for one release)
+from .lines import iter_line_blocks as iter_line_blocks
+from .lines import iter_lines as iter_lines
+from .lines import open_run_file
+from .lines import read_regular_file as read_regular_file
 from .rundir import RunDir
 
 __all__ = [
     "SCHEMA_VERSION",
-    "EVENTS",
+    "RECORD_EVENTS",
     "END_REASONS",
-    "MAX_LINE_BYTES",
     "MAX_MANIFEST_BYTES",
     "loads",
     "strict_json",
     "json_problem",
     "dumps",
     "read_manifest",
-    "open_regular",
-    "read_regular_file",
     "validate_manifest",
-    "iter_lines",
-    "iter_line_blocks",
     "SessionValidator",
-    "WindowValues",
+    "WindowSums",
     "window_tokens",
     "orjson_misread",
 ]
 
 SCHEMA_VERSION = 1
-EVENTS = frozenset({"train", "val", "checkpoint", "session_end"})
+RECORD_EVENTS = frozenset({"train", "val", "checkpoint", "session_end"})
 END_REASONS = frozenset({"normal", "nonfinite_loss", "error", "interrupted"})
 
-# A train record is ~500 bytes; a val record with a few hundred metrics a few kB. 16 MiB leaves room
-# for anything a producer could reasonably write and bounds what one hostile line can cost us.
-MAX_LINE_BYTES = 16 * 1024 * 1024
 # run.json grows by ~400 bytes a session; 64 MiB is ~150k resumes.
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
@@ -112,49 +104,6 @@ def _get(obj: dict[str, Any], key: str, where: str, field: str) -> Any:
 
 
 # --- the manifest ---------------------------------------------------------------------------------
-
-
-def open_regular(path: str, where: str, *, name_directory: bool = True, at: str = "") -> int:
-    """A descriptor open for reading on `path`, which must be a regular file; the caller closes it.
-
-    `safeio.open_regular` (O_NONBLOCK and fstat, not isfile() then open(): a FIFO put there in
-    between would block, and /dev/zero never ends). Raises what os.open raises (the caller knows
-    what a missing file means to it), else InvalidRunError `<where>: a directory<at>` (`not a
-    regular file` without `name_directory`) or `<where>: not a regular file<at>`.
-    """
-    try:
-        return safeio.open_regular(path)
-    except NotRegularFileError as exc:
-        what = "a directory" if name_directory and exc.is_directory else "not a regular file"
-        raise InvalidRunError(f"{where}: {what}{at}") from None
-
-
-def read_regular_file(path: str, where: str, limit: int, *, show_path: bool = False) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes; InvalidRunError naming `where` otherwise.
-
-    Opened by `open_regular`. `show_path` adds the full path to the messages about opening.
-    """
-    at = f" ({path})" if show_path else ""
-    try:
-        fd = open_regular(path, where, name_directory=show_path, at=at)
-    except FileNotFoundError as exc:
-        if show_path:
-            raise InvalidRunError(f"{where}: missing{at}") from None
-        raise InvalidRunError(f"{where}: cannot open: {exc.strerror or exc}") from None
-    except OSError as exc:
-        raise InvalidRunError(f"{where}: cannot open: {exc.strerror or exc}{at}") from None
-    try:
-        with os.fdopen(fd, "rb") as f:
-            fd = -1
-            data = f.read(limit + 1)
-    except OSError as exc:
-        raise InvalidRunError(f"{where}: cannot read: {exc.strerror or exc}") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(data) > limit:
-        raise InvalidRunError(f"{where}: larger than {limit} bytes")
-    return data
 
 
 def read_manifest(run_dir: str) -> dict[str, Any]:
@@ -219,71 +168,12 @@ def window_tokens(recipe: dict[str, Any], attempted: int) -> int:
     return tokens
 
 
-# --- reading lines --------------------------------------------------------------------------------
-
-
-# Lines are read this many bytes at a time (and split in C); capped at MAX_LINE_BYTES + 1 so that a
-# line that lies inside one block can never be too long.
-READ_BLOCK_BYTES = 1 << 20
-
-
-def iter_line_blocks(path: str, name: str = "metrics.jsonl") -> Iterator[tuple[int, list[bytes]]]:
-    """Yield (number of the first line, the complete lines without their newline) a block at a time.
-
-    Memory holds one block (READ_BLOCK_BYTES) and one line at most. A final line without a newline
-    raises `Uncommitted metrics tail at line N`; a line longer than MAX_LINE_BYTES raises before it
-    is read whole. Only regular files are read (a FIFO or a device would block or never end).
-    """
-    try:
-        fd = open_regular(path, name)
-    except OSError as exc:
-        raise InvalidRunError(f"{name}: cannot open: {exc.strerror or exc}") from None
-    try:
-        f = os.fdopen(fd, "rb", buffering=0)
-    except BaseException:
-        os.close(fd)
-        raise
-    with f:
-        limit = MAX_LINE_BYTES
-        block_size = min(READ_BLOCK_BYTES, limit + 1)
-        done = 0  # complete lines so far
-        tail = b""  # the start of a line whose newline is still to come
-        while True:
-            try:
-                block = f.read(block_size)
-            except OSError as exc:
-                raise InvalidRunError(f"{name}:{done + 1}: cannot read: {exc.strerror or exc}") from None
-            if not block:
-                break
-            lines = block.split(b"\n")
-            if tail:
-                lines[0] = tail + lines[0]
-            tail = lines.pop()
-            if lines:
-                # only the first line can be too long: the others lie inside this block
-                if len(lines[0]) > limit:
-                    raise InvalidRunError(f"{name}:{done + 1}: line longer than {limit} bytes")
-                yield done + 1, lines
-                done += len(lines)
-            if len(tail) > limit:
-                raise InvalidRunError(f"{name}:{done + 1}: line longer than {limit} bytes")
-        if tail:
-            raise InvalidRunError(f"Uncommitted metrics tail at line {done + 1}")
-
-
-def iter_lines(path: str, name: str = "metrics.jsonl") -> Iterator[tuple[int, bytes]]:
-    """Yield (line number, raw line with its newline) from `path`, as `iter_line_blocks` reads it."""
-    for first, lines in iter_line_blocks(path, name):
-        for lineno, line in enumerate(lines, first):
-            yield lineno, line + b"\n"
-
-
 # --- records --------------------------------------------------------------------------------------
 
 # What the summary sums of one train window (`SessionValidator.take_window`): step, updates,
 # skipped, tokens, nonfinite_grad_norms, train_seconds, loss, grad_norm.max, grad_clipped_fraction,
 # qk_clip (None when absent), memory (None when absent).
-WindowValues = tuple[int, int, int, int, int, float, float, float, float, dict[str, Any] | None, dict[str, int] | None]
+WindowSums = tuple[int, int, int, int, int, float, float, float, float, dict[str, Any] | None, dict[str, int] | None]
 
 
 class SessionValidator:
@@ -313,7 +203,7 @@ class SessionValidator:
         """
         return self.take_window(rec) is not None
 
-    def take_window(self, rec: Any) -> WindowValues | None:
+    def take_window(self, rec: Any) -> WindowSums | None:
         """Take `rec` if it is a train record of this session that `check` would take; else None.
 
         The common record of a log, checked by the same rules as `check` written inline, several
@@ -416,7 +306,7 @@ class SessionValidator:
         return step, updates, skipped, tokens, nonfinite, seconds, loss, grad_max, fraction, qk, memory
 
     @staticmethod
-    def window_values(rec: dict[str, Any]) -> WindowValues:
+    def window_values(rec: dict[str, Any]) -> WindowSums:
         """What `take_window` returns, of a train record that `check` took."""
         return (
             rec["step"],
@@ -445,7 +335,7 @@ class SessionValidator:
         if run_id != self.run_id:
             raise InvalidRunError(f"{where}: run_id {_show(run_id)} differs from the manifest's {self.run_id!r}")
         event = _get(rec, "event", where, "event")
-        if type(event) is not str or event not in EVENTS:
+        if type(event) is not str or event not in RECORD_EVENTS:
             raise _fail(where, "event", "one of train, val, checkpoint, session_end", event)
         step = _int(_get(rec, "step", where, "step"), where, "step")
         _number(_get(rec, "time", where, "time"), where, "time")
@@ -557,3 +447,9 @@ class SessionValidator:
             if max_logit is not None:
                 _number(max_logit, where, "qk_clip.max_logit")
         self.step = step
+
+
+# Former names, kept for one release: the record events were `EVENTS`, a window's sums `WindowValues`.
+EVENTS = RECORD_EVENTS
+WindowValues = WindowSums
+open_regular = open_run_file  # (now lines.open_run_file)

@@ -1,7 +1,7 @@
-"""runwatch for Lightning (`lightning` 2.x): `RunwatchCallback`.
+"""runwatch for Lightning (`lightning` 2.x): `LightningCallback`.
 
-    from runwatch.integrations.lightning import RunwatchCallback
-    trainer = lightning.Trainer(..., callbacks=[RunwatchCallback()])
+    from runwatch.integrations import LightningCallback
+    trainer = lightning.Trainer(..., callbacks=[LightningCallback()])
 
 What maps to what (docs/INTEGRATIONS.md has the whole story):
 - each optimizer step (one `on_before_optimizer_step` call, whether the GradScaler then skips it or
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
     from ..logger.convert import Flag, Scalar
 
-__all__ = ["RunwatchCallback"]
+__all__ = ["LightningCallback", "RunwatchCallback"]
 
 
 class _TimedCheckpointIO(CheckpointIO):
@@ -259,7 +259,7 @@ class _Session:
                 self.strategy.checkpoint_io = self.inner_io
 
 
-class RunwatchCallback(Callback):
+class LightningCallback(Callback):
     """Writes a schema-v1 run directory from a Lightning `Trainer.fit()` (only on global rank 0).
 
     Args:
@@ -374,3 +374,7 @@ class RunwatchCallback(Callback):
             session.close("interrupted", type(exception).__name__)
         else:
             session.close("error", f"{type(exception).__name__}: {exception}")
+
+
+# The earlier name, kept for one release.
+RunwatchCallback = LightningCallback

@@ -15,7 +15,9 @@ import time
 from typing import Any
 
 from ..files.heartbeats import Heartbeat, current_session, read_heartbeats
-from .rankrules import RANK_STALL, STRAGGLER, StragglerRule, fmt_seconds, rank_stall_finding
+from .rankrules import RANK_STALL, STRAGGLER, fmt_seconds
+from .rankrules import StragglerRule as StragglerRule
+from .rankrules import rank_stall_finding as rank_stall_finding
 from .rules import Finding
 
 __all__ = ["rank_stall_finding", "StragglerRule", "RankMonitor", "rank_status_lines"]

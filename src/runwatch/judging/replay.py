@@ -20,7 +20,7 @@ from ..reading.history import origin_step, path
 from ..reading.nosignal import holds_something, no_signal_message
 from ..reading.readers import ReadOptions
 from ..reading.records import Record, RecordSource, Session, parser_for, resolve_target
-from ..reading.source import reached  # the step a log reached: one definition for check, status and the page
+from ..reading.source import reached as reached
 from .rules import Finding, Replay, RuleOptions, fmt_step, verdict_class
 from .ruleset import DIVERGENCE, STOP, TRANSIENT, WARN
 from .verdict import exit_status
@@ -203,7 +203,7 @@ def check(target: str, options: RuleOptions | None = None, read: ReadOptions | N
         return CheckResult([Finding("invalid_log", 0, str(exc))], 0)
     torn: list[int | str] = []
     rules = RunReplay(opts, parser.start_step, parser.max_steps)
-    last_step: int | float = parser.start_step(parser.latest_session()) or 0 if parser.mode == "v1" else 0
+    last_step: int | float = parser.start_step(parser.latest_session()) or 0
     source = RecordSource(t, parser=parser)
     count = 0
     try:

@@ -24,14 +24,23 @@ from typing import Any
 from ..errors import ConfigError
 from ..options import INT_1, TEXTS, option, validate
 from ..reading.records import Record, parse_maps
-from .declaring import FATAL, OFF, RECORD_COMMANDS, SEVERITIES, STOP, WARN, check_groups
+from .declaring import FATAL, OFF, RECORD_COMMANDS, STOP, WARN, check_groups
+from .declaring import SEVERITIES as SEVERITIES
 from .evalrules import MetricOptions, MetricStuck, MetricStuckOptions, OverfittingOptions
 from .gradrules import GradOptions
 from .lossrules import LossAtChanceOptions, LossCollapseOptions, LossSpikeOptions
 from .progress import NoProgress, NoProgressOptions, NoSignal
-from .rulebase import REFERENCE_RECORDS, SKIP, Rule, SessionFacts, Skip, fmt_step
-from .ruleset import CLASSES, DEFAULT_SEVERITY, RECORD_KINDS, RULE_ORDER, verdict_class
-from .throughput import ThroughputDrop, ThroughputOptions
+from .rulebase import REFERENCE_RECORDS, SessionFacts, Skip
+from .rulebase import SKIP as SKIP
+from .rulebase import Rule as Rule
+from .rulebase import fmt_step as fmt_step
+from .ruleset import CLASSES as CLASSES
+from .ruleset import DEFAULT_SEVERITY as DEFAULT_SEVERITY
+from .ruleset import RECORD_KINDS as RECORD_KINDS
+from .ruleset import RULE_ORDER as RULE_ORDER
+from .ruleset import verdict_class as verdict_class
+from .throughput import ThroughputDrop as ThroughputDrop
+from .throughput import ThroughputOptions
 
 __all__ = ["Finding", "Rule", "RuleOptions", "Rules", "RULE_ORDER", "SKIP", "Replay", "CLASSES", "SEVERITIES"]
 __all__ += ["DEFAULT_SEVERITY", "RECORD_KINDS", "ThroughputDrop", "verdict_class", "fmt_step", "replay"]

@@ -17,32 +17,33 @@ from __future__ import annotations
 from .declaring import DIVERGENCE as DIVERGENCE
 from .declaring import FATAL as FATAL
 from .declaring import OFF as OFF
-from .declaring import SEVERITIES, PollKind
+from .declaring import SEVERITIES as SEVERITIES
 from .declaring import STOP as STOP
 from .declaring import TRANSIENT as TRANSIENT
 from .declaring import WARN as WARN
+from .declaring import PollKind
 from .evalrules import EvalNonfiniteLoss, InvertedMetric, MetricStuck, Overfitting, StuckMetric
-from .gradrules import GRAD_MIN_HISTORY, GradCollapse, GradExplosion, NonfiniteGrad
+from .gradrules import GRAD_MIN_HISTORY as GRAD_MIN_HISTORY
+from .gradrules import GradCollapse, GradExplosion, NonfiniteGrad
 from .liveness import LIVENESS_KINDS
-from .lossrules import SPIKE_MIN_HISTORY, LossAtChance, LossCollapse, LossSpike, NonfiniteLoss
+from .lossrules import SPIKE_MIN_HISTORY as SPIKE_MIN_HISTORY
+from .lossrules import LossAtChance, LossCollapse, LossSpike, NonfiniteLoss
 from .progress import NoProgress, NoSignal
 from .rankrules import RANK_KINDS
-from .rulebase import (
-    REFERENCE_RECORDS,
-    SKIP,
-    Look,
-    Rule,
-    SessionFacts,
-    Skip,
-    extend_streak,
-    fmt_step,
-    median,
-    show_nonfinite,
-    slide,
-    spread,
-)
+from .rulebase import REFERENCE_RECORDS as REFERENCE_RECORDS
+from .rulebase import SKIP as SKIP
+from .rulebase import Look as Look
+from .rulebase import Rule as Rule
+from .rulebase import SessionFacts as SessionFacts
+from .rulebase import Skip as Skip
+from .rulebase import extend_streak as extend_streak
+from .rulebase import fmt_step as fmt_step
+from .rulebase import median as median
+from .rulebase import show_nonfinite as show_nonfinite
+from .rulebase import slide as slide
+from .rulebase import spread as spread
 from .sessionrules import Interrupted, InvalidLog, SessionError
-from .throughput import ThroughputDrop
+from .throughput import ThroughputDrop as ThroughputDrop
 
 __all__ = [
     "CLASSES",

@@ -17,7 +17,8 @@ from typing import Any
 from ..errors import UsageError
 from .declaring import STOP, Runbook
 from .ruleset import DECLARED, DEFAULT_SEVERITY, POLL_DECLARATIONS, verdict_class
-from .verdict import DONE, DONE_RUNBOOK
+from .verdict import DONE as DONE
+from .verdict import DONE_RUNBOOK
 
 __all__ = ["RUNBOOK", "POLL_KINDS", "DONE", "kinds", "explain", "markdown_table"]
 

@@ -20,8 +20,9 @@ from typing import Any, TypedDict
 
 from ..errors import EXIT_OK, InvalidRunError, RunwatchError
 from ..files.jsonio import loads, strict_json
+from ..files.lines import iter_line_blocks
 from ..files.rundir import RunDir
-from ..files.schema import SessionValidator, iter_line_blocks, read_manifest
+from ..files.schema import SessionValidator, read_manifest
 
 __all__ = ["summarize", "main", "Summary", "LossSummary", "QKClipSummary", "ValSummary"]
 

@@ -15,10 +15,6 @@ device. That conversion is the only host-device sync the logger adds. A single p
 of one rank: it takes the same window path as the ranks of a torch.distributed run (window.py,
 distributed.py). Standard library only; torch is used when the caller passes tensors (and then it
 is already imported).
-
-Longer than 500 lines on purpose: `RunLogger` is the public object of a training loop; its calls
-(step, val, checkpoint, phases, state_dict) share the open window and the journal. Conversion,
-the window, signals, hardware and the recipe are their own modules.
 """
 
 from __future__ import annotations
@@ -27,7 +23,6 @@ import atexit
 import contextlib
 import math
 import os
-import re
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
@@ -35,58 +30,34 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigError, NonFiniteLossError, RanksOutOfStepError, RunwatchError
-from ..files.hardware import detect_hardware, memory_peaks, rank_hardware
-from ..files.heartbeats import HeartbeatConfig
+from ..files.hardware import detect_hardware, rank_hardware
+from ..files.heartbeats import PHASE_NAME, HeartbeatConfig
 from ..files.journal import open_session, utc_now
-from ..files.jsonio import dumps
 from ..files.provenance import capture, data_paths
-from ..files.recipe import check_arguments, check_recipe, check_start
-from ..files.rundir import ENV_RUN_DIR, ENV_WINDOW
+from ..files.recipe import check_arguments, check_checkpoint, check_recipe, check_start
+from ..files.rundir import ENV_RUN_DIR
 from ..files.schema import END_REASONS, SCHEMA_VERSION, validate_manifest, window_tokens
 from .convert import Flag, Scalar, as_float_list
 from .distributed import HeartbeatWriter, rank_group
 from .gpus import GpuSampler
 from .signals import SignalGuard, Terminated
+from .totals import SessionTotals
 from .window import (
     ATTEMPTED,
     BAD,
     BAD_VALUE,
+    DEFAULT_MAX_WINDOW_SECONDS,
+    DEFAULT_WINDOW,
     SECONDS,
     UPDATES,
     OpenWindow,
-    TrainLine,
     columns,
+    default_window,
     window_fields,
     window_row,
 )
 
-__all__ = ["RunLogger", "detect_hardware", "default_window", "PHASE_NAME", "WINDOW_ENV"]
-
-_as_float_list = as_float_list  # its former name here
-
-# Attempted updates per train window: one line per 10 steps keeps the log ~50 bytes a step and the
-# per-step cost at a list append, while a stall still shows within one window of steps.
-DEFAULT_WINDOW = 10
-# Overrides the default window of RunLogger and the callbacks (an explicit `window=` wins):
-# `runwatch bench` sets it to 1 so that every update is a train record of its own.
-WINDOW_ENV = ENV_WINDOW
-
-
-def default_window(fallback: int | None = DEFAULT_WINDOW) -> int | None:
-    """The window when none is passed: `RUNWATCH_WINDOW` when set (an int >= 1), else `fallback`."""
-    text = os.environ.get(WINDOW_ENV, "").strip()
-    if not text:
-        return fallback
-    if not text.isascii() or not text.isdigit() or int(text) < 1:
-        raise ConfigError(f"{WINDOW_ENV} must be an int >= 1, got {text!r}")
-    return int(text)
-
-
-# A window also closes this long after it opened: with slow steps (minutes each) a record still
-# comes at least every minute plus one step, well inside a watchdog's default stall limit.
-DEFAULT_MAX_WINDOW_SECONDS = 60.0
-# Names of phases (`RunLogger.phase`): short identifiers, safe in a file, a flag and a message.
-PHASE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+__all__ = ["RunLogger", "detect_hardware", "default_window", "DEFAULT_MAX_WINDOW_SECONDS"]
 
 
 class RunLogger:
@@ -154,19 +125,12 @@ class RunLogger:
         self._journal, manifest, self._peers = open_session(self.run_dir, self._group, bool(fsync), resume_from, window)
         self.run_id: str = self._peers[0]["run_id"]
         self.session_id: str = self._peers[0]["session_id"]
-        self._train_line = TrainLine(self.run_id, self.session_id)
         # NVML, imported at the first window's close (if at all), by the rank that writes the log
-        self._gpus = GpuSampler(enabled=self._group.rank == 0)
+        self._totals = SessionTotals(self.run_id, self.session_id, start, GpuSampler(enabled=self._group.rank == 0))
         if manifest is not None:
             self._add_session(manifest, start, optimizers, hardware, data_files)
 
         self._closed = False
-        self._step = start["step"]  # cumulative run totals, as written
-        self._tokens_total = start["tokens"]
-        self._skipped_total = start["skipped"]
-        self._session_tokens = 0  # this session's attempted tokens
-        self._profiling_seconds = 0.0
-        self._t0 = time.monotonic()
         self._mark = time.perf_counter()  # the latest step() (or the end of a phase, val, checkpoint)
         self._window = OpenWindow(self._mark, self._due_after)
         self._attempted_done = 0  # attempted updates of this session in closed windows
@@ -183,7 +147,7 @@ class RunLogger:
             heartbeat if heartbeat is not None else HeartbeatConfig(),
         )
         # A single process starts no refresh thread: a hung training thread stops its heartbeat.
-        self._beat.start(self._step, refresh=not self._group.solo)
+        self._beat.start(start["step"], refresh=not self._group.solo)
         self._signals = SignalGuard()
         self._signals.install()
         atexit.register(self._at_exit)
@@ -277,7 +241,7 @@ class RunLogger:
         self._close_window_before_record()
         loss_f, *values = as_float_list([loss, *(metrics or {}).values()])  # note: a sync, once per eval
         if not math.isfinite(loss_f):
-            self._fail_nonfinite(f"non-finite validation loss {loss_f} at step {self._step}")
+            self._fail_nonfinite(f"non-finite validation loss {loss_f} at step {self._totals.step}")
         clean: dict[str, float] = {}
         for name, value in zip((metrics or {}).keys(), values):
             if math.isfinite(value):
@@ -286,7 +250,7 @@ class RunLogger:
                 warnings.warn(
                     f"runwatch: val metric {name!r} is {value}; left out of the record", RuntimeWarning, stacklevel=2
                 )
-        self._write(self._record("val", {"loss": loss_f, "metrics": clean}))
+        self._write(self._totals.record("val", {"loss": loss_f, "metrics": clean}))
         self._mark = time.perf_counter()
 
     def checkpoint(
@@ -296,21 +260,8 @@ class RunLogger:
         read back and loaded)."""
         self._ensure_open()
         self._close_window_before_record()
-        given = seconds
-        try:
-            seconds = float(seconds)
-        except (TypeError, ValueError):
-            seconds = math.nan
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ConfigError(f"RunLogger.checkpoint: seconds must be a finite number >= 0, got {given!r}")
-        fields: dict[str, Any] = {"path": os.fspath(path), "seconds": seconds}
-        if bytes is not None:
-            if type(bytes) is not int or bytes < 0:
-                raise ConfigError(f"RunLogger.checkpoint: bytes must be an int >= 0, got {bytes!r}")
-            fields["bytes"] = bytes
-        if verified is not None:
-            fields["verified"] = bool(verified)
-        self._write(self._record("checkpoint", fields))
+        fields = check_checkpoint(path, seconds, bytes, verified)
+        self._write(self._totals.record("checkpoint", fields))
         self._mark = time.perf_counter()
 
     @contextlib.contextmanager
@@ -321,7 +272,7 @@ class RunLogger:
             yield
         finally:
             now = time.perf_counter()
-            self._profiling_seconds += now - t0
+            self._totals.profiling_seconds += now - t0
             self._mark = now
 
     @contextlib.contextmanager
@@ -353,7 +304,8 @@ class RunLogger:
         """
         self._ensure_open()
         self._close_window_before_record()
-        step, tokens, skipped = self._step, self._tokens_total, self._skipped_total
+        totals = self._totals
+        step, tokens, skipped = totals.step, totals.tokens, totals.skipped
         win = self._window
         if not self._group.solo and win.values:
             skips = sum(1 for s in as_float_list(win.values[3::4]) if s)  # note: a sync, once per checkpoint
@@ -377,7 +329,7 @@ class RunLogger:
     @property
     def current_step(self) -> int:
         """Successful updates so far (written windows only)."""
-        return self._step
+        return self._totals.step
 
     def close(self, reason: str = "normal", error: str | None = None) -> None:
         """End the session: close the open window and write `session_end`. Idempotent."""
@@ -441,7 +393,7 @@ class RunLogger:
         if n:
             # Before the collective: a rank blocked in it has shown that it got here, and a rank
             # that never arrives has not.
-            self._beat.window(self._step + int(row[UPDATES]), win.train_seconds)
+            self._beat.window(self._totals.step + int(row[UPDATES]), win.train_seconds)
         col = columns(self._group.gather(row))
         counts = col[ATTEMPTED]
         if min(counts) != max(counts):
@@ -464,7 +416,9 @@ class RunLogger:
             prefix = columns(self._group.gather(window_row(values, cut, win.train_seconds))) if cut > 0 else None
             self._emit(prefix, cut, values.lr, True)  # allow_empty
             on_rank = "" if self._group.solo else f" on rank {culprit}"
-            self._fail_nonfinite(f"non-finite loss {value}{on_rank} at the attempted update after step {self._step}")
+            self._fail_nonfinite(
+                f"non-finite loss {value}{on_rank} at the attempted update after step {self._totals.step}"
+            )
         self._emit(col, n, values.lr, False)
 
     def _emit(self, col: list[tuple[float, ...]] | None, attempted: int, lr: float, allow_empty: bool) -> None:
@@ -479,13 +433,9 @@ class RunLogger:
         # The counters and the record are committed together: a SIGTERM in between would leave a
         # session_end whose totals count a window the log does not hold.
         with self._signals:
-            self._step += fields["updates"]
-            tokens = fields["tokens"]
-            self._tokens_total += tokens
-            self._skipped_total += fields["skipped"]
-            self._session_tokens += tokens
+            self._totals.add_window(fields)
             self._reset_window(attempted)
-            self._journal.append_line(self._train_record_line(fields))
+            self._journal.append_line(self._totals.train_line(fields))
 
     def _reset_window(self, attempted: int) -> None:
         self._attempted_done += attempted
@@ -501,56 +451,8 @@ class RunLogger:
         if not self._closed:
             self._beat.phase(*(phase or (None, None)))
 
-    def _record(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
-        return self._record_at(event, fields, time.monotonic() - self._t0, time.time(), memory_peaks())
-
-    def _record_at(
-        self, event: str, fields: dict[str, Any], elapsed: float, now: float, memory: dict[str, int]
-    ) -> dict[str, Any]:
-        tokens = self._session_tokens
-        rec: dict[str, Any] = {
-            "run_id": self.run_id,
-            "session_id": self.session_id,
-            "event": event,
-            "step": self._step,
-            "time": now,
-            **fields,
-            "session": {
-                "elapsed_seconds": elapsed,
-                "tokens": tokens,
-                "tokens_per_second": tokens / elapsed if elapsed > 0 else None,
-                "profiling_seconds": self._profiling_seconds,
-            },
-        }
-        if memory:
-            rec["memory"] = memory
-        return rec
-
-    def _train_record_line(self, fields: dict[str, Any]) -> str:
-        """The train record's line: formatted at once by `TrainLine`, or `dumps` of its dict."""
-        elapsed = time.monotonic() - self._t0
-        now = time.time()
-        memory = memory_peaks()
-        gpus = self._gpus.sample()
-        if gpus:  # (a key TrainLine does not write: the record is encoded by dumps)
-            fields = {**fields, "gpus": gpus}
-        tokens = self._session_tokens
-        session = (elapsed, tokens, tokens / elapsed if elapsed > 0 else None, self._profiling_seconds)
-        line = self._train_line(self._step, now, fields, session, memory)
-        return dumps(self._record_at("train", fields, elapsed, now, memory)) if line is None else line
-
     def _end_record(self, reason: str, error: str | None) -> None:
-        self._write(
-            self._record(
-                "session_end",
-                {
-                    "reason": reason,
-                    "error": error,
-                    "totals": {"tokens": self._tokens_total, "skipped": self._skipped_total},
-                },
-            ),
-            sync=True,
-        )
+        self._write(self._totals.end_record(reason, error), sync=True)
 
     def _fail_nonfinite(self, message: str) -> None:
         self._end_record("nonfinite_loss", message)

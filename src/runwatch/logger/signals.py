@@ -17,7 +17,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import TypeAlias
 
-from ..errors import Terminated
+from ..errors import Terminated as Terminated
 
 __all__ = ["Terminated", "SignalGuard"]
 

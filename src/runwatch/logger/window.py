@@ -6,19 +6,44 @@ call (`convert.as_numbers`: the logger's one host-device sync), each rank sums t
 short row of counts, sums and maxima, the rows of all ranks are gathered (for a single process,
 the world of one, its own row), and the record's fields are formed from the gathered rows — the
 same on every rank, so every rank takes the same decisions from them. `TrainLine` writes the
-record's JSON line from them without the JSON encoder (the same text). Standard library only.
+record's JSON line from them without the JSON encoder (the same text). The window's size
+(`default_window`, `RUNWATCH_WINDOW`) and time limit are defined here too. Standard library only.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from ..errors import ConfigError
 from ..files.jsonio import dumps
+from ..files.rundir import ENV_WINDOW
 from .convert import Scalar, as_numbers
 
 __all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "columns", "window_fields", "TrainLine"]
+
+# Attempted updates per train window: one line per 10 steps keeps the log ~50 bytes a step and the
+# per-step cost at a list append, while a stall still shows within one window of steps.
+DEFAULT_WINDOW = 10
+# Overrides the default window of RunLogger and the callbacks (an explicit `window=` wins):
+# `runwatch bench` sets it to 1 so that every update is a train record of its own.
+WINDOW_ENV = ENV_WINDOW
+
+
+def default_window(fallback: int | None = DEFAULT_WINDOW) -> int | None:
+    """The window when none is passed: `RUNWATCH_WINDOW` when set (an int >= 1), else `fallback`."""
+    text = os.environ.get(WINDOW_ENV, "").strip()
+    if not text:
+        return fallback
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"{WINDOW_ENV} must be an int >= 1, got {text!r}")
+    return int(text)
+
+
+# A window also closes this long after it opened: with slow steps (minutes each) a record still
+# comes at least every minute plus one step, well inside a watchdog's default stall limit.
+DEFAULT_MAX_WINDOW_SECONDS = 60.0
 
 # The row each rank contributes to a window's gather (float64): counts, sums and maxima, so that
 # the window over all ranks comes from one collective of 14 numbers a rank.

@@ -41,7 +41,10 @@ from ..errors import UsageError
 from ..files.journal import atomic_write_text
 from .auditpool import Pool, RowBatch, chunked, run_pool
 from .corpus import Corpus, JsonlWriter, Row, Writer, open_writer
-from .rowcheck import CHECKS, NORMALIZERS, CheckResult, make_checker
+from .rowcheck import CHECKS as CHECKS
+from .rowcheck import NORMALIZERS as NORMALIZERS
+from .rowcheck import CheckResult as CheckResult
+from .rowcheck import make_checker as make_checker
 
 __all__ = ["AuditOptions", "AuditReport", "CheckResult", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
 

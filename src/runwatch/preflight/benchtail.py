@@ -58,7 +58,8 @@ class LogTail:
         self.source = RecordSource(run_dir, read=reading.read_for(run_dir), maps=reading.maps, from_end=True)
         self.session: str | None = None
         self.seq_len = 1
-        self.v1 = False  # a schema-v1 log (tokens and seq_len known)
+        self.windows = False  # the log's train records are windows of updates with the logger's fields
+        self.tokens = False  # its throughput counts tokens (seq_len known)
         self.train: list[dict[str, Any]] = []  # the train records' fields (schema v1's, or made alike)
         self.ended = False
         self.first_time: float | None = None  # when the first record was written (or read)
@@ -71,12 +72,13 @@ class LogTail:
             "(?P<batch_size>" in x for x in patterns
         )
         # A log of another format is caught up to its end now: what it holds is not this job's.
-        if not self.v1_or_absent():
+        if not self.jsonl_or_absent():
             self.poll(skip=True)
 
-    def v1_or_absent(self) -> bool:
+    def jsonl_or_absent(self) -> bool:
+        """The log is a JSON-lines log (read from its end already), or not there yet."""
         t = self.source.target
-        return not os.path.exists(t.log_path) or t.schema_v1() or t.format == "jsonl"
+        return not os.path.exists(t.log_path) or t.format == "jsonl"
 
     @property
     def target(self) -> Target:
@@ -97,15 +99,16 @@ class LogTail:
                     continue
                 if self.session is None:
                     self.session = rec.session
-                    self.v1 = parser is not None and parser.mode == "v1"
-                    entry = parser.entry(rec.session) if parser is not None and parser.mode == "v1" else None
+                    self.windows = parser is not None and parser.windows
+                    self.tokens = parser is not None and parser.throughput.counts == "tokens"
+                    entry = parser.entry(rec.session) if parser is not None else None
                     self.seq_len = entry["recipe"]["seq_len"] if entry else 1
                 if rec.session != self.session:
                     continue  # a later session (the job restarted itself): not part of the bench
                 if rec.kind == "invalid":
                     raise InvalidRunError(rec.error)
                 if rec.kind == "train":
-                    if self.v1:
+                    if self.windows:
                         assert rec.raw is not None  # always set for a valid schema-v1 record
                         self.train.append(rec.raw)
                         if self.first_time is None:

@@ -30,7 +30,8 @@ from typing import TypedDict
 
 from ..errors import InvalidRunError, UsageError
 from .logs import Reading, add_reading_arguments, reading_from_args
-from .throughput import DEFAULT_WARMUP, MIN_STEADY_UPDATES, measure, session_records
+from .throughput import DEFAULT_WARMUP, MIN_STEADY_UPDATES, measure
+from .throughput import session_records as session_records
 
 __all__ = [
     "PlanOptions",

@@ -215,7 +215,7 @@ def smoke(run_dir: str, options: SmokeOptions = SmokeOptions(), reading: Reading
         return _cannot(run_dir, f"{run_dir}: {exc}")
     if not os.path.exists(target.log_path):
         return _cannot(run_dir, f"no log to read: {describe_log(run_dir, reading, target)}")
-    if not target.schema_v1():
+    if not target.has_manifest:
         return _smoke_records(run_dir, options, reading, target)
     names = ["log", "loss", "metric", "checkpoint"] + (["projection"] if options.plan is not None else [])
     checks: list[SmokeCheck] = []

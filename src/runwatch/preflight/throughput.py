@@ -25,8 +25,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from ..errors import InsufficientRunError, InvalidRunError
+from ..files.lines import read_regular_file
 from ..files.rundir import RunDir
-from ..files.schema import read_manifest, read_regular_file
+from ..files.schema import read_manifest
 from ..reading.target import Target
 from .logs import Reading
 
@@ -80,7 +81,7 @@ def session_records(run_dir: str) -> tuple[dict[str, Any], dict[str, Any], Itera
     manifest = read_manifest(run_dir)
     session = manifest["sessions"][-1]
     target = records.resolve_target(run_dir)
-    if not target.schema_v1():
+    if not target.has_manifest:
         raise InvalidRunError(f"metrics.jsonl: missing ({os.path.join(run_dir, 'metrics.jsonl')})")
     sid = session["session_id"]
 
@@ -339,6 +340,6 @@ def measure(
     if not os.path.exists(path):
         raise InvalidRunError(f"{path}: no such file or directory")
     target = reading.resolve(path)
-    if target.schema_v1():
+    if target.has_manifest:
         return _from_run(target.run_dir, warmup, min_steady)
     return _from_records(path, target, warmup, min_steady, batch_size, reading.maps)

@@ -25,8 +25,9 @@ from typing import Any
 
 from ..errors import ConfigError, InvalidRunError
 from ..files import safeio
+from ..files.lines import MAX_LINE_BYTES, open_run_file
 from ..files.rundir import RunDir
-from ..files.schema import MAX_LINE_BYTES, open_regular, read_manifest
+from ..files.schema import read_manifest
 
 __all__ = ["Batch", "LogFollower", "ManifestFollower", "tail_lines", "READ_CHUNK_BYTES"]
 
@@ -163,7 +164,7 @@ class LogFollower:
             self.size_seen = st.st_size
             return batch
         if self._fd is None:
-            self._fd = open_regular(self.path, self.path)
+            self._fd = open_run_file(self.path, self.path)
         start = self.offset
         data = os.pread(self._fd, min(st.st_size - start, self.chunk_bytes), start)
         if b"\n" not in data and start + len(data) < st.st_size and not self._skipping:

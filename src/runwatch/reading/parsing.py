@@ -8,16 +8,22 @@ it, keeping the per-session state:
 - Minimal telemetry (docs/WATCHDOG.md, "What is read"): `step`, `t`, `loss`, `lr`/`learning_rate`, `grad_norm`, `sps`,
   `eval_loss`, `eval_<metric>`, `FATAL`. A train record whose step does not exceed the previous
   train record's starts a new session (a relaunch). Sessions are keyed `session-1`, `session-2`, ...
+  (how its steps, sessions and loss key are told: `minimal.MinimalSteps`).
 - `trainer_state.json`: its `log_history` entries are minimal telemetry.
 - `--map CANONICAL=SOURCE`: a mapped key is read only from SOURCE; every map reads the original record.
 - TensorBoard event files, MLflow stores, CSV and text logs: their `readers` give minimal telemetry.
 
+**The dialect is answered here, once.** A caller asks the parser the facts it needs, which hold
+for every dialect, and never which dialect the log is: `manifest` (run.json, None when the log
+has none), `start_step(session)` (None when the log does not say where a session started),
+`entry(session)` (the session's run.json entry, None when none), `max_steps(session)`,
+`sessions_by` ("manifest" or "records"), `windows` (a train record covers a window of updates
+and carries the logger's fields), `throughput` (what a train record's `throughput` counts, its
+unit and its column: `Throughput`) and `record_times` (a record's time says when it was
+logged). `source.RecordSource` hands `sessions_by` on (None before the log is open).
+
 Opening, following and keeping the position of a log is `source.RecordSource`'s. Standard library
 only (orjson is used for schema v1 when importable; same results).
-
-Longer than 500 lines on purpose: `RecordParser` turns every dialect (schema v1, minimal
-telemetry, trainer_state.json, the key maps, the readers' items) into the one `Record`; its
-branches share the session and step bookkeeping.
 """
 
 from __future__ import annotations
@@ -32,18 +38,15 @@ from typing import Any
 from ..errors import InvalidRunError, UsageError
 from ..files.jsonio import loads, orjson_misread
 from ..files.schema import SessionValidator
-from .readers.keys import ALIASES, EVAL_PREFIXES
+from .minimal import MINIMAL_KEYS, MinimalSteps, is_number, parse_maps
 
-__all__ = ["Record", "Session", "RecordParser", "parse_maps", "MINIMAL_KEYS"]
+__all__ = ["Record", "Session", "RecordParser", "Throughput", "TOKENS", "SAMPLES", "parse_maps", "MINIMAL_KEYS"]
 
 _orjson: ModuleType | None
 try:  # optional fast path for schema v1 (orjson rejects NaN like the strict parser does)
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
-
-# The canonical keys of minimal telemetry (docs/WATCHDOG.md, "What is read"); `eval_<metric>` is any key starting eval_.
-MINIMAL_KEYS = ("step", "t", "loss", "lr", "learning_rate", "grad_norm", "sps", "eval_loss", "FATAL")
 
 
 @dataclass(slots=True)
@@ -90,29 +93,20 @@ class Session:
     manifest_entry: dict[str, Any] | None = None
 
 
-def parse_maps(items: list[str] | tuple[str, ...] | None) -> dict[str, str]:
-    """`["step=iter", "loss=train/loss"]` → {"step": "iter", "loss": "train/loss"}; UsageError if bad."""
-    maps: dict[str, str] = {}
-    for item in items or ():
-        if not isinstance(item, str) or "=" not in item:
-            raise UsageError(f"watch.map must be CANONICAL=SOURCE, got {item!r}")
-        canon, source = item.split("=", 1)
-        if not (canon in MINIMAL_KEYS or (canon.startswith("eval_") and len(canon) > 5)):
-            raise UsageError(
-                f"watch.map: {canon!r} is not a minimal telemetry key "
-                f"(expected one of {', '.join(MINIMAL_KEYS)} or eval_<metric>)"
-            )
-        if not source:
-            raise UsageError(f"watch.map: empty SOURCE in {item!r}")
-        if canon in maps:
-            raise UsageError(f"watch.map: {canon!r} mapped twice")
-        maps[canon] = source
-    return maps
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """What a train Record's `throughput` counts a second, and how reports name it."""
+
+    counts: str  # "tokens" (seq_len known: run.json's recipe) or "samples" (the log's own `sps`)
+    unit: str  # a chart's label: "tokens/s of training time", "the log's sps"
+    column: str  # the CSV column and the run page's series: "tokens_per_second", "samples_per_second"
 
 
-def _is_number(v: object) -> bool:
-    t = type(v)
-    return t is float or t is int
+# Schema v1: a window's `tokens` over its `train_seconds` (a session whose run.json recipe says
+# `"tokens": "samples"` counted samples: the Hugging Face callback without seq_len).
+TOKENS = Throughput("tokens", "tokens/s of training time", "tokens_per_second")
+# Any other log: its own `sps` (samples a second; a text log's iterations a second, docs/FORMATS.md).
+SAMPLES = Throughput("samples", "the log's sps", "samples_per_second")
 
 
 def _fmt(v: object) -> str:
@@ -120,12 +114,26 @@ def _fmt(v: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class RecordParser:
+class RecordParser(MinimalSteps):
     """Turns raw lines (or trainer_state entries) into Records, keeping the per-session state.
 
     mode "v1" needs the manifest (`manifest=` or `refresh=`, a callable returning the current one
     when a record names a session it does not know); mode "minimal" reads minimal telemetry.
     `apply_maps=False`: the records come from a `readers` reader, which applied `maps` already.
+    `record_times`: the log's times are its own (a reader of another tool's log).
+
+    The mode is this module's and `source`'s business; a caller asks the facts that hold for
+    every dialect (`manifest`, `start_step`, `entry`, `max_steps`, `latest_session`,
+    `sessions_by`, `windows`, `throughput`, `record_times`), so that
+
+        parser.mode == "v1"                   → parser.sessions_by == "manifest" (sessions, their
+                                                 ends and heartbeats are run.json's), or
+                                                 parser.windows (raw `updates`, `memory`, ...), or
+                                                 parser.throughput.counts == "tokens"
+        parser.mode == "minimal"              → parser.sessions_by == "records"
+        parser.manifest if v1 else None       → parser.manifest
+        parser.start_step(s) if v1 else None  → parser.start_step(s)
+        parser.entry(s) if v1 else None       → parser.entry(s)
     """
 
     def __init__(
@@ -138,43 +146,57 @@ class RecordParser:
         name: str = "metrics.jsonl",
         apply_maps: bool = True,
         same_step_continues: bool = False,
+        record_times: bool = False,
     ) -> None:
         if mode not in ("v1", "minimal"):
             raise ValueError(f"RecordParser.mode must be 'v1' or 'minimal', got {mode!r}")
         if mode == "v1" and maps:
             raise UsageError("watch.map applies to minimal telemetry and trainer_state.json, not to a schema-v1 run")
+        super().__init__(name, maps or {}, same_step_continues)
         self.mode = mode
-        self.name = name
-        # A train record at the previous one's step continues the session (TensorBoard, MLflow: their
-        # sessions are files and runs, and a live watch may apply a step before its last value came).
-        self.same_step_continues = same_step_continues
-        self.maps = maps or {}
         self.apply_maps = apply_maps
         self.refresh = refresh
-        self.manifest = manifest
+        self.manifest = manifest  # run.json as last read; None: the log has none
+        self._record_times = record_times
         self._validators: dict[str, SessionValidator] = {}
         self._entries: dict[str, dict[str, Any]] = {}
-        self.session: str | None = None  # the session of the last record (invalid lines join it)
-        self._last_train_step: float | None = None
-        self._relaunches = 0
-        self._new_session = False  # `new_session()` was called: the next record with values starts one
         self._finite_grad_session: str | None = None  # the minimal session that logged a finite grad_norm
-        self.last_step: int | float = 0  # step of the last parsed record (invalid lines take it)
-        # A log without steps (docs/FORMATS.md): None until decided, then "step", "epoch" or "record".
-        self.step_by: str | None = None
-        self._counted = 0  # records numbered so far, and the last epoch seen (stepping by them)
-        self._epoch: int | float = 0
-        # The key read as the loss when the log has no `loss` (None: not decided, "": none).
-        self.loss_key: str | None = None
-        # The key read as the step when the log has no `step` (None: not decided, "": none).
-        self.step_key: str | None = None
-        # The latest train steps of the session and their losses: a record that repeats one of
-        # them with (about) its loss is a second writer's copy, not a relaunch.
-        self._recent: list[tuple[int | float, float]] = []
         self.max_steps_hint: int | None = None  # trainer_state.json's max_steps
-        self.notes: list[str] = []  # things said once on stderr by the command (drained by it)
         if manifest is not None:
             self.set_manifest(manifest)
+
+    # --- what the log tells, whatever its dialect -------------------------------------------
+
+    @property
+    def sessions_by(self) -> str:
+        """How the log's sessions are told apart. "manifest": run.json names each session, by the
+        writer's own id, before its records come (a session a later one replaced is known while
+        its records are still read; a session ends in an end record; its heartbeat is kept under
+        its id). "records": a session starts where the records show one (a train step that goes
+        back, a new event file or MLflow run), keyed `session-1`, `session-2`, ..."""
+        return "manifest" if self.mode == "v1" else "records"
+
+    @property
+    def windows(self) -> bool:
+        """A train record covers a window of updates, and its `raw` holds the logger's fields:
+        `updates`, `attempted`, `train_seconds`, `tokens`, `time`, and the optional `memory`,
+        `gpus` and `session` (its running `tokens_per_second`). False: a record is one logged
+        step and its `raw` the log's own keys, which mean nothing of the kind."""
+        return self.mode == "v1"
+
+    @property
+    def throughput(self) -> Throughput:
+        """What a train record's `throughput` counts: TOKENS (a window's tokens over its training
+        seconds) or SAMPLES (the log's own `sps`)."""
+        return TOKENS if self.mode == "v1" else SAMPLES
+
+    @property
+    def record_times(self) -> bool:
+        """A record's `time` says when it was logged, so a record's age is counted from it:
+        schema v1's `time`, a TensorBoard or MLflow value's own time, a CSV's or a text log's time
+        column (when the record has one). False: minimal telemetry's `t` in a JSON-lines log or
+        trainer_state.json, which may count from anything (the log's mtime says instead)."""
+        return self.mode == "v1" or self._record_times
 
     # --- sessions -----------------------------------------------------------------------------
 
@@ -376,7 +398,7 @@ class RecordParser:
             step = self._counted_step(obj)  # a log without steps: by epoch, else by record number
         elif self.step_by != "step":
             self.step_by = "step"
-        if step is None or not _is_number(step) or not math.isfinite(step) or step < 0:
+        if step is None or not is_number(step) or not math.isfinite(step) or step < 0:
             what = "missing step" if "step" not in obj else f"step must be a number >= 0, got {_fmt(step)}"
             return self.invalid(where, f"{where}: {what}")
         if type(step) is float and step.is_integer():
@@ -394,24 +416,24 @@ class RecordParser:
         if loss is not _MISSING:
             if loss is None:
                 loss = math.nan
-            elif not _is_number(loss):
+            elif not is_number(loss):
                 return self.invalid(where, f"{where}: loss must be a number, got {_fmt(loss)}", step)
         eval_loss = obj.get("eval_loss", _MISSING)
         if eval_loss is not _MISSING:
             if eval_loss is None:
                 eval_loss = math.nan
-            elif not _is_number(eval_loss):
+            elif not is_number(eval_loss):
                 return self.invalid(where, f"{where}: eval_loss must be a number, got {_fmt(eval_loss)}", step)
         else:
             eval_loss = None
         metrics = None
         for key, value in obj.items():
-            if key.startswith("eval_") and key != "eval_loss" and _is_number(value):
+            if key.startswith("eval_") and key != "eval_loss" and is_number(value):
                 if metrics is None:
                     metrics = {}
                 metrics[key[5:]] = value
         t = obj.get("t")
-        t = t if _is_number(t) else None
+        t = t if is_number(t) else None
         if "FATAL" in obj:
             self.last_step = step
             return Record("fatal", self._minimal_session(None), step, where, t, error=str(obj["FATAL"]), raw=obj)
@@ -429,7 +451,7 @@ class RecordParser:
         grad = obj.get("grad_norm")
         grad_mean = nonfinite = None
         session = self._minimal_session(step, loss=loss)
-        if _is_number(grad):
+        if is_number(grad):
             if math.isfinite(grad):
                 grad_mean = grad
                 self._finite_grad_session = session
@@ -447,64 +469,15 @@ class RecordParser:
             where,
             t,
             loss,
-            lr if _is_number(lr) else None,
+            lr if is_number(lr) else None,
             grad_mean,
             grad_mean,
             nonfinite or 0,
-            sps if _is_number(sps) else None,
+            sps if is_number(sps) else None,
             eval_loss=eval_loss,
             metrics=metrics,
             raw=obj,
         )
-
-    def _keyed_step(self, obj: dict[str, Any]) -> int | float | None:
-        """The step of a record without `step` from an integer step key (ALIASES: `global_step`,
-        `current_steps`, `iter`, ...), which wins over a fractional `epoch`; decided at the first
-        record without `step`. A later record without that key is at the last step seen."""
-        if self.step_key is None:
-            if "step" in self.maps:
-                self.step_key = ""
-                return None
-            for key in ALIASES["step"][1:]:
-                v = obj.get(key)
-                if type(v) is int or (type(v) is float and v.is_integer()):
-                    self.step_key = key
-                    self.notes.append(f"{self.name} has no step field: stepping by its {key!r}")
-                    break
-            else:
-                self.step_key = ""
-                return None
-        v = obj.get(self.step_key)
-        return v if v is not None else self.last_step
-
-    def _counted_step(self, obj: dict[str, Any]) -> int | float:
-        """The step of a record of a log that has none: its epoch when the log has epochs (the step
-        of the last record that had one), else its record number (1, 2, ...)."""
-        self._counted += 1
-        epoch = obj.get("epoch")
-        good = (type(epoch) is int or type(epoch) is float) and math.isfinite(epoch) and epoch >= 0
-        if self.step_by is None:
-            self.step_by = "epoch" if good else "record"
-            by = "its epoch column" if good else "record number"
-            self.notes.append(f"{self.name} has no step column or field: stepping by {by}")
-        if self.step_by == "epoch":
-            if good and epoch is not None:
-                self._epoch = int(epoch) if type(epoch) is float and epoch.is_integer() else epoch
-            return self._epoch
-        return self._counted
-
-    def _pick_loss_key(self, obj: dict[str, Any]) -> None:
-        """No `loss` key: when exactly one train key contains `loss` (any case: CatBoost's
-        `Logloss`, `train/box_loss`), it is the loss for the rest of the log; several: none is."""
-        if "loss" in self.maps:
-            self.loss_key = ""
-            return
-        found = [k for k in obj if "loss" in k.lower() and not k.startswith(_EVAL_KEY_PREFIXES)]
-        if len(found) == 1:
-            self.loss_key = found[0]
-            self.notes.append(f"{self.name} has no loss key: reading the train loss from {found[0]!r}")
-        elif found:
-            self.loss_key = ""
 
     def max_steps(self, key: str | None) -> int | None:
         """The session's `max_steps`: run.json's recipe (schema v1), trainer_state.json's; None unknown."""
@@ -514,54 +487,8 @@ class RecordParser:
             return n if type(n) is int and n > 0 else None
         return self.max_steps_hint
 
-    def _minimal_session(self, train_step: int | float | None, starts: bool = True, loss: Any = None) -> str:
-        if self.session is None:
-            self._relaunches = 1
-            self.session = "session-1"
-        if self._new_session and starts:
-            self._new_session = False
-            self._relaunches += 1
-            self.session = f"session-{self._relaunches}"
-            self._last_train_step = None
-            self._recent = []
-        if train_step is not None:
-            last = self._last_train_step
-            # stepping by epoch, several train records of one epoch are one session
-            same = self.step_by == "epoch" or self.same_step_continues
-            if last is not None and (train_step < last or (train_step == last and not same)):
-                if self._copy(train_step, loss):
-                    return self.session  # a second writer's copy of a recent step: the session goes on
-                self._relaunches += 1
-                self.session = f"session-{self._relaunches}"
-                self._recent = self._recent[-1:]
-            self._last_train_step = train_step
-            if _is_number(loss):
-                recent = self._recent
-                recent.append((train_step, float(loss)))
-                if len(recent) > INTERLEAVED_STEPS + 1:
-                    del recent[1]  # the session's first step stays first
-        return self.session
-
-    def _copy(self, step: int | float, loss: Any) -> bool:
-        """A train record at one of the session's latest steps (INTERLEAVED_STEPS), past its first
-        one, with its loss within INTERLEAVED_TOLERANCE: two processes writing one log, not a
-        relaunch (which goes back to a checkpoint, or to the start)."""
-        if not _is_number(loss) or not math.isfinite(loss) or not self._recent:
-            return False
-        # the session's first step counts only repeated at once (a relaunch goes back to the start)
-        recent = self._recent if step == self._last_train_step else self._recent[1:]
-        for s, seen in recent:
-            if s == step and abs(loss - seen) <= INTERLEAVED_TOLERANCE * max(abs(seen), 1e-12):
-                return True
-        return False
-
 
 _MISSING = object()
-# A log written by two processes at once repeats a step among its last few, with about its loss.
-INTERLEAVED_STEPS = 4
-INTERLEAVED_TOLERANCE = 0.05
-# Keys that hold eval values (readers.keys: `eval/`, `val/`, `val_`, `validation/`), never the train loss.
-_EVAL_KEY_PREFIXES = ("eval_", *EVAL_PREFIXES)
 
 
 def _json_type(value: object) -> str:

@@ -13,7 +13,8 @@ and `readers` (one reader a format). Standard library only.
 
 from __future__ import annotations
 
-from .parsing import MINIMAL_KEYS, Record, RecordParser, Session, parse_maps
+from .minimal import MINIMAL_KEYS, parse_maps
+from .parsing import Record, RecordParser, Session
 from .readers.trainerstate import MAX_STATE_BYTES, load_trainer_state, read_trainer_state
 from .source import RecordSource, iter_records, load_sessions, parser_for
 from .target import FILE_SUFFIXES, Target, resolve_target

@@ -30,8 +30,9 @@ from typing import Any
 from ..errors import InvalidRunError, UsageError
 from ..files.schema import read_manifest
 from .follow import ManifestFollower, tail_lines
-from .parsing import Record, RecordParser, Session, parse_maps
-from .readers import READERS, Item, Reader, ReadOptions, open_reader
+from .minimal import parse_maps
+from .parsing import Record, RecordParser, Session
+from .readers import READER_FORMATS, READERS, Item, Reader, ReadOptions, open_reader
 from .readers.jsonl import JsonlReader
 from .target import Target, resolve_target
 
@@ -116,7 +117,12 @@ def parser_for(
     spec = READERS[target.format]
     name = os.path.basename(os.path.normpath(target.log_path))
     return RecordParser(
-        "minimal", maps=maps, name=name, apply_maps=not spec.maps, same_step_continues=spec.same_step_continues
+        "minimal",
+        maps=maps,
+        name=name,
+        apply_maps=not spec.maps,
+        same_step_continues=spec.same_step_continues,
+        record_times=target.format in READER_FORMATS,  # the other tool's own times
     )
 
 
@@ -179,8 +185,17 @@ class RecordSource:
 
     @property
     def v1(self) -> bool:
-        """The log is schema v1 (a parser in mode v1 reads it)."""
+        """The log is schema v1 (a parser in mode v1 reads it): `reading`'s own question."""
         return self.parser is not None and self.parser.mode == "v1"
+
+    # The log's facts, whatever its dialect, are its parser's (`RecordParser`: `manifest`,
+    # `start_step`, `entry`, `sessions_by`, `windows`, `throughput`, `record_times`).
+
+    @property
+    def sessions_by(self) -> str | None:
+        """`RecordParser.sessions_by`: "manifest" (run.json names the sessions, their ends and
+        heartbeats) or "records" (a step that goes back starts one); None before the log is open."""
+        return self.parser.sessions_by if self.parser is not None else None
 
     @property
     def notes(self) -> list[str]:
@@ -464,7 +479,7 @@ def load_sessions(target: str | Target, *, maps: dict[str, str] | None = None) -
         s = sessions.get(rec.session)
         if s is None:
             parser = source.parser
-            entry = parser.entry(rec.session) if parser is not None and parser.mode == "v1" else None
+            entry = parser.entry(rec.session) if parser is not None else None
             start = entry["start"]["step"] if entry else (rec.step if rec.kind == "train" else 0)
             s = sessions[rec.session] = Session(rec.session, start, manifest_entry=entry)
         s.records.append(rec)

@@ -73,13 +73,20 @@ class Target:
     def manifest_path(self) -> str:
         return RunDir(self.run_dir).manifest
 
-    def schema_v1(self) -> bool:
-        """The log is schema v1: a `metrics.jsonl` beside a `run.json`."""
+    @property
+    def has_manifest(self) -> bool:
+        """The log is a `metrics.jsonl` beside a `run.json`, which names its sessions and their
+        recipes (a broken or dangling run.json too: reading it says why). The question a caller
+        asks before the log is read; once it is, its `RecordParser` tells the facts."""
         return (
             self.format == "jsonl"
             and os.path.basename(self.log_path) == "metrics.jsonl"
             and os.path.lexists(self.manifest_path)
-        )  # a broken run.json is still one: say so
+        )
+
+    def schema_v1(self) -> bool:
+        """The log is schema v1 (`has_manifest`): this package's own question."""
+        return self.has_manifest
 
 
 def merge_read(given: ReadOptions, recorded: dict[str, Any]) -> ReadOptions:

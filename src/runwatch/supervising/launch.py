@@ -35,9 +35,10 @@ from ..procs.launched import not_launched
 from ..procs.process import launch_info, launched_here
 from ..procs.proctree import ProcessTree, start_ticks
 from ..procs.proctree import stop as stop_tree
-from ..reading.readers import TEXT_FORMATS, ReadOptions, read_options
+from ..reading.readers import TEXT_FORMATS as TEXT_FORMATS
+from ..reading.readers import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
-from ..reading.target import NOT_RECORDED
+from ..reading.target import NOT_RECORDED as NOT_RECORDED
 
 __all__ = [
     "launch",

@@ -16,8 +16,8 @@ module draws what it returns. matplotlib is imported only when a picture is draw
 (`pip install 'runwatch[plot]'`), and only its object API with the Agg canvas is used: no pyplot,
 no global backend switch.
 
-Longer than 500 lines on purpose: one short drawing function a panel, beside the layout they
-share (x range, labels, the marks of findings); the reading is in `plotdata`.
+This module lays the picture out (its size, the header, the shared step axis, the marks of
+findings) and writes it; each panel is drawn by `plotpanels`, the reading is in `plotdata`.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.records import resolve_target
 from ..reading.target import recorded_rule_options
 from .plotdata import PlotView, SessionSeries, load_run
+from .plotpanels import COLOURS, PANEL_DRAWERS
 
 if TYPE_CHECKING:  # matplotlib loads only when a picture is drawn
     from matplotlib.axes import Axes
@@ -70,7 +71,6 @@ MARGIN_RIGHT_PX = 16
 MAX_MARKER_LINES = 12  # findings drawn as full-height lines; later ones are ticks
 MAX_LABELS = 3  # finding labels a panel
 _LABEL_CHAR_PX = 7.0  # 8 pt bold DejaVu Sans with digits and underscores, measured on the PNG
-MAX_MARKED_POINTS = 60  # eval series with more points than this are drawn as lines without dots
 
 PANELS = ("loss", "lr", "grad_norm", "throughput", "eval_metrics")
 
@@ -84,19 +84,6 @@ _PANEL_OF_KIND = {
     "stuck_metric": "eval_metrics",
 }
 
-# Colours: matplotlib's default cycle, so the picture looks like every other matplotlib plot.
-_C = {
-    "loss": "#1f77b4",
-    "eval_loss": "#ff7f0e",
-    "lr": "#2ca02c",
-    "grad": "#9467bd",
-    "throughput": "#17becf",
-    "metric": "#d62728",
-    "alert": "#d62728",
-    "ok": "#2ca02c",
-    "guide": "#555555",
-}
-_OTHER_METRIC_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#1f77b4")
 _EARLIER_ALPHA = 0.3  # earlier sessions: the same colour, lighter
 # --- drawing --------------------------------------------------------------------------------------
 
@@ -143,26 +130,26 @@ def _header(view: PlotView) -> tuple[str, list[tuple[str, str]]]:
             text = f"watchdog: OK done step={_fmt(v.get('step'))}"
         else:
             text = f"watchdog: ANOMALY {v.get('kind')} step={_fmt(v.get('step'))}: {v.get('message')}"
-        lines.append((text, _C["ok"] if v["verdict"] == "done" else _C["alert"]))
+        lines.append((text, COLOURS["ok"] if v["verdict"] == "done" else COLOURS["alert"]))
     elif view.verdict_problem:
-        lines.append((view.verdict_problem, _C["guide"]))
+        lines.append((view.verdict_problem, COLOURS["guide"]))
     if view.findings:
         for f in view.findings:
             where = "" if f.session == latest.key else " (earlier session)"
             if f.severity == RECOVERED:  # a fault a later session went on from: not the run's trouble
-                lines.append((f"check: {finding_line(f)}", _C["guide"]))
+                lines.append((f"check: {finding_line(f)}", COLOURS["guide"]))
             else:
-                lines.append((f"check: {f.line('FINDING')}{where}", _C["alert"]))
+                lines.append((f"check: {f.line('FINDING')}{where}", COLOURS["alert"]))
     else:
-        lines.append((f"check: OK clean step={fmt_step(latest.last_step)}", _C["ok"]))
+        lines.append((f"check: OK clean step={fmt_step(latest.last_step)}", COLOURS["ok"]))
     if n > 1:
-        lines.append(("earlier sessions in a lighter shade", _C["guide"]))
+        lines.append(("earlier sessions in a lighter shade", COLOURS["guide"]))
     wrapped: list[tuple[str, str]] = []
     for i, (text, colour) in enumerate(lines):
         more = textwrap.wrap(text, 104, subsequent_indent="    ", max_lines=2, placeholder=" ...")
         if len(wrapped) + len(more) > HEADER_FINDING_LINES - (i < len(lines) - 1):
-            left = sum(1 for _, c in lines[i:] if c == _C["alert"])
-            wrapped.append((f"... and {left} more (runwatch check lists every finding)", _C["guide"]))
+            left = sum(1 for _, c in lines[i:] if c == COLOURS["alert"])
+            wrapped.append((f"... and {left} more (runwatch check lists every finding)", COLOURS["guide"]))
             break
         wrapped.extend((w, colour) for w in more)
     return title, wrapped
@@ -203,7 +190,7 @@ def _draw(view: PlotView, panels: list[str], opts: RuleOptions) -> Figure:
         ax.tick_params(labelsize=8.5)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-        draw = {"loss": _loss, "lr": _lr, "grad_norm": _grad, "throughput": _throughput, "eval_metrics": _metrics}[name]
+        draw = PANEL_DRAWERS[name]
         for s in earlier:
             draw(ax, s, view, opts, alpha=_EARLIER_ALPHA, latest=False)
         draw(ax, latest, view, opts, alpha=1.0, latest=True)
@@ -225,7 +212,7 @@ def _draw(view: PlotView, panels: list[str], opts: RuleOptions) -> Figure:
             )
     if latest.start_step and earlier:
         for ax in axes:
-            ax.axvline(latest.start_step, color=_C["guide"], linestyle=":", linewidth=1)
+            ax.axvline(latest.start_step, color=COLOURS["guide"], linestyle=":", linewidth=1)
         axes[0].annotate(
             f"resume {fmt_step(latest.start_step)}",
             (latest.start_step, 0),
@@ -233,7 +220,7 @@ def _draw(view: PlotView, panels: list[str], opts: RuleOptions) -> Figure:
             xytext=(3, 3),
             textcoords="offset points",
             fontsize=7.5,
-            color=_C["guide"],
+            color=COLOURS["guide"],
         )
     lo, hi = _x_range(view)
     axes[0].set_xlim(lo - (hi - lo) * 0.02, hi + (hi - lo) * 0.02)
@@ -262,158 +249,6 @@ def _x_range(view: PlotView) -> tuple[float, float]:
     return (lo, hi) if hi > lo else (lo - 1, hi + 1)
 
 
-def _dot(steps: list[int | float]) -> str | None:
-    return "o" if len(steps) <= MAX_MARKED_POINTS else None
-
-
-def _label(latest: bool, text: str) -> str | None:
-    return text if latest else None  # earlier sessions share the latest one's legend entries
-
-
-def _loss(ax: Axes, s: SessionSeries, view: PlotView, opts: RuleOptions, alpha: float, latest: bool) -> None:
-    ax.set_title("loss", loc="left", fontsize=10, pad=3)
-    ax.plot(s.train_step, s.loss, color=_C["loss"], alpha=alpha, linewidth=1.4, label=_label(latest, "train"))
-    if any(math.isfinite(v) for v in s.eval_loss):
-        steps = [st for st, v in zip(s.eval_step, s.eval_loss) if math.isfinite(v)]
-        values = [v for v in s.eval_loss if math.isfinite(v)]
-        ax.plot(
-            steps,
-            values,
-            color=_C["eval_loss"],
-            alpha=alpha,
-            linewidth=1.2,
-            marker=_dot(steps),
-            markersize=3.5,
-            label=_label(latest, "eval"),
-        )
-    if opts.chance_loss is not None and latest:
-        ax.axhline(
-            opts.chance_loss, color=_C["guide"], linestyle=":", linewidth=1, label=f"chance {opts.chance_loss:.3g}"
-        )
-    finite = [v for ss in view.sessions for v in ss.loss + ss.eval_loss if math.isfinite(v)]
-    if latest and finite and min(finite) > 0 and max(finite) / min(finite) > 50:
-        ax.set_yscale("log")
-
-
-def _lr(ax: Axes, s: SessionSeries, view: PlotView, opts: RuleOptions, alpha: float, latest: bool) -> None:
-    ax.set_title("learning rate", loc="left", fontsize=10, pad=3)
-    ax.plot(s.train_step, s.lr, color=_C["lr"], alpha=alpha, linewidth=1.4)
-    from matplotlib.ticker import FuncFormatter
-
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
-    if latest:
-        top = max((v for ss in view.sessions for v in ss.lr if math.isfinite(v)), default=1.0)
-        ax.set_ylim(0, top * 1.15 if top > 0 else 1)
-
-
-def _grad(ax: Axes, s: SessionSeries, view: PlotView, opts: RuleOptions, alpha: float, latest: bool) -> None:
-    ax.set_title("gradient norm (pre-clip, log scale)", loc="left", fontsize=10, pad=3)
-    ax.plot(
-        s.train_step,
-        _positive(s.grad_max),
-        color=_C["grad"],
-        alpha=alpha * 0.45,
-        linewidth=1,
-        label=_label(latest and s.grad_max != s.grad_mean, "max"),
-    )
-    ax.plot(
-        s.train_step, _positive(s.grad_mean), color=_C["grad"], alpha=alpha, linewidth=1.4, label=_label(latest, "mean")
-    )
-    if latest:
-        ax.set_yscale("log")
-        if opts.grad_max is not None:
-            label = f"--grad-max {opts.grad_max:g}"
-            ax.axhline(opts.grad_max, color=_C["alert"], linestyle="--", linewidth=1, label=label)
-        ax.axhline(opts.grad_min, color=_C["alert"], linestyle=":", linewidth=1, label=f"--grad-min {opts.grad_min:g}")
-        values = [v for ss in view.sessions for v in ss.grad_mean + ss.grad_max if math.isfinite(v) and v > 0]
-        lo = min(values + [opts.grad_min])
-        hi = max(values + [opts.grad_max if opts.grad_max is not None else opts.grad_min])
-        ax.set_ylim(lo / 3, hi * 3)
-
-
-def _positive(values: list[float]) -> list[float]:
-    """`values` for a log scale: zero and negative ones become NaN (a gap in the line)."""
-    return [v if math.isfinite(v) and v > 0 else math.nan for v in values]
-
-
-def _throughput(ax: Axes, s: SessionSeries, view: PlotView, opts: RuleOptions, alpha: float, latest: bool) -> None:
-    unit = "tokens/s of training time" if view.schema_v1 else "the log's sps"
-    ax.set_title(f"throughput ({unit})", loc="left", fontsize=10, pad=3)
-    ax.plot(s.train_step, s.throughput, color=_C["throughput"], alpha=alpha, linewidth=1.4)
-    if latest:
-        top = max((v for ss in view.sessions for v in ss.throughput if math.isfinite(v)), default=1.0)
-        ax.set_ylim(0, top * 1.25)
-        if s.baseline is not None and s.train_step:
-            x0 = s.start_step if s.start_step is not None else s.train_step[0]
-            x1 = max(s.train_step[-1], s.last_step)
-            limit = (1 - opts.throughput_drop) * s.baseline
-            what = "baseline" if s.baseline_set else "baseline so far"
-            ax.hlines(s.baseline, x0, x1, color=_C["guide"], linewidth=1, label=f"{what} {_eng(s.baseline)}")
-            ax.hlines(
-                limit,
-                x0,
-                x1,
-                color=_C["alert"],
-                linestyle="--",
-                linewidth=1,
-                label=f"drop below (1-{opts.throughput_drop:g})×baseline",
-            )
-            ax.axvspan(x0, min(x0 + opts.throughput_baseline_steps, x1), color="#000000", alpha=0.05, linewidth=0)
-
-
-def _eng(v: float) -> str:
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= div:
-            return f"{v / div:.3g}{suffix}"
-    return f"{v:.3g}"
-
-
-def _metrics(ax: Axes, s: SessionSeries, view: PlotView, opts: RuleOptions, alpha: float, latest: bool) -> None:
-    ax.set_title("eval metrics", loc="left", fontsize=10, pad=3)
-    names = sorted({n for ss in view.sessions for n in ss.metrics}, key=lambda n: (n != opts.metric, n))
-    others = iter(_OTHER_METRIC_COLOURS)
-    for name in names:
-        colour = _C["metric"] if name == opts.metric else next(others, "#7f7f7f")
-        if name not in s.metrics:
-            continue
-        steps, values = s.metrics[name]
-        ax.plot(
-            steps,
-            values,
-            color=colour,
-            alpha=alpha,
-            linewidth=1.6 if name == opts.metric else 1.1,
-            marker=_dot(steps),
-            markersize=3.5 if name == opts.metric else 2.5,
-            label=_label(latest, name),
-        )
-    if not latest:
-        return
-    values = [v for ss in view.sessions for _, vs in ss.metrics.values() for v in vs if math.isfinite(v)]
-    if values and min(values) >= 0 and max(values) <= 1:
-        ax.set_ylim(-0.02, 1.05)
-    if any(opts.metric in ss.metrics for ss in view.sessions):
-        chance = opts.metric_chance
-        ax.axhline(chance, color=_C["guide"], linestyle=":", linewidth=1, label=f"chance {chance:g}")
-        ax.axhline(
-            opts.metric_min, color=_C["alert"], linestyle="--", linewidth=1, label=f"--metric-min {opts.metric_min:g}"
-        )
-        if chance == 0.5:  # inverted_metric: a two-class metric only
-            ax.axhline(1 - opts.metric_min, color=_C["alert"], linestyle=":", linewidth=1)
-        first = min(st for ss in view.sessions for st in ss.metrics.get(opts.metric, ([], []))[0])
-        if first < opts.metric_after_step:
-            ax.axvspan(min(first, 0), opts.metric_after_step, color="#000000", alpha=0.05, linewidth=0)
-            ax.annotate(
-                f"not judged before step {opts.metric_after_step}",
-                (0, 0),
-                xycoords="axes fraction",
-                xytext=(4, 4),
-                textcoords="offset points",
-                fontsize=7.5,
-                color=_C["guide"],
-            )
-
-
 def _mark_findings(view: PlotView, by_name: dict[str, Axes], axes: list[Axes]) -> None:
     latest = view.sessions[-1].key
     marks = [(f.step, f.kind, f.session == latest) for f in view.findings]
@@ -435,7 +270,7 @@ def _mark_findings(view: PlotView, by_name: dict[str, Axes], axes: list[Axes]) -
                     0,
                     1,
                     transform=ax.get_xaxis_transform(),
-                    colors=_C["alert"],
+                    colors=COLOURS["alert"],
                     linewidth=1.2 if current else 0.8,
                     alpha=0.63 if current else 0.25,
                 )
@@ -444,7 +279,7 @@ def _mark_findings(view: PlotView, by_name: dict[str, Axes], axes: list[Axes]) -
     for ax in by_name.values():
         steps = [step for step, kind, _ in ticks if by_name.get(_PANEL_OF_KIND.get(kind, ""), axes[0]) is ax]
         if steps:
-            ax.vlines(steps, 0.94, 1, transform=ax.get_xaxis_transform(), colors=_C["alert"], linewidth=0.8)
+            ax.vlines(steps, 0.94, 1, transform=ax.get_xaxis_transform(), colors=COLOURS["alert"], linewidth=0.8)
     lo, hi = axes[0].get_xlim()
     axis_px = WIDTH_PX - MARGIN_LEFT_PX - MARGIN_RIGHT_PX
     labelled: dict[Axes, list[tuple[float, float]]] = {}
@@ -468,7 +303,7 @@ def _mark_findings(view: PlotView, by_name: dict[str, Axes], axes: list[Axes]) -
             ha="right" if right_half else "left",
             va="top",
             fontsize=8,
-            color=_C["alert"],
+            color=COLOURS["alert"],
             alpha=alpha,
             fontweight="bold" if current else "normal",
             bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},

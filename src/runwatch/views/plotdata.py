@@ -17,6 +17,7 @@ from ..errors import UsageError
 from ..judging.replay import RunReplay
 from ..judging.rules import Finding, RuleOptions, Rules, ThroughputDrop
 from ..judging.verdict import read_verdict
+from ..reading.parsing import Throughput
 from ..reading.readers import ReadOptions
 from ..reading.records import Record, Target, iter_records, parser_for, resolve_target
 
@@ -59,7 +60,7 @@ class PlotView:
 
     target: Target
     title: str
-    schema_v1: bool
+    throughput: Throughput  # what the throughput counts, and its unit
     sessions: list[SessionSeries]
     findings: list[Finding]
     verdict: dict[str, Any] | None  # watchdog.json
@@ -83,10 +84,10 @@ def load_run(target: str, opts: RuleOptions, read: ReadOptions | None = None) ->
         _add(s, rec)
     for key, s in sessions.items():
         s.baseline, s.baseline_set = _baseline(rules.engine(key))
-    v1 = parser.mode == "v1"
-    title = parser.manifest["run_id"] if v1 and parser.manifest else os.path.basename(t.log_path)
+    title = parser.manifest["run_id"] if parser.manifest else os.path.basename(t.log_path)
     verdict, problem = read_verdict(t.run_dir)
-    return PlotView(t, title, v1, list(sessions.values()), rules.settle(findings), verdict, problem)
+    series = list(sessions.values())
+    return PlotView(t, title, parser.throughput, series, rules.settle(findings), verdict, problem)
 
 
 def _add(s: SessionSeries, rec: Record) -> None:

@@ -32,20 +32,18 @@ from typing import TYPE_CHECKING
 
 from ...errors import UsageError
 from ...files.rundir import RunDir
-from .base import (
-    FORMATS,
-    PRESETS,
-    READER_FORMATS,
-    TEXT_FORMATS,
-    BaseReader,
-    Chunk,
-    Format,
-    Item,
-    Reader,
-    ReadOptions,
-    add_arguments,
-    read_options,
-)
+from .base import FORMATS as FORMATS
+from .base import PRESETS as PRESETS
+from .base import READER_FORMATS as READER_FORMATS
+from .base import TEXT_FORMATS as TEXT_FORMATS
+from .base import BaseReader as BaseReader
+from .base import Chunk as Chunk
+from .base import Format as Format
+from .base import Item as Item
+from .base import Reader as Reader
+from .base import ReadOptions as ReadOptions
+from .base import add_arguments as add_arguments
+from .base import read_options as read_options
 
 __all__ = [
     "FORMATS",

@@ -25,7 +25,8 @@ import time
 import urllib.parse
 from typing import Any
 
-from ...errors import InvalidRunError, StoreLockedError
+from ...errors import InvalidRunError
+from ...errors import StoreLockedError as StoreLockedError
 from ..follow import LogFollower
 from .base import Chunk, ReadOptions
 from .keys import GroupedReader, KeyMap, StepGrouper

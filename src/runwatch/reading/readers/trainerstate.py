@@ -14,7 +14,7 @@ from typing import Any
 
 from ...errors import InvalidRunError
 from ...files.jsonio import loads
-from ...files.schema import read_regular_file
+from ...files.lines import read_regular_file
 from .base import BaseReader, Chunk, ReadOptions
 from .keys import KeyMap
 

@@ -9,7 +9,9 @@
     tail.py      the last records of a run, in minimal-telemetry keys
     verdicts.py  final verdict, watching, or nothing watching: what wait_for_verdict decides on
     bound.py     every result as strict JSON within 8 KB
-    server.py    the MCP binding (the official Python SDK, `runwatch[mcp]`, imported only here)
+    server.py    the MCP binding (the official Python SDK, `runwatch[mcp]`, imported only here and in:)
+    answers.py   a tool's result or its one-line error result
+    waits.py     the tools that wait (wait_for_verdict, wait_for_event, check_run in a child)
     events.py    what happened to a run since a cursor (wait_for_event, `runwatch wait --events`)
     evidence.py  get_series, incident, compare_runs: the evidence in one call
     shell.py     every tool as a command: wait, tail, explain, runs, rules
@@ -17,7 +19,7 @@
     supervising-training-runs/   the skill (SKILL.md, references/, evals/), shipped as package
                  data; the repository's skills/supervising-training-runs is a link to it
 
-Everything but server.py is standard library only. See docs/MCP.md.
+Everything but server.py, answers.py and waits.py is standard library only. See docs/MCP.md.
 """
 
 from __future__ import annotations

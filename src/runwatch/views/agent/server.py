@@ -4,62 +4,36 @@
     server.run("stdio")                 # or: serve_stdio("/work/runs")
 
 Each tool is a thin binding: it validates nothing itself beyond what the SDK does from the type
-hints, calls `Tools` (or `act`), and answers a `CallToolResult` whose text block is the result's
-JSON and whose structured content is the same object (both within the 8 KB bound). A refusal or a
-run error (any `RunwatchError`) is an error result (`isError`) of one line; anything unexpected is
-one line too, never a traceback, and the server keeps serving. The synchronous tools run in the
-SDK's worker threads. `wait_for_verdict` is asynchronous: it polls two small files four times a
-second (their stat; a re-read only when they change, and a liveness re-check every few seconds),
-each look in a worker thread, so that nothing a run directory holds can stop the event loop.
-`check_run` replays in a child process, killed at its `timeout_s` or when the call is cancelled.
-Needs `runwatch[mcp]`; imported only when `runwatch mcp` runs. Longer than 500 lines on purpose:
-one binding a tool, each with its arguments' descriptions (what the client shows the model), beside
-the three asynchronous tools' loops that keep files off the event loop.
+hints (and the bounds on its strings, `answers.bounded`), calls `Tools` (or `act`), and answers
+through `answers.answer`: a `CallToolResult` whose text block is the result's JSON and whose
+structured content is the same object (both within the 8 KB bound), or an error result of one
+line. The synchronous tools run in the SDK's worker threads; the tools that wait
+(`wait_for_verdict`, `wait_for_event`, `check_run`) are `waits`'. Needs `runwatch[mcp]`; imported
+only when `runwatch mcp` runs (with `answers` and `waits`, the only modules that import the SDK).
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import logging
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
-import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from ...errors import RunwatchError, UsageError
+from ...errors import UsageError
 from ...version import __version__
-from . import act, schemas
-from .bound import fit
+from . import act, schemas, waits
+from .answers import MAX_OPTION_CHARS, answer, bounded
 from .shell import EventTails
-from .tools import MAX_WAIT_SECONDS, Result, Tools
-from .verdicts import files_signature, watch_state
+from .tools import Result, Tools
+from .waits import CHECK_SECONDS, MAX_CHECK_SECONDS
 
 __all__ = ["build_server", "serve_stdio", "INSTRUCTIONS"]
 
-# How often `wait_for_verdict` looks at watchdog.json and supervise.jsonl (a stat each): a final
-# verdict is answered within this plus the read, well inside the contract's second.
-WAIT_POLL_SECONDS = 0.25
-# How often it judges the watcher's liveness again when neither file changed (a killed watch).
-WAIT_RECHECK_SECONDS = 2.0
-# How often it reports progress to a client that asked for it (some clients time out a silent call).
-WAIT_PROGRESS_SECONDS = 15.0
-# An error result is one line; a message that would flood the context (a huge path) is cut.
-MAX_ERROR_CHARS = 1000
-# check_run's time bound (`timeout_s`): its default, and the most it may be set to.
-CHECK_SECONDS = 60.0
-MAX_CHECK_SECONDS = 600.0
-# An option list (or a command) holds at most this many strings of at most this many characters:
-# a real command line has a few dozen; 40,000 took the parser seconds.
-MAX_OPTIONS = 256
-MAX_OPTION_CHARS = 4096
 # plan_run's numbers: beyond these no projection means anything (and a float would overflow).
 MAX_PLAN_SAMPLES = 10**15
 MAX_PLAN_EPOCHS = 1e6
@@ -89,29 +63,6 @@ ReadingOptions = Annotated[
         '["--map", "loss=train/loss"]'
     ),
 ]
-
-
-def _answer(tool: str, call: Callable[[], Result]) -> CallToolResult:
-    """Run a tool; its result, or an error result of one line."""
-    try:
-        text, doc = call()
-    except RunwatchError as exc:
-        return _error(str(exc))
-    except SystemExit:  # argparse asked to exit (a help flag slipped through): not the server's end
-        return _error(f"{tool}: the options asked for help or a version; give options only")
-    except (OverflowError, RecursionError) as exc:  # a number too large for a float, a nested bomb
-        return _error(f"{tool}: an argument is out of range: {exc}")
-    except Exception as exc:  # noqa: BLE001 - the server must keep serving; the client gets one line
-        _log.error("runwatch mcp: %s failed: %s: %s", tool, type(exc).__name__, exc)
-        return _error(f"{tool}: internal error: {type(exc).__name__}: {exc}")
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=doc)
-
-
-def _error(message: str) -> CallToolResult:
-    line = " ".join(message.split())  # one line, whatever the message held
-    if len(line) > MAX_ERROR_CHARS:
-        line = line[: MAX_ERROR_CHARS - 3] + "..."
-    return CallToolResult(content=[TextContent(type="text", text=line)], is_error=True)
 
 
 def _tool(server: MCPServer[Any], annotations: ToolAnnotations) -> Callable[[Any], Any]:
@@ -168,14 +119,14 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
     ) -> Annotated[CallToolResult, schemas.ListRuns]:
         """Every run under a folder as the runwatch page lists it: verdict, step of max, loss, tokens/s,
         age of the last record, warnings; anomalies first; at most 50, `total` says how many exist."""
-        return _answer("list_runs", lambda: tools.list_runs(under))
+        return answer("list_runs", lambda: tools.list_runs(under))
 
     @_tool(server, read_only)
     def run_status(run: Run, options: ReadingOptions = None) -> Annotated[CallToolResult, schemas.RunStatus]:
         """A short check-in on one run (`runwatch status --json`): step, loss, rate, ETA, process, the
         watchdog's verdict with its class and onset (or whether a watch runs), warnings, supervision.
         `options` say how to read a log runwatch did not write (--format, --pattern, --run, --map)."""
-        return _answer("run_status", lambda: tools.run_status(run, _bounded("run_status", options)))
+        return answer("run_status", lambda: tools.run_status(run, bounded("run_status", options)))
 
     @_tool(server, read_only)
     def tail_records(
@@ -186,7 +137,7 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         """The last n records of a run's log in minimal-telemetry keys (step, t, loss, lr, grad_norm,
         sps, eval_loss, eval_<metric>), whatever its format; read from the end, not the whole log.
         `options` as run_status takes them (--format, --pattern, --run, --map)."""
-        return _answer("tail_records", lambda: tools.tail_records(run, n, _bounded("tail_records", options)))
+        return answer("tail_records", lambda: tools.tail_records(run, n, bounded("tail_records", options)))
 
     @_tool(server, read_only)
     async def check_run(
@@ -201,7 +152,7 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         status (0 clean, 7 findings, or what --exit-code CLASS=N sets). `options` are the watch's rule
         options (e.g. --chance-loss 0.693, --map loss=train/loss). Stops at `timeout_s` and when the
         call is cancelled."""
-        return await _check(tools, run, options, timeout_s)
+        return await waits.check_run(tools, run, options, timeout_s)
 
     @_tool(server, read_only)
     async def wait_for_verdict(
@@ -215,14 +166,14 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         that `supervise` acts on by relaunching is not final: its done, gave_up or preempted is, with
         `exit`, the supervisor's exit status: 0 done, 75 preempted, 130 Ctrl-C, 7 otherwise). Returns
         at once when nothing watches the run, and at the timeout with the watching record and the step reached."""
-        return await _wait(tools, run, timeout_s, ctx)
+        return await waits.wait_for_verdict(tools, run, timeout_s, ctx)
 
     @_tool(server, read_only)
     def explain(
         kind: Annotated[str, Field(description="a verdict kind, e.g. loss_spike, stall, done")],
     ) -> Annotated[CallToolResult, schemas.Explain]:
         """What a verdict kind means, its class (transient, divergence, fatal) and what to do about it."""
-        return _answer("explain", lambda: tools.explain(kind))
+        return answer("explain", lambda: tools.explain(kind))
 
     @_tool(server, read_only)
     def plan_run(
@@ -239,9 +190,9 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
 
         def planned() -> Result:
             _plan_numbers(samples, epochs, window)
-            return tools.plan_run(samples, window, run, bench, epochs, _bounded("plan_run", options))
+            return tools.plan_run(samples, window, run, bench, epochs, bounded("plan_run", options))
 
-        return _answer("plan_run", planned)
+        return answer("plan_run", planned)
 
     @_tool(server, read_only)
     def get_series(
@@ -258,15 +209,15 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         """A run's series over a step range in at most max_points buckets per key, each [step_first,
         step_last, min, max, last], so a spike is never sampled away; non-finite values counted apart
         (nonfinite: count and first steps). Use it to see a curve around an onset."""
-        return _answer(
+        return answer(
             "get_series",
             lambda: tools.get_series(
                 run,
-                _bounded("get_series", keys, "keys"),
+                bounded("get_series", keys, "keys"),
                 max_points,
                 min_step,
                 max_step,
-                _bounded("get_series", options),
+                bounded("get_series", options),
             ),
         )
 
@@ -279,7 +230,7 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         """Everything to act on a stopped run in one call: the verdict (kind, class, severity, onset,
         message), the 10 records before and after the onset, the last 30 lines of its output, the
         checkpoints at or before the onset, its recipe and argv, and with compare what differs."""
-        return _answer("incident", lambda: tools.incident(run, compare, _bounded("incident", options)))
+        return answer("incident", lambda: tools.incident(run, compare, bounded("incident", options)))
 
     @_tool(server, read_only)
     async def wait_for_event(
@@ -301,7 +252,7 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         """The run's events after a cursor (warnings, stops, relaunches, rollbacks, checkpoints, the
         end), each once, and a new cursor; waits up to timeout_s when none came yet. The cursor
         survives a restart of the server or of the agent: keep it and pass it as since."""
-        return await _wait_events(tools, tails, run, since, kinds, timeout_s, ctx)
+        return await waits.wait_for_event(tools, tails, run, since, kinds, timeout_s, ctx)
 
     @_tool(server, read_only)
     def compare_runs(
@@ -309,7 +260,7 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
     ) -> Annotated[CallToolResult, schemas.CompareRuns]:
         """Runs side by side: recipe, argv, git commit and whether the tree was dirty, package versions,
         data fingerprint; and the keys whose values differ."""
-        return _answer("compare_runs", lambda: tools.compare_runs(_bounded("compare_runs", runs, "runs") or []))
+        return answer("compare_runs", lambda: tools.compare_runs(bounded("compare_runs", runs, "runs") or []))
 
     if act_tools:
         acting = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
@@ -327,13 +278,13 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
             """Start `runwatch supervise RUN_DIR [options] -- command` in its own session (it outlives
             this server): it relaunches on transient faults, rolls back on divergence, stops on fatal
             ones. Returns its pid and the run directory; then call wait_for_verdict."""
-            return _answer(
+            return answer(
                 "launch_supervised",
                 lambda: act.launch_supervised(
                     tools,
                     run_dir,
-                    _bounded("launch_supervised", command, "command") or [],
-                    _bounded("launch_supervised", options),
+                    bounded("launch_supervised", command, "command") or [],
+                    bounded("launch_supervised", options),
                 ),
             )
 
@@ -341,61 +292,9 @@ def build_server(tools: Tools, *, act_tools: bool = False) -> MCPServer[Any]:
         def stop_run(run: Run) -> Annotated[CallToolResult, schemas.StopRun]:
             """Stop a run: its supervisor and the training's whole process tree (SIGTERM, SIGKILL after
             30 s), and once they have exited, the run's final status."""
-            return _answer("stop_run", lambda: act.stop_run(tools, run))
+            return answer("stop_run", lambda: act.stop_run(tools, run))
 
     return server
-
-
-async def _wait(tools: Tools, run: str, timeout_s: float, ctx: Context) -> CallToolResult:
-    """wait_for_verdict: poll `verdicts.watch_state` until it is not `watching`, or the timeout."""
-    try:
-        doc = await _waited(tools, run, timeout_s, ctx)
-    except RunwatchError as exc:
-        return _error(str(exc))
-    except Exception as exc:  # noqa: BLE001 - as in `_answer`: one line, and the server keeps serving
-        _log.error("runwatch mcp: wait_for_verdict failed: %s: %s", type(exc).__name__, exc)
-        return _error(f"wait_for_verdict: internal error: {type(exc).__name__}: {exc}")
-    return _answer("wait_for_verdict", lambda: fit(doc))
-
-
-async def _waited(tools: Tools, run: str, timeout_s: float, ctx: Context) -> dict[str, Any]:
-    # every look at the run's files runs in a worker thread: the event loop serves other calls meanwhile
-    run_dir, state = await anyio.to_thread.run_sync(tools.wait_state, run)
-    timeout = min(max(0.0, timeout_s), MAX_WAIT_SECONDS) if timeout_s == timeout_s else 0.0  # NaN: 0
-    start = time.monotonic()
-    seen = await anyio.to_thread.run_sync(files_signature, run_dir)
-    judged = reported = start
-    while state["state"] == "watching" and time.monotonic() - start < timeout:
-        await anyio.sleep(min(WAIT_POLL_SECONDS, max(0.0, timeout - (time.monotonic() - start))))
-        now = time.monotonic()
-        sig = await anyio.to_thread.run_sync(files_signature, run_dir)
-        if sig != seen or now - judged >= WAIT_RECHECK_SECONDS:
-            seen, judged = sig, now
-            state = await anyio.to_thread.run_sync(watch_state, run_dir)
-        if now - reported >= WAIT_PROGRESS_SECONDS:
-            reported = now
-            await ctx.report_progress(now - start, timeout, "waiting for a verdict")
-    doc: dict[str, Any] = {"run": tools.rel(run_dir), **state, "waited_seconds": round(time.monotonic() - start, 2)}
-    if state["state"] == "watching":
-        doc["timed_out"] = True
-        watchdog = state.get("watchdog") or {}
-        doc["step"] = watchdog.get("step")
-    if timeout != timeout_s:
-        doc["clamped"] = f"timeout_s {timeout_s!r} clamped to {timeout:g}"
-    return doc
-
-
-def _bounded(tool: str, values: list[str] | None, what: str = "options") -> list[str] | None:
-    """`values` (an option list, a command) when within `MAX_OPTIONS` strings of `MAX_OPTION_CHARS`
-    each; else a UsageError of one line naming the tool."""
-    if values is None:
-        return None
-    if len(values) > MAX_OPTIONS:
-        raise UsageError(f"{tool}: {what}: at most {MAX_OPTIONS} strings, got {len(values)}")
-    for v in values:
-        if isinstance(v, str) and len(v) > MAX_OPTION_CHARS:
-            raise UsageError(f"{tool}: {what}: a string of at most {MAX_OPTION_CHARS} characters, got {len(v)}")
-    return values
 
 
 def _plan_numbers(samples: int, epochs: float, window: str | float) -> None:
@@ -408,105 +307,6 @@ def _plan_numbers(samples: int, epochs: float, window: str | float) -> None:
         raise UsageError(f"plan_run: window: at most {MAX_OPTION_CHARS} characters, got {len(window)}")
     if isinstance(window, float) and not 0 < window <= MAX_PLAN_WINDOW_SECONDS:
         raise UsageError(f"plan_run: window must be > 0 and at most {MAX_PLAN_WINDOW_SECONDS:g} seconds, got {window}")
-
-
-# check_run replays in a child process, which a timeout or a cancelled call kills: a thread could not be stopped.
-_CHECK_CHILD = """
-import json, sys
-from runwatch.errors import RunwatchError
-from runwatch.views.agent.tools import Tools
-root, run, options = json.loads(sys.stdin.read())
-try:
-    text, _ = Tools(root).check_run(run, options)
-except RunwatchError as exc:
-    text = json.dumps({"error": " ".join(str(exc).split())})
-except (OverflowError, RecursionError, SystemExit) as exc:
-    text = json.dumps({"error": f"check_run: cannot replay: {type(exc).__name__}: {exc}"})
-sys.stdout.write(text)
-"""
-
-
-async def _check(tools: Tools, run: str, options: list[str] | None, timeout_s: float) -> CallToolResult:
-    """check_run: `Tools.check_run` in a child process, killed at `timeout_s` or when the call is cancelled."""
-    try:
-        opts = _bounded("check_run", options)
-        await anyio.to_thread.run_sync(tools.path, "check_run", "run", run)  # refused at once when outside ROOT
-    except RunwatchError as exc:
-        return _error(str(exc))
-    timeout = min(max(0.0, timeout_s), MAX_CHECK_SECONDS) if timeout_s == timeout_s else 0.0  # NaN: 0
-    env = dict(os.environ)
-    src = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # where runwatch is imported from
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    proc = await anyio.open_process(
-        [sys.executable, "-c", _CHECK_CHILD],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    out = b""
-    try:
-        with anyio.move_on_after(timeout) as scope:
-            if proc.stdin is not None:
-                await proc.stdin.send(json.dumps([tools.root, run, opts]).encode())
-                await proc.stdin.aclose()
-            if proc.stdout is not None:
-                async for chunk in proc.stdout:
-                    out += chunk
-            await proc.wait()
-    finally:
-        if proc.returncode is None:  # the timeout, or the client cancelled: the replay stops now
-            proc.kill()
-            with anyio.CancelScope(shield=True):
-                await proc.wait()
-    if scope.cancelled_caught:
-        return _error(f"check_run: {run}: the replay took longer than {timeout:g} s (timeout_s); stopped")
-    try:
-        doc = json.loads(out)
-    except ValueError:
-        return _error(f"check_run: {run}: the replay ended without a result (exit status {proc.returncode})")
-    if not isinstance(doc, dict):
-        return _error(f"check_run: {run}: the replay ended without a result")
-    if set(doc) == {"error"}:
-        return _error(str(doc["error"]))
-    return CallToolResult(content=[TextContent(type="text", text=out.decode())], structured_content=doc)
-
-
-async def _wait_events(
-    tools: Tools,
-    tails: EventTails,
-    run: str,
-    since: str | None,
-    kinds: list[str] | None,
-    timeout_s: float,
-    ctx: Context,
-) -> CallToolResult:
-    """wait_for_event: the events after `since`, read in a worker thread (never in the event loop),
-    again every WAIT_POLL_SECONDS until some come or the timeout."""
-    try:
-        timeout = min(max(0.0, timeout_s), MAX_WAIT_SECONDS) if timeout_s == timeout_s else 0.0
-        start = time.monotonic()
-        reported = start
-        while True:
-            doc = await anyio.to_thread.run_sync(tails.events, run, since, kinds)
-            waited = time.monotonic() - start
-            if doc["events"] or waited >= timeout:
-                break
-            await anyio.sleep(min(WAIT_POLL_SECONDS, timeout - waited))
-            if time.monotonic() - reported >= WAIT_PROGRESS_SECONDS:
-                reported = time.monotonic()
-                await ctx.report_progress(reported - start, timeout, "waiting for an event")
-    except RunwatchError as exc:
-        return _error(str(exc))
-    except Exception as exc:  # noqa: BLE001 - as in `_answer`: one line, and the server keeps serving
-        _log.error("runwatch mcp: wait_for_event failed: %s: %s", type(exc).__name__, exc)
-        return _error(f"wait_for_event: internal error: {type(exc).__name__}: {exc}")
-    doc["waited_seconds"] = round(time.monotonic() - start, 2)
-    if not doc["events"]:
-        doc["timed_out"] = True
-    if timeout != timeout_s:
-        doc["clamped"] = f"timeout_s {timeout_s!r} clamped to {timeout:g}"
-    return _answer("wait_for_event", lambda: fit(doc, cut="events", keep="tail"))
 
 
 def serve_stdio(root: str, *, act_tools: bool = False) -> None:

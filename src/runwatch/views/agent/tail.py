@@ -21,7 +21,7 @@ from typing import Any
 
 from ...reading.records import Record, RecordParser, Target
 from ...reading.source import RecordSource, reached
-from ..serve.runs import MAX_METRICS
+from ..serve.runs import MAX_METRICS as MAX_METRICS
 
 __all__ = ["last_records", "minimal_rows", "metrics_left_out", "seq_len_of", "MAX_METRICS"]
 
@@ -56,7 +56,7 @@ def metrics_left_out(rec: Record, max_metrics: int = MAX_METRICS) -> int:
 
 def seq_len_of(parser: RecordParser | None, rec: Record) -> int | None:
     """The sequence length of a schema-v1 record's session (samples = tokens / seq_len)."""
-    if parser is None or parser.mode != "v1":
+    if parser is None:
         return None
     entry = parser.entry(rec.session)
     seq_len = entry["recipe"].get("seq_len") if entry else None

@@ -19,7 +19,7 @@
 | (wait_for_event) | `wait --events` | `agent.events.events_since`, polled by the server |
 
 Every path argument is relative to ROOT or absolute inside it, and is refused as `serve` refuses
-a path (`..`, outside ROOT, a symlink leading out: `serve.runs.inside`). Every result is
+a path (`..`, outside ROOT, a symlink leading out: `serve.folder.inside`). Every result is
 `bound.fit`ted: strict JSON of at most 8192 bytes. Errors are `RunwatchError`s with a one-line
 message; the server turns them into MCP error results. Nothing here starts, stops or writes
 anything (the acting tools are `agent.act`'s). Standard library only.
@@ -38,7 +38,7 @@ from ...judging.verdict import exit_status
 from ...options import Parser
 from ...reading.readers import ReadOptions, read_options
 from ...reading.records import parse_maps, resolve_target
-from ..serve.runs import inside, run_target
+from ..serve.folder import inside, run_target
 from ..serve.server import Catalog
 from ..serve.supervision import SupervisionView
 from .bound import fit, strict

@@ -7,7 +7,8 @@
 lines and supervision; `/api/runs` and `/api/run/<path>` are the same facts as JSON. Read-only,
 standard library only (`http.server`), no file from the network: see docs/SERVE.md.
 
-    runs.py         finding runs, and reading each one incrementally (follower, parser, rules)
+    folder.py       which paths are runs, and finding them under the folder
+    runs.py         reading each run incrementally (source, rules, status facts, chart series)
     series.py       a chart's series, downsampled to at most 1000 points, spikes kept
     bests.py        best eval loss, best task metric, goodput so far, recipe and provenance
     supervision.py  the supervisor's journal (supervise.jsonl)

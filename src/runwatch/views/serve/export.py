@@ -1,16 +1,18 @@
 """What a record puts on a run's charts and in its CSV, and the path to the final step.
 
-    for key, value in record_values(rec, v1=True):     # ("loss", 2.31), ("lr", 3e-4), ...
+    for key, value in record_values(rec, parser):      # ("loss", 2.31), ("lr", 3e-4), ...
         ...
     cut = session_cut(parser, rec)                      # the first record of a session: where it cuts
     for chunk in csv_chunks(target, maps):              # the run's CSV, streamed from its log
         ...
 
 **Columns.** A record's values are keyed as the page's series and the CSV's columns are: `loss`,
-`eval_loss`, `lr`, `grad_norm` (the mean), `grad_norm_max`, `tokens_per_second` (schema v1) or
-`samples_per_second` (minimal telemetry's `sps`), and `eval_<metric>` for every eval metric; a
-schema-v1 record's memory peaks as `mem_<name>` (`mem_host_rss_peak_bytes`) and its GPU samples
-as `gpu<index>_memory_used_bytes` and `gpu<index>_util_percent`.
+`eval_loss`, `lr`, `grad_norm` (the mean), `grad_norm_max`, the throughput as the parser names
+it (`RecordParser.throughput.column`: `tokens_per_second` where tokens are counted, schema v1;
+`samples_per_second` for the log's own `sps`), and `eval_<metric>` for every eval metric; a
+window's memory peaks (`RecordParser.windows`: the logger's records) as `mem_<name>`
+(`mem_host_rss_peak_bytes`) and its GPU samples as `gpu<index>_memory_used_bytes` and
+`gpu<index>_util_percent`.
 
 **The path to the final step.** A session that starts below the steps already logged (a relaunch
 from a checkpoint, a rollback) redoes them: its steps replace the earlier ones. Schema v1 says
@@ -48,8 +50,9 @@ MEMORY_NAME = re.compile(r"[a-z0-9_]{1,64}")
 MAX_GPU_INDEX = 63
 
 
-def record_values(rec: Record, v1: bool) -> Iterator[tuple[str, float]]:
-    """The values `rec` carries, by column (absent values are left out; NaN is given as it is)."""
+def record_values(rec: Record, parser: RecordParser) -> Iterator[tuple[str, float]]:
+    """The values `rec` (read by `parser`) carries, by column (absent values are left out; NaN is
+    given as it is)."""
     if rec.kind == "train":
         if rec.loss is not None:
             yield "loss", rec.loss
@@ -60,12 +63,12 @@ def record_values(rec: Record, v1: bool) -> Iterator[tuple[str, float]]:
         if rec.grad_max is not None and rec.grad_max != rec.grad_mean:
             yield "grad_norm_max", rec.grad_max
         if rec.throughput is not None:
-            yield ("tokens_per_second" if v1 else "samples_per_second"), rec.throughput
+            yield parser.throughput.column, rec.throughput
     if rec.eval_loss is not None:
         yield "eval_loss", rec.eval_loss
     for name, value in (rec.metrics or {}).items():
         yield f"eval_{name}", value
-    if v1 and rec.raw is not None:
+    if parser.windows and rec.raw is not None:
         yield from system_values(rec.raw)
 
 
@@ -95,7 +98,7 @@ def system_values(raw: dict[str, Any]) -> Iterator[tuple[str, float]]:
 def session_cut(parser: RecordParser | None, rec: Record) -> Cut:
     """Where the session that `rec` starts cuts the path: above its run.json `start.step`
     (schema v1), else from its first step on."""
-    start = parser.start_step(rec.session) if parser is not None and parser.mode == "v1" else None
+    start = parser.start_step(rec.session) if parser is not None else None
     if start is not None:
         return (start, True)
     return (rec.step, False)
@@ -117,7 +120,6 @@ def csv_chunks(target: Target, maps: dict[str, str] | None = None) -> Iterator[b
     chunks of about 64 KiB. InvalidRunError or OSError when the log cannot be read; raised before
     the first chunk when the log cannot be opened at all."""
     parser = parser_for(target, maps)
-    v1 = parser.mode == "v1"
     seen: dict[str, None] = {}
     cuts: list[Cut] = []
     session: str | None = None
@@ -131,7 +133,7 @@ def csv_chunks(target: Target, maps: dict[str, str] | None = None) -> Iterator[b
             if rec.session != session:
                 session = rec.session
                 cuts.append(session_cut(parser, rec))
-            for key, _ in record_values(rec, v1):
+            for key, _ in record_values(rec, parser):
                 seen[key] = None
             timed = timed or rec.time is not None
     # A session's steps stay up to the tightest cut of the sessions after it.
@@ -143,11 +145,11 @@ def csv_chunks(target: Target, maps: dict[str, str] | None = None) -> Iterator[b
     columns = [c for c in COLUMNS if c in seen] + sorted(c for c in seen if c not in COLUMNS)
     if timed:
         columns.append("time")
-    return _rows(target, maps, n, limits, columns, v1)
+    return _rows(target, maps, n, limits, columns)
 
 
 def _rows(
-    target: Target, maps: dict[str, str] | None, n: int, limits: list[Cut | None], columns: list[str], v1: bool
+    target: Target, maps: dict[str, str] | None, n: int, limits: list[Cut | None], columns: list[str]
 ) -> Iterator[bytes]:
     buf = io.StringIO()
     out = csv.writer(buf)
@@ -157,7 +159,8 @@ def _rows(
     index = -1
     session: str | None = None
     # The records the first pass saw, no more: a log that grew meanwhile keeps the header true.
-    with contextlib.closing(_closable(iter_records(target, maps=maps, parser=parser_for(target, maps)))) as second:
+    parser = parser_for(target, maps)
+    with contextlib.closing(_closable(iter_records(target, maps=maps, parser=parser))) as second:
         for i, rec in enumerate(second):
             if i >= n:
                 break
@@ -169,7 +172,7 @@ def _rows(
             limit = limits[index] if index < len(limits) else None
             if limit is not None and not keeps(limit, rec.step):
                 continue
-            values = list(record_values(rec, v1))
+            values = list(record_values(rec, parser))
             if not values:
                 continue
             if rec.step != row_step:

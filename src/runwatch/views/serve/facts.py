@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from ...files.rundir import HEARTBEATS
-from ..status import Status
+from ..checkin import Status
 
 Facts = TypeVar("Facts", bound=Status)  # the list's summary of a run (runs.RunSummary)
 

@@ -1,7 +1,6 @@
-"""The runs under a folder, each read incrementally: what `runwatch serve` shows.
+"""Each run under a folder, read incrementally: what `runwatch serve` shows of it.
 
-    target = run_target("/runs/a")               # a Target when the path is a run, else None
-    for rel, target in find_runs("/runs"):       # every run up to MAX_DEPTH levels down
+    for rel, target in find_runs("/runs"):       # every run up to MAX_DEPTH levels down (`folder`)
         view = RunView(rel, target)
         view.refresh()                           # reads only the bytes added since the last call
         view.summary(time.time())                # the `status --json` facts, and the verdict
@@ -17,36 +16,35 @@ the checkpoints saved on that path (`markers.Checkpoints`). A refresh reads at m
 number of bytes, so a huge log is caught up over several refreshes and never holds the server.
 Standard library only.
 
-Longer than 500 lines on purpose: `RunView` is the whole of what the server knows of one run
-(its rules, status facts and chart series over its source) and is refreshed as one.
+Which paths are runs and finding them is `folder`'s (`run_target`, `find_runs` and `MAX_DEPTH`
+are re-exported here).
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
 from typing import Any, NotRequired, TypedDict
 
 from ...errors import InvalidRunError, UsageError
-from ...files.rundir import RunDir, recorded_reading
+from ...files.rundir import RunDir
 from ...judging.liveness import watchdog_liveness
 from ...judging.replay import RunReplay, recoverable
 from ...judging.rules import Finding, RuleOptions
 from ...judging.ruleset import STOP
 from ...options import build
 from ...procs.process import launch_info
-from ...reading.readers import ReadOptions, detect, sniff_log
-from ...reading.records import Record, RecordParser, Target, resolve_target
+from ...reading.records import Record, RecordParser, Target
 from ...reading.source import RecordSource, reached
-from ...reading.target import NOT_LOGS, recorded_rule_options
-from ..status import TAIL_RECORDS, Status, StatusHead, describe, format_status
+from ...reading.target import recorded_rule_options
+from ..checkin import Status, StatusHead, format_status
+from ..status import TAIL_RECORDS, describe
 from .bests import Best, BestMetric, GoodputSteps, best_point, origin_facts, task_metric
 from .export import record_values, session_cut
 from .facts import FactsCache
+from .folder import MAX_DEPTH, find_runs, run_target
 from .markers import Checkpoints, Marker, markers
 from .series import Point, Series
 from .supervision import SupervisionView
@@ -119,10 +117,6 @@ class RunDetail(RunSummary):
     launch: dict[str, Any] | None  # how `launch`/`supervise` started it: command, cwd, provenance
 
 
-# How deep below the served folder runs are looked for ("runs/<project>/<sweep>/<run>").
-MAX_DEPTH = 4
-# A folder tree this large is not a folder of runs: stop listing rather than stall the reader.
-MAX_SCANNED_ENTRIES = 20000
 # Bytes of log one refresh of one run reads: a 1 GB log is caught up over ~30 refreshes while
 # the other runs keep being refreshed in between.
 REFRESH_BYTES = 32 * 1024 * 1024
@@ -137,98 +131,6 @@ SETTLED_SECONDS = 60.0
 APPLY_LINES = 1000
 # Findings kept per run (a log that fails every line would otherwise grow this without bound).
 MAX_FINDINGS = 500
-
-
-def inside(root: str, path: str) -> bool:
-    """`path` resolves (symlinks followed) to `root` or below; `root` is already a realpath."""
-    real = os.path.realpath(path)
-    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def run_target(path: str) -> Target | None:
-    """The Target when `path` is a run (a run directory, a JSONL log, a trainer_state.json, another
-    tool's log), else None.
-
-    This is the one place that says what a run looks like in a folder of runs: a reader of another
-    format adds its detection to `readers.detect` / `readers.sniff_log` (and `resolve_target` says
-    how to read it).
-    """
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    name = os.path.basename(path)
-    if stat.S_ISDIR(st.st_mode):
-        if recorded_reading(path)[2] is not None:
-            return resolve_target(path)  # a run directory whose launch recorded how to read it: one run, read so
-        if not any(os.path.lexists(os.path.join(path, n)) for n in ("metrics.jsonl", "run.json", "trainer_state.json")):
-            # a HF output folder (checkpoint-N/trainer_state.json), TensorBoard or MLflow logs
-            t = resolve_target(path)
-            if t.format == "tensorboard" and not _own_event_files(path):
-                return None  # event files one level down: each folder of them is a run of its own
-            return t if t.format in ("trainer_state", "tensorboard", "mlflow") else None  # a CSV: its file
-        return resolve_target(path)
-    if name.endswith(".jsonl") and name not in NOT_LOGS and name != "metrics.jsonl":
-        return resolve_target(path)
-    if name in NOT_LOGS:
-        return None
-    found = detect(path, ReadOptions())  # an event file, an MLflow store, a CSV
-    if found is not None and found[0] == "mlflow" and name != "mlflow.db":
-        return None  # any other SQLite file is not taken for a store
-    if found is not None and found[0] != "csv":
-        return resolve_target(path)
-    if sniff_log(path) is None:
-        return None  # a data table, not a log of steps; text that no preset reads
-    return resolve_target(path)
-
-
-def _own_event_files(path: str) -> bool:
-    """The folder holds TensorBoard event files itself (not only in its sub-folders: those are
-    the runs, as TensorBoard and Lightning's `lightning_logs/version_N/` lay them out)."""
-    from ...reading.readers.tfevents import is_event_file
-
-    try:
-        return any(is_event_file(n) for n in os.listdir(path))
-    except OSError:
-        return False
-
-
-def find_runs(root: str, max_depth: int = MAX_DEPTH) -> Iterator[tuple[str, Target]]:
-    """(path relative to `root` with "/" separators, Target) of every run under `root`.
-
-    A run's own folder is not searched further (its checkpoints are not runs). Hidden folders are
-    skipped, and so is anything that resolves outside `root` (a symlink leading out of it).
-    """
-    root = os.path.realpath(root)
-    top = run_target(root)
-    if top is not None:  # the folder is itself a run: serve it alone, under its own name
-        if inside(root, top.log_path) or not os.path.lexists(top.log_path):
-            yield os.path.basename(root) or "run", top
-        return
-    seen = 0
-    stack: list[tuple[str, int]] = [(root, 0)]
-    while stack:
-        folder, depth = stack.pop()
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            continue
-        for name in names:
-            seen += 1
-            if seen > MAX_SCANNED_ENTRIES:
-                return
-            if name.startswith("."):
-                continue
-            path = os.path.join(folder, name)
-            if not inside(root, path):
-                continue
-            target = run_target(path)
-            if target is not None:
-                if inside(root, target.log_path) or not os.path.lexists(target.log_path):
-                    yield os.path.relpath(path, root).replace(os.sep, "/"), target
-                continue
-            if depth + 1 < max_depth and os.path.isdir(path):
-                stack.append((path, depth + 1))
 
 
 def verdict_of(watchdog: dict[str, Any] | None, now: float) -> ListVerdict:
@@ -400,12 +302,13 @@ class RunView:
             self.path_session = rec.session
         if rec.kind == "checkpoint":
             self.checkpoints.add(rec)
-        v1 = self.source.v1
+        parser = self.source.parser
+        assert parser is not None  # the record came from it
         if rec.kind == "train":
-            updates = rec.raw.get("updates") if v1 and rec.raw is not None else None
-            start = self._start_step(rec.session) if v1 else None
+            updates = rec.raw.get("updates") if parser.windows and rec.raw is not None else None
+            start = self._start_step(rec.session)
             self.goodput.add(rec.session, rec.step, updates if type(updates) is int else None, start)
-        for key, value in record_values(rec, v1):
+        for key, value in record_values(rec, parser):
             s = self.series.get(key)
             if s is None:
                 if key.startswith("eval_") and key != "eval_loss" and self._metrics() >= MAX_METRICS:
@@ -455,7 +358,7 @@ class RunView:
         step = self.reached
         if step is None:  # (check starts from the latest session's start step in a schema-v1 log)
             p = self.parser
-            step = (p.start_step(p.latest_session()) or 0) if p is not None and p.mode == "v1" else 0
+            step = (p.start_step(p.latest_session()) or 0) if p is not None else 0
         found: list[Finding] = self.replay.finish(step, commit=False)
         return [{**f.to_json(), "session": f.session, "time": None} for f in found]
 
@@ -474,13 +377,13 @@ class RunView:
             "max_steps": source.max_steps(),
             "torn_tail": source.torn() is not None,
         }
-        m = source.parser.manifest if source.v1 and source.parser is not None else None
+        m = source.parser.manifest if source.parser is not None else None
         if m is not None:
             latest = m["sessions"][-1]["session_id"]
             out.update({"run_id": m["run_id"], "session_id": latest, "sessions": len(m["sessions"])})
             recs = [r for r in recs if r.session == latest]
         mtime = source.mtime() if source.reader is not None else None
-        return describe(t, out, recs, mtime, now, gpus=False)
+        return describe(t, out, recs, mtime, now, gpus=False, parser=source.parser)
 
     def summary(self, now: float | None = None) -> RunSummary:
         """The list's facts: the `status --json` keys plus path, verdict, findings and errors
@@ -534,7 +437,7 @@ class RunView:
         summary = self.summary(now)
         findings = self.settled_findings(now)[0]
         p = self.parser
-        manifest = p.manifest if p is not None and p.mode == "v1" else None
+        manifest = p.manifest if p is not None else None
         origin = origin_facts(manifest, launch_info(self.target.run_dir))  # (as status reads launch.json)
         st: RunDetail = {
             **summary,

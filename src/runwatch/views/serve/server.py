@@ -31,7 +31,8 @@ from ...errors import InvalidRunError
 from ...files.rundir import SIDE_FILES
 from ...files.safeio import escaping
 from .export import csv_chunks
-from .runs import RunDetail, RunSummary, RunView, find_runs
+from .folder import find_runs
+from .runs import RunDetail, RunSummary, RunView
 
 __all__ = ["STATIC_FILES", "Catalog", "Server", "is_loopback"]
 
