@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from .jsonio import loads as loads
     from .jsonio import orjson_misread as orjson_misread
     from .jsonio import strict_json as strict_json
+    from .lines import MAX_LINE_BYTES as MAX_LINE_BYTES
+    from .lines import iter_line_blocks as iter_line_blocks
+    from .lines import read_regular_file as read_regular_file
     from .provenance import capture as capture
     from .provenance import data_paths as data_paths
     from .recipe import check_arguments as check_arguments
@@ -77,12 +80,9 @@ if TYPE_CHECKING:
     from .safeio import read_bounded as read_bounded
     from .safeio import read_tail as read_tail
     from .schema import END_REASONS as END_REASONS
-    from .schema import MAX_LINE_BYTES as MAX_LINE_BYTES
     from .schema import SCHEMA_VERSION as SCHEMA_VERSION
     from .schema import SessionValidator as SessionValidator
-    from .schema import iter_line_blocks as iter_line_blocks
     from .schema import read_manifest as read_manifest
-    from .schema import read_regular_file as read_regular_file
     from .schema import validate_manifest as validate_manifest
     from .schema import window_tokens as window_tokens
 
@@ -101,6 +101,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     ".journal": ("open_session", "atomic_write", "atomic_write_text", "utc_now"),
     ".jsonio": ("strict_json", "loads", "dumps", "orjson_misread"),
+    ".lines": ("MAX_LINE_BYTES", "read_regular_file", "iter_line_blocks"),
     ".provenance": ("capture", "data_paths"),
     ".recipe": ("check_recipe", "check_start", "check_arguments"),
     ".rundir": (
@@ -131,11 +132,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ".schema": (
         "SCHEMA_VERSION",
         "END_REASONS",
-        "MAX_LINE_BYTES",
         "read_manifest",
-        "read_regular_file",
         "validate_manifest",
-        "iter_line_blocks",
         "SessionValidator",
         "window_tokens",
     ),
@@ -150,7 +148,8 @@ _KEPT: dict[str, tuple[str, ...]] = {
     ".provenance": ("GIT_TIMEOUT_SECONDS", "HASH_EDGE_BYTES", "data_fingerprint", "git_state"),
     ".rundir": ("READ_FIELDS", "LAUNCH", "SUPERVISE_LOG"),
     ".safeio": ("Records", "tail_lines", "read_records", "append_line", "open_new", "open_lock", "TAIL_CHUNK_BYTES"),
-    ".schema": ("EVENTS", "MAX_MANIFEST_BYTES", "iter_lines", "WindowValues"),
+    ".lines": ("iter_lines",),
+    ".schema": ("EVENTS", "MAX_MANIFEST_BYTES", "WindowValues"),
 }
 _WHERE = lazy.index(_PUBLIC, _KEPT)
 

@@ -19,7 +19,11 @@ from typing import Any
 
 from ..errors import InvalidRunError
 from .jsonio import dumps, json_problem, loads, orjson_misread, strict_json
-from .lines import read_regular_file
+from .lines import MAX_LINE_BYTES as MAX_LINE_BYTES  # (the names below moved to lines: kept here for one release)
+from .lines import iter_line_blocks as iter_line_blocks
+from .lines import iter_lines as iter_lines
+from .lines import open_run_file
+from .lines import read_regular_file as read_regular_file
 from .rundir import RunDir
 
 __all__ = [
@@ -443,3 +447,9 @@ class SessionValidator:
             if max_logit is not None:
                 _number(max_logit, where, "qk_clip.max_logit")
         self.step = step
+
+
+# Former names, kept for one release: the record events were `EVENTS`, a window's sums `WindowValues`.
+EVENTS = RECORD_EVENTS
+WindowValues = WindowSums
+open_regular = open_run_file  # (now lines.open_run_file)

@@ -39,9 +39,21 @@ _KEPT: dict[str, tuple[str, ...]] = {
     ".convert": ("Scalar", "Flag", "as_float_list", "as_numbers", "Number"),
     ".distributed": ("RankGroup", "SoloGroup", "is_waiting_frame"),
     ".gpus": ("MAX_GPUS", "MIN_INTERVAL_SECONDS"),
-    ".metrics": ("default_window", "PHASE_NAME", "WINDOW_ENV"),
+    ".metrics": ("PHASE_NAME",),
     ".signals": ("SignalGuard",),
-    ".window": ("OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "columns", "window_fields", "TrainLine"),
+    ".window": (
+        "default_window",
+        "WINDOW_ENV",
+        "DEFAULT_WINDOW",
+        "DEFAULT_MAX_WINDOW_SECONDS",
+        "OpenWindow",
+        "WindowValues",
+        "ROW_SIZE",
+        "window_row",
+        "columns",
+        "window_fields",
+        "TrainLine",
+    ),
 }
 _WHERE = lazy.index(_PUBLIC, _KEPT)
 
