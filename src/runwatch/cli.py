@@ -76,13 +76,13 @@ def _add_launch(sub: _Subcommands) -> None:
 
 
 def _add_supervise(sub: _Subcommands) -> None:
-    from .supervising import supervise
+    from .supervising import supervisecommand
 
     p = sub.add_parser(
         "supervise", help="launch a training and keep it alive: relaunch, roll back, or give up (exit 7)"
     )
-    supervise.add_arguments(p)
-    p.set_defaults(func=lambda args: supervise.run(args))
+    supervisecommand.add_arguments(p)
+    p.set_defaults(func=lambda args: supervisecommand.run(args))
 
 
 def _add_goodput(sub: _Subcommands) -> None:

@@ -82,14 +82,14 @@ def _parser() -> Parser:
     """The parser of the commands the tools run (`check`, `status`, `supervise`), made of the
     arguments those commands add to `runwatch`'s own parser: one definition of every option."""
     from ...judging import watchcommands
-    from ...supervising import supervise
+    from ...supervising import supervisecommand
     from .. import status
 
     parser = Parser(prog="runwatch")
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
     watchcommands.add_arguments(sub.add_parser("check"), "check")
     status.add_arguments(sub.add_parser("status"))
-    supervise.add_arguments(sub.add_parser("supervise"))
+    supervisecommand.add_arguments(sub.add_parser("supervise"))
     return parser
 
 
