@@ -437,7 +437,8 @@ class Watcher:
             if polled.restarted:
                 return
             for rec in polled:
-                self.checkpoints += rec.kind == "checkpoint"
+                if rec.kind == "checkpoint":
+                    self.checkpoints += 1
                 if self.trail is not None:
                     self.trail.add(rec, self.source.parser)
             if not polled.more:

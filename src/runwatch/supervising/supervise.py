@@ -383,9 +383,7 @@ class Supervisor:
         for note in b.notes:
             self.log(note)
         self.counters = b.counters
-        if (
-            b.how == "continue"
-        ):  # a new allocation (a requeued job, a rescheduled pod): budgets, attempts, goodput go on
+        if b.how == "continue":  # a new allocation (a requeued job, a rescheduled pod): all goes on
             self.continued = True
             self.reads.prepare()  # the log read to its end: its checkpoints and its highest step
             logged = self.reads.trail.high_step()
