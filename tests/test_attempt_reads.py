@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +76,11 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Reads:
     return seen
 
 
-def _supervise(run: Path, *train: str) -> tuple[int, list[dict[str, Any]], list[str]]:
+def _supervise(run: Path, *train: str, stall: float = 4) -> tuple[int, list[dict[str, Any]], list[str]]:
     lines: list[str] = []
     cmd = [sys.executable, TRAIN, str(run), *train]
     sup = Supervisor(
-        str(run), cmd, Options(poll=0.1, stall=4), SuperviseOptions(backoff=0.1), log=lines.append, out=lines.append
+        str(run), cmd, Options(poll=0.1, stall=stall), SuperviseOptions(backoff=0.1), log=lines.append, out=lines.append
     )
     code = sup.run()
     with open(run / "supervise.jsonl") as f:
@@ -136,6 +140,56 @@ def test_a_rollback_reads_the_whole_log_once_for_its_target(tmp_path: Path, read
     expected = latest_checkpoint(sessions, cwd=str(tmp_path))
     assert expected is not None and trail.latest_checkpoint(cwd=str(tmp_path)) == expected
     assert trail.high_step() == max(r.step for s in sessions for r in s.records if r.kind != "invalid") == 40
+
+
+def _wait(cond: Any, timeout: float = 30.0) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_supervisor_that_adopts_a_training_reads_its_history_once(tmp_path: Path, reads: Reads) -> None:
+    run = tmp_path / "run"
+    go = run / "go"
+    # the training waits before update 21 until `go`: its kill at 22 comes after the adoption
+    train = ["--steps", "40", "--fault", "kill@22", "--hold", f"{go}@21"]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "runwatch", "supervise", str(run), "--poll", "0.1", "--stall", "120", "--"]
+        + [sys.executable, TRAIN, str(run), *train],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert _wait(lambda: (run / "ckpt-20.json").exists() and (run / "watchdog.json").exists())
+        time.sleep(0.5)  # its watch has read to the hold (watchdog.json: where it had read to)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        adopted = threading.Thread(target=lambda: _wait(lambda: len(_lines(run / "supervise.jsonl")) >= 2, 60))
+        adopted.start()
+        threading.Thread(target=lambda: (adopted.join(), go.touch())).start()
+        code, journal, lines = _supervise(run, *train, stall=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.wait()
+    assert code == 0, lines
+    assert [r["event"] for r in journal] == ["launch", "launch", "verdict", "relaunch", "verdict", "done"]
+    assert journal[1]["adopted"] is True and journal[1]["checkpoint"] == str(run / "ckpt-20.json")
+    # this supervisor's attempts: the adopted one and its relaunch, one watch and one source each
+    assert len(reads.watchers) == 2 and len(reads.sources) == 2
+    assert reads.exit_reads == 2
+    assert journal[3]["checkpoint"] == str(run / "ckpt-20.json")
+    assert reads.whole_reads == 2  # the history it did not see, at the adoption; the goodput at the end
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except OSError:
+        return []
 
 
 def test_a_whole_read_through_a_source_leaves_where_it_follows_from(tmp_path: Path) -> None:
