@@ -202,3 +202,26 @@ def test_a_whole_read_through_a_source_leaves_where_it_follows_from(tmp_path: Pa
     whole = source.sessions()
     assert [[r.step for r in s.records] for s in whole] == [[1, 2, 3, 4, 5, 6]]
     assert first == [1, 2, 3, 4, 5] and [r.step for r in source.poll()] == [6]
+
+
+def test_a_log_read_again_from_its_start_voids_what_the_trail_kept(tmp_path: Path) -> None:
+    log = tmp_path / "metrics.jsonl"
+
+    def write(*lines: dict[str, Any]) -> None:
+        log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    def ckpt(step: int, path: str) -> dict[str, Any]:
+        return {"step": step, "ckpt": str(tmp_path / path)}  # (minimal telemetry's checkpoint line)
+
+    for name in ("a-20.pt", "b-5.pt"):
+        (tmp_path / name).write_text("saved")
+    write({"step": 10, "loss": 1.0}, {"step": 20, "loss": 0.9}, ckpt(20, "a-20.pt"), {"step": 30, "loss": 0.8})
+    trail = Trail()
+    w = Watcher(str(log), Options(stall=600), log=lambda m: None, out=lambda m: None, trail=trail)
+    assert w.poll_once() is None
+    first = trail.latest_checkpoint()
+    assert first is not None and first.path == str(tmp_path / "a-20.pt") and trail.high_step() == 30
+    write({"step": 1, "loss": 2.0}, {"step": 5, "loss": 1.9}, ckpt(5, "b-5.pt"))  # a new log, shorter
+    assert w.poll_once() is None
+    again = trail.latest_checkpoint()
+    assert again is not None and again.path == str(tmp_path / "b-5.pt") and trail.high_step() == 5

@@ -165,6 +165,8 @@ class Watcher:
             self.log(f"runwatch watch: {self.target.log_path} was {polled.reset}; reading it again from the start")
             self.current = None
             self.rules.reset()
+            if self.trail is not None:  # what it kept of the log before is void
+                self.trail.clear()
         elif polled.reset:
             self.log(f"runwatch watch: {self.target.log_path}: a file was {polled.reset}; reading it again")
         if polled.grew and not self.catching_up:
@@ -418,9 +420,8 @@ class Watcher:
         self._watching_at, self._watching_count = now, self.applied
         if not os.path.isdir(self.run_dir):
             return  # the run directory does not exist yet: nothing to say there, and no folder to make
-        state, warnings = self.state_dict(), self.warning_dicts()
         record = liveness.watching_record(
-            os.getpid(), self.started, now, self.last_step, self.opts.poll, state, warnings
+            os.getpid(), self.started, now, self.last_step, self.opts.poll, self.state_dict(), self.warning_dicts()
         )
         try:
             write_verdict(self.run_dir, record)
@@ -445,8 +446,7 @@ class Watcher:
                 return
 
     def watch_process(self, pid: int, stale_sessions: frozenset[str]) -> None:
-        """Check `pid` from now on, a process launched after this watch was set up (supervise: the
-        attempt's); `stale_sessions` as in the constructor. The startup grace counts from now."""
+        """Check `pid`, launched after this watch was set up, from now on (its startup grace too)."""
         self.process = WatchedProcess(pid, self.log)
         self.stale_sessions = stale_sessions
         self.grace_anchor = self.clock()

@@ -230,6 +230,11 @@ class Trail:
             for rec in whole.records:
                 self._keep(s, rec)
 
+    def clear(self) -> None:
+        """Forget every record taken (the log was read again from its start: what came before is void)."""
+        self._sessions.clear()
+        self._top.clear()
+
     def _keep(self, s: Session, rec: Record) -> None:
         if rec.kind == "checkpoint":
             s.records.append(rec)

@@ -94,6 +94,8 @@ class Watching:
                 w.load_state_dict(w.state_dict())
             self.state = w.state_dict()
             self.checkpoints, self.last_step = w.checkpoints, w.last_step
+        if not self._resumed:  # (no log yet, or one read again meanwhile) the watch reads it from its start
+            self.trail.clear()
         self._next = w
         return w
 
