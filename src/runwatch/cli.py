@@ -40,23 +40,23 @@ def _add_summarize(sub: _Subcommands) -> None:
 
 
 def _add_watch(sub: _Subcommands) -> None:
-    from .judging import watchdog
+    from .judging import watchcommands
 
     p = sub.add_parser("watch", help="follow a run; exit 7 on the first anomaly, 0 on completion")
-    watchdog.add_arguments(p, "watch")
+    watchcommands.add_arguments(p, "watch")
     p.add_argument(
         "--json", action="store_true", help="print the verdict as JSON (watchdog.json's keys) before its line"
     )
-    p.set_defaults(func=lambda args: watchdog.run_watch(args))
+    p.set_defaults(func=lambda args: watchcommands.run_watch(args))
 
 
 def _add_check(sub: _Subcommands) -> None:
-    from .judging import watchdog
+    from .judging import watchcommands
 
     p = sub.add_parser("check", help="replay the watchdog's record rules over a log as it stands")
-    watchdog.add_arguments(p, "check")
+    watchcommands.add_arguments(p, "check")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
-    p.set_defaults(func=lambda args: watchdog.run_check(args))
+    p.set_defaults(func=lambda args: watchcommands.run_check(args))
 
 
 def _add_status(sub: _Subcommands) -> None:
@@ -76,13 +76,13 @@ def _add_launch(sub: _Subcommands) -> None:
 
 
 def _add_supervise(sub: _Subcommands) -> None:
-    from .supervising import supervise
+    from .supervising import supervisecommand
 
     p = sub.add_parser(
         "supervise", help="launch a training and keep it alive: relaunch, roll back, or give up (exit 7)"
     )
-    supervise.add_arguments(p)
-    p.set_defaults(func=lambda args: supervise.run(args))
+    supervisecommand.add_arguments(p)
+    p.set_defaults(func=lambda args: supervisecommand.run(args))
 
 
 def _add_goodput(sub: _Subcommands) -> None:

@@ -1,21 +1,20 @@
-"""The watchdog (`runwatch watch`) and its replay (`runwatch check`) (docs/WATCHDOG.md).
+"""The watch (`Watcher`, `runwatch watch`) and its replay (`check`, `runwatch check`) (docs/WATCHDOG.md).
 
     verdict = watch("runs/a", Options(stall=120))   # blocks; Verdict("done"|"anomaly", ...)
     result = check("runs/a")                        # every finding of the log as it stands
 
 Data flows one way: the log → `source.RecordSource` (new bytes or events only, through the one
-`parsing.RecordParser`) → `rules.Rules` → a Verdict. Every poll also checks time (stall, startup grace, timeout), the
-process (`--pid` or `RUN_DIR/pid`), the `--done` sentinel and the checks in `POLL_CHECKS`.
-Only `watch()`'s caller decides the exit code (0 done, 7 anomaly). Standard library only.
-
-The watch's options are `watchoptions`'s. Longer than 500 lines on purpose: the `Watcher`'s one
-poll loop, whose steps (read, judge, time and process checks) share its state.
+`parsing.RecordParser`) → `rules.Rules` → a Verdict. Every poll also checks time (stall, startup
+grace, timeout), the process (`watchedprocess`: `--pid` or RUN_DIR/pid; exit.json read once), the
+`--done` sentinel and the checks in `POLL_CHECKS`. Only `watch()`'s caller decides the exit code
+(0 done, 7 anomaly); the command lines are `watchcommands`'s, the options `watchoptions`'s. A
+supervisor sets one Watcher up per attempt before its launch, hands it the launched process
+(`watch_process`) and asks its `source`, `trail` and `process` what the log and exit.json hold.
+Standard library only.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import sys
@@ -23,21 +22,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import InvalidRunError, UsageError
+from ..errors import InvalidRunError
 from ..files.rundir import RunDir
-from ..options import add_flags
 from ..procs import process as _proc
+from ..reading.history import Trail
 from ..reading.nosignal import holds_something, no_signal_message
-from ..reading.readers import ReadOptions, read_options
-from ..reading.readers import add_arguments as add_read_arguments
-from ..reading.records import Record, RecordParser, Target, resolve_target
+from ..reading.readers import ReadOptions
+from ..reading.records import Record, RecordParser, Target
 from ..reading.source import Polled, RecordSource
 from . import liveness
-from .ranks import RankMonitor
 from .replay import CheckResult, check, name_loss_key
 from .rules import Finding, Rules, fmt_step
-from .verdict import Verdict, exit_status, write_verdict
-from .watchoptions import Options, load_options, options_from_args
+from .verdict import Verdict, write_verdict
+from .watchedprocess import WatchedProcess
+from .watchoptions import Options, load_options
 
 __all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
 
@@ -47,11 +45,7 @@ MAX_WARNINGS = 20
 
 def _rank_check(w: Watcher) -> Finding | None:
     """`rank_stall` / `straggler` from RUN_DIR/heartbeats/ (multi-rank runs; silent otherwise)."""
-    monitor = w._rank_monitor
-    if monitor is None:
-        monitor = w._rank_monitor = RankMonitor(w.opts.rank_stall, w.opts.straggler_factor, w.opts.straggler_patience)
-    found = monitor.poll(w.run_dir, w.clock(), ignore=w.stale_sessions)
-    return found
+    return w.process.ranks(w.opts, w.run_dir, w.clock(), w.stale_sessions)
 
 
 # Poll-time checks beyond the log (e.g. per-rank heartbeats): each is called once per poll with the
@@ -78,10 +72,12 @@ class Watcher:
         out: Callable[[str], None] | None = None,
         started: float | None = None,
         stale_sessions: frozenset[str] = frozenset(),
+        trail: Trail | None = None,
     ) -> None:
         """`started`: when `--timeout` counts from (default: now; supervise passes its own start,
         so the timeout is the whole supervision's). `stale_sessions`: sessions of earlier attempts
-        whose heartbeat files may still lie in the run directory, never judged."""
+        whose heartbeat files may still lie in the run directory, never judged. `trail`: given
+        every record read (supervise keeps the run's checkpoints in it, attempt after attempt)."""
         self.opts = opts or Options()
         self.target_arg = os.fspath(target)
         self.read = read  # --format, --pattern, --run (readers.ReadOptions)
@@ -104,22 +100,19 @@ class Watcher:
         self.last_growth = -math.inf
         self.catching_up = True
         self.pending: Finding | None = None  # minimal telemetry catch-up: the current session's first finding
-        self.ended_normally: Record | None = None
         self._max_steps_hint: int | None = None  # the log's own max_steps (trainer_state.json) applied
-        self._pid_sig: tuple[int, int, int] | None = None
-        self._pid: int | None = self.opts.pid
-        self.remote_host: str | None = None  # the host launch.json names, when it is not this one
+        self.process = WatchedProcess(self.opts.pid, self.log)  # the pid checked, its host, how it ended
         self.applied = 0  # records applied so far (the watching record is rewritten when it grows)
         self.signal = False  # a record of the log was read, in this watch or one it continues
         self.checkpoints = 0  # checkpoint events read so far (carried in the state)
         self._watching_at, self._watching_count = -math.inf, -1
-        self._rank_monitor: RankMonitor | None = None  # set up by the first `_rank_check`
         # Warnings reported so far (the first MAX_WARNINGS; watchdog.json keeps them), and those
         # of the session being caught up with (minimal telemetry: dropped if a relaunch follows).
         self.warnings: list[Finding] = []
         self.pending_warnings: list[Finding] = []
         self.named_loss_key = False  # the first finding said which key the loss is read from
         self.stale_sessions = stale_sessions
+        self.trail = trail
         self._announced = False  # the log's path was named on stderr
 
     # --- reading -----------------------------------------------------------------------------
@@ -131,6 +124,11 @@ class Watcher:
     @property
     def parser(self) -> RecordParser | None:
         return self.source.parser
+
+    @property
+    def remote_host(self) -> str | None:
+        """The host launch.json names for the process, when it is not this one (not checked from here)."""
+        return self.process.remote_host
 
     def _open(self) -> bool:
         """Set up the reading once the log exists; False while it does not."""
@@ -167,6 +165,8 @@ class Watcher:
             self.log(f"runwatch watch: {self.target.log_path} was {polled.reset}; reading it again from the start")
             self.current = None
             self.rules.reset()
+            if self.trail is not None:  # what it kept of the log before is void
+                self.trail.clear()
         elif polled.reset:
             self.log(f"runwatch watch: {self.target.log_path}: a file was {polled.reset}; reading it again")
         if polled.grew and not self.catching_up:
@@ -276,11 +276,13 @@ class Watcher:
         if not self._announced and self.waited:
             self._announced = True
             self.log(f"runwatch watch: {self.target_arg} appeared; reading {self.target.log_path}")
-        apply = self._apply
+        apply, trail = self._apply, self.trail
         while True:
             polled = self.source.poll(final)
             self._polled(polled)
             for rec in polled:  # parsed one at a time: the first verdict ends the watch
+                if trail is not None:  # (a supervisor's: the run's checkpoints, attempt after attempt)
+                    trail.add(rec, self.source.parser)
                 v = apply(rec)
                 if v is not None:
                     return v
@@ -367,30 +369,9 @@ class Watcher:
     def _v1(self) -> bool:
         return self.parser is not None and self.parser.mode == "v1"
 
-    def _current_pid(self) -> int | None:
-        if self.opts.pid is not None:
-            return self.opts.pid
-        path = RunDir(self.run_dir).pid
-        try:
-            st = os.stat(path)
-        except OSError:
-            return self._pid
-        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if sig != self._pid_sig:
-            self._pid_sig = sig
-            self._pid = _proc.read_pid_file(path, self.log)
-            host = liveness.process_host(self.run_dir)
-            self.remote_host = None if liveness.is_local_host(host) else host
-            if self.remote_host is not None:
-                self.log(
-                    f"runwatch watch: the process runs on host {self.remote_host}: not checked from here; "
-                    f"liveness from records and heartbeats"
-                )
-        return self._pid
-
     def _check_process(self) -> Verdict | None:
-        pid = self._current_pid()
-        if pid is None or (self.opts.pid is None and self.remote_host is not None) or _proc.alive(pid):
+        pid = self.process.current(self.run_dir)
+        if pid is None or not self.process.checked_here() or _proc.alive(pid):
             return None
         # The process is gone: read the log to its end first; a normal session_end means done.
         v = self._read(final=True)
@@ -398,28 +379,14 @@ class Watcher:
             return v
         if self.pending is not None:
             return self._found(self.pending)
-        status = _proc.how_ended(pid)
-        ended = _proc.wait_exit(self.run_dir, pid)
-        if ended is not None and ended.status == 0:
-            # Nothing in the log's latest session stopped the watch (an error or a non-finite loss
-            # would have): the process says it finished -- unless the format read nothing at all.
-            if self._silent():
-                return self._anomaly("no_signal", self.last_step, self._no_signal())
-            return self._done(self.last_step, "process exited with status 0")
-        if ended is not None:
-            status = ended.describe()
-        oom = _proc.oom_line(RunDir(self.run_dir).stdout)
-        if oom is not None:
-            return self._dead("oom", self.last_step, f"process {pid} ran out of memory: {oom}")
-        rank = liveness.dead_rank(self.run_dir)
-        if rank is not None:
-            return self._dead("process_exit", self.last_step, rank)
-        how = f" ({status})" if status else ""
-        return self._dead(
-            "process_exit",
-            self.last_step,
-            f"process {pid} is gone{how}" + (" and the log has no normal session_end" if self._v1() else ""),
-        )
+        gone = self.process.why_gone(self.run_dir, pid, self._v1())
+        if gone is not None:
+            return self._dead(gone[0], self.last_step, gone[1])
+        # Nothing in the log's latest session stopped the watch (an error or a non-finite loss
+        # would have): the process says it finished -- unless the format read nothing at all.
+        if self._silent():
+            return self._anomaly("no_signal", self.last_step, self._no_signal())
+        return self._done(self.last_step, "process exited with status 0")
 
     def run(self) -> Verdict:
         """Poll until a verdict; write watchdog.json; stop the process on an anomaly if asked."""
@@ -441,21 +408,25 @@ class Watcher:
         except OSError as exc:
             self.log(f"runwatch watch: could not write watchdog.json: {exc.strerror or exc}")
         if v.verdict == "anomaly" and opts.stop_on_anomaly:
-            pid = self._current_pid()
-            if pid is None:
-                self.log("runwatch watch: --stop-on-anomaly: no process to stop (no --pid, no RUN_DIR/pid)")
-            else:
-                given = self.opts.pid is not None  # named by the user, not read from the run directory
-                note = _proc.stop(pid, self.run_dir, self.stop_grace, why=f"a {v.kind}", given=given)
-                self.log("runwatch watch: " + note)
+            self.log("runwatch watch: " + self.process.stop(self.run_dir, self.stop_grace, f"a {v.kind}"))
         return v
 
     def heartbeat(self) -> None:
-        """Rewrite the `watching` record when a poll applied records, or 30 s after the last one."""
+        """Rewrite the `watching` record in watchdog.json (the watch's own heartbeat, with the state a
+        restarted watch resumes from) when a poll applied records, or 30 s after the last one."""
         now = self.clock()
-        if self.applied != self._watching_count or now - self._watching_at >= liveness.WATCHING_EVERY_SECONDS:
-            self._watching_at, self._watching_count = now, self.applied
-            self._write_watching(now)
+        if self.applied == self._watching_count and now - self._watching_at < liveness.WATCHING_EVERY_SECONDS:
+            return
+        self._watching_at, self._watching_count = now, self.applied
+        if not os.path.isdir(self.run_dir):
+            return  # the run directory does not exist yet: nothing to say there, and no folder to make
+        record = liveness.watching_record(
+            os.getpid(), self.started, now, self.last_step, self.opts.poll, self.state_dict(), self.warning_dicts()
+        )
+        try:
+            write_verdict(self.run_dir, record)
+        except (OSError, ValueError) as exc:
+            self.log(f"runwatch watch: could not write watchdog.json: {exc}")
 
     def drain(self) -> None:
         """Read what is left of the log without judging it: its writer is gone and its verdict was
@@ -466,9 +437,19 @@ class Watcher:
             polled = self.source.poll(final=True)
             if polled.restarted:
                 return
-            self.checkpoints += sum(1 for rec in polled if rec.kind == "checkpoint")
+            for rec in polled:
+                if rec.kind == "checkpoint":
+                    self.checkpoints += 1
+                if self.trail is not None:
+                    self.trail.add(rec, self.source.parser)
             if not polled.more:
                 return
+
+    def watch_process(self, pid: int, stale_sessions: frozenset[str]) -> None:
+        """Check `pid`, launched after this watch was set up, from now on (its startup grace too)."""
+        self.process = WatchedProcess(pid, self.log)
+        self.stale_sessions = stale_sessions
+        self.grace_anchor = self.clock()
 
     def expect_new_session(self) -> None:
         """A new process was launched on this log: judge its start under the startup grace."""
@@ -476,18 +457,6 @@ class Watcher:
         self.pending = None
         self.grace_anchor = self.clock()
         self.grace_what = "after the process was launched"
-
-    def _write_watching(self, now: float) -> None:
-        """The watchdog's own heartbeat in watchdog.json, with the state a restarted watch resumes from."""
-        if not os.path.isdir(self.run_dir):
-            return  # the run directory does not exist yet: nothing to say there, and no folder to make
-        record = liveness.watching_record(
-            os.getpid(), self.started, now, self.last_step, self.opts.poll, self.state_dict(), self.warning_dicts()
-        )
-        try:
-            write_verdict(self.run_dir, record)
-        except (OSError, ValueError) as exc:
-            self.log(f"runwatch watch: could not write watchdog.json: {exc}")
 
     # --- state --------------------------------------------------------------------------------
 
@@ -516,66 +485,16 @@ class Watcher:
         self.rules.load_state_dict(state["rules"])
         self.have_record = bool(state["have_record"])
         self.last_step = state["last_step"]
-        self.warnings = [_finding(w) for w in state.get("warnings") or ()]
+        self.warnings = [  # (each Finding.to_json())
+            Finding(d["kind"], d["step"], d["message"], d.get("session"), d.get("onset"), d.get("severity", "warn"))
+            for d in state.get("warnings") or ()
+        ]
         self.named_loss_key = bool(state.get("named_loss_key"))
         self.signal = bool(state.get("signal", True))  # (a state written before this key: records were read)
         self.catching_up = False
         return True
 
 
-def _finding(d: dict[str, Any]) -> Finding:
-    """A Finding from its `to_json()` (a saved watch's warnings)."""
-    return Finding(d["kind"], d["step"], d["message"], d.get("session"), d.get("onset"), d.get("severity", "warn"))
-
-
 def watch(target: str, options: Options | None = None, **kwargs: Any) -> Verdict:
     """Watch `target` (run dir, JSONL log or trainer_state.json) until done or an anomaly."""
     return Watcher(target, options, **kwargs).run()
-
-
-# --- the command line -----------------------------------------------------------------------------
-
-
-def add_arguments(p: argparse.ArgumentParser, command: str) -> None:
-    """The options of `runwatch watch` (all), `check` (the record rules' and --map), or `launch`."""
-    if command != "launch":
-        p.add_argument("target", metavar="RUN_DIR|FILE", help="a run directory, a JSONL log or a trainer_state.json")
-    add_flags(p, Options, "check" if command == "check" else "watch", skip=("pid",) if command == "launch" else ())
-    if command != "launch":
-        add_read_arguments(p)  # --format, --pattern, --run (readers.ReadOptions)
-
-
-def run_watch(args: argparse.Namespace) -> int:
-    read = read_options(args)
-    run_dir = resolve_target(args.target, read).run_dir
-    opts = options_from_args(args, run_dir, "watch")
-    v = Watcher(args.target, opts, read=read).run()
-    if getattr(args, "json", False):
-        print(json.dumps(v.to_json(), indent=2, allow_nan=False))
-    print(v.line(), flush=True)
-    return exit_status(v.outcome, opts.exit_codes)
-
-
-def check_from_args(args: argparse.Namespace) -> tuple[CheckResult, Options]:
-    """`runwatch check`'s replay from its parsed command line: the result and the options used."""
-    if not os.path.exists(args.target):
-        raise UsageError(f"check: {args.target}: no such run directory or log")
-    read = read_options(args)
-    opts = options_from_args(args, resolve_target(args.target, read).run_dir, "check")
-    return check(args.target, opts, read), opts
-
-
-def run_check(args: argparse.Namespace) -> int:
-    result, opts = check_from_args(args)
-    for note in result.notes:
-        print(f"runwatch check: {note}", file=sys.stderr)
-    if isinstance(result.torn_line, str):
-        print(f"runwatch check: left out {result.torn_line} (not complete yet)", file=sys.stderr)
-    elif result.torn_line is not None:
-        print(f"runwatch check: left out the torn last line {result.torn_line} (no newline yet)", file=sys.stderr)
-    if getattr(args, "json", False):
-        print(json.dumps(result.to_json(), indent=2, allow_nan=False))
-    else:
-        for line in result.lines():
-            print(line)
-    return exit_status(result.outcome, opts.exit_codes)

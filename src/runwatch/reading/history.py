@@ -5,12 +5,17 @@ on it, the latest one to resume from, and the checkpoint a divergence rolls back
     cp = latest_checkpoint(sessions)                   # Checkpoint(path, step, session) or None
     target = rollback_target(sessions, verdict)        # Rollback(checkpoint, skip=(a, b)) or None
 
+    trail = Trail()                                    # the same, kept as a follower reads:
+    trail.add(rec, parser)                             # each record read (supervise's watch does it)
+    cp = trail.latest_checkpoint(cwd)                  # at any time, without reading the log again
+
 The *path* to the final step: walking back from the last session, each session takes over from
 the step it resumed from (`start.step` in run.json); the session before it on the path is the
 latest earlier one that reached that step. Work of a session beyond the step where the next path
 session took over was redone (after a crash) or thrown away (after a rollback). `resume`
 (a training's own choice of checkpoint), `supervise` (relaunch and roll-back) and `goodput` read
-it here. Standard library only.
+it here; `Trail` keeps what the latest checkpoint and the highest step need as a follower
+reads the log, for a supervisor that asks at every launch. Standard library only.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .records import Record, Session
+from .parsing import Record, RecordParser, Session
 
 __all__ = [
     "Checkpoint",
@@ -192,3 +197,68 @@ def rollback_target(
         if cp.step < first_bad and not overwritten and _exists(cp.path, cwd) is not False:
             return Rollback(cp, first_bad, (cp.step + 1, skip_end))
     return None
+
+
+class Trail:
+    """The log's sessions kept thin as a follower reads them: each session's start, its checkpoint
+    events and its furthest valid record -- all that `path`, `checkpoints` and `latest_checkpoint`
+    look at -- so that the latest checkpoint and the highest step logged are known at any time
+    without reading the log again (`supervise` asks at every launch). A record fed twice (a whole
+    read seeded the trail, then a watch caught up over the same records) changes neither answer."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}  # each session with its checkpoint records
+        self._top: dict[str, Record] = {}  # each session's record of the furthest valid step
+
+    def add(self, rec: Record, parser: RecordParser | None) -> None:
+        """Take one record as `parser` read it (its session's start as `load_sessions` takes it)."""
+        s = self._sessions.get(rec.session)
+        if s is None:
+            entry = parser.entry(rec.session) if parser is not None else None  # (run.json's: minimal has none)
+            start = entry["start"]["step"] if entry else (rec.step if rec.kind == "train" else 0)
+            s = self._sessions[rec.session] = Session(rec.session, start, manifest_entry=entry)
+        self._keep(s, rec)
+
+    def seed(self, sessions: list[Session]) -> None:
+        """Take a whole read's sessions (a supervisor that adopts a training it did not launch)."""
+        for whole in sessions:
+            s = self._sessions.get(whole.key)
+            if s is None:
+                s = self._sessions[whole.key] = Session(
+                    whole.key, whole.start_step, manifest_entry=whole.manifest_entry
+                )
+            for rec in whole.records:
+                self._keep(s, rec)
+
+    def clear(self) -> None:
+        """Forget every record taken (the log was read again from its start: what came before is void)."""
+        self._sessions.clear()
+        self._top.clear()
+
+    def _keep(self, s: Session, rec: Record) -> None:
+        if rec.kind == "checkpoint":
+            s.records.append(rec)
+        elif rec.kind != "invalid":
+            top = self._top.get(s.key)
+            if top is None or rec.step > top.step:
+                self._top[s.key] = rec
+
+    def sessions(self) -> list[Session]:
+        """The sessions as `path` and `checkpoints` read them: each one's checkpoint events and its
+        furthest valid record, in order of first appearance."""
+        out = []
+        for key, s in self._sessions.items():
+            top = self._top.get(key)
+            out.append(
+                Session(key, s.start_step, [*s.records, top] if top is not None else list(s.records), s.manifest_entry)
+            )
+        return out
+
+    def latest_checkpoint(self, cwd: str | None = None) -> Checkpoint | None:
+        """`latest_checkpoint` of the records taken so far."""
+        return latest_checkpoint(self.sessions(), cwd)
+
+    def high_step(self) -> int | float | None:
+        """The highest step of a valid record taken so far; None before the first."""
+        steps = [r.step for s in self.sessions() for r in s.records]
+        return max(steps) if steps else None

@@ -404,6 +404,18 @@ class RecordSource:
                 step = r.step if step is None else reached(step, r)
         return step
 
+    def sessions(self) -> list[Session]:
+        """The whole log's records grouped by session (`load_sessions`), read from its start by a
+        reader and parser of this source's own for the read: where it follows from is untouched (a
+        supervisor reads its run's history through the source its watch follows with).
+        InvalidRunError: no log."""
+        kept = self.target, self.reader, self.parser, self.manifest
+        self.reader = self.parser = self.manifest = None
+        try:
+            return load_sessions(self)
+        finally:
+            self.target, self.reader, self.parser, self.manifest = kept
+
     # --- state -------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
@@ -471,9 +483,10 @@ def iter_records(
     yield from RecordSource(target, read=read, maps=maps, parser=parser).records(on_torn)
 
 
-def load_sessions(target: str | Target, *, maps: dict[str, str] | None = None) -> list[Session]:
-    """The records of `target` grouped by session, sessions in order of first appearance."""
-    source = RecordSource(target, maps=maps)
+def load_sessions(target: str | Target | RecordSource, *, maps: dict[str, str] | None = None) -> list[Session]:
+    """The records of `target` grouped by session, sessions in order of first appearance (a
+    RecordSource: read whole by it, as `RecordSource.sessions` does)."""
+    source = target if isinstance(target, RecordSource) else RecordSource(target, maps=maps)
     sessions: dict[str, Session] = {}
     for rec in source.records():
         s = sessions.get(rec.session)

@@ -241,7 +241,7 @@ def reading_record(read: ReadOptions, rules: Any, by: str) -> dict[str, Any]:
 
 
 def _declare(p: argparse.ArgumentParser) -> None:
-    from ..judging.watchdog import add_arguments as add_watch_arguments
+    from ..judging.watchcommands import add_arguments as add_watch_arguments
 
     p.add_argument(
         "--watch", action="store_true", help="then watch the run in the foreground (exit 7 on anomaly, 0 on completion)"

@@ -18,18 +18,18 @@ training that still runs, and one started after a preemption (a requeued job) co
 budgets, attempt numbers and goodput. --heartbeat-url pings a dead-man monitor while records
 arrive. Standard library only (Apprise for --notify, imported when asked for).
 
-Longer than 500 lines on purpose: one state machine (launch, watch, act on the class, adopt a
-running training, continue an allocation, be preempted, finish) whose steps share the
-supervisor's counters and journal. What to do with a verdict (relaunch, roll back, give up; the
-budgets, the back-off) is a pure function of the journal (`policy.py`) that `_act` carries out;
+The supervisor decides and acts; the watcher reads. What to do with a verdict (relaunch, roll
+back, give up; the budgets, the back-off) is a pure function of the journal (`policy.py`) that
+`_act` carries out; how a supervisor takes up its run directory (continue, adopt, take up an
+action) is `beginning.py`'s; what it reads of the log -- one watch and one RecordSource an
+attempt, the run's checkpoints kept as they are read, exit.json read once -- is `watching.py`'s;
 its options, counters and journal records (`supervision.py`), the signals that stop it
-(`preemption.py`), the rollback choice and goodput (`goodput.py`), the scheduler (`scheduler.py`)
-and the dead-man heartbeat (`deadman.py`) live in their own places.
+(`preemption.py`), goodput (`goodput.py`), the scheduler (`scheduler.py`) and the dead-man
+heartbeat (`deadman.py`) live in their own places.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import signal
@@ -39,23 +39,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, InvalidRunError, UsageError
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from ..files.heartbeats import read_heartbeats
 from ..files.rundir import ENV_RESUME_FROM, JOURNAL, LOCK, RunDir
 from ..judging.liveness import last_error
 from ..judging.rules import Finding
-from ..judging.verdict import read_verdict, write_verdict
-from ..judging.watchdog import Options, Verdict, Watcher, load_options
-from ..options import add_command_arguments, add_flags, given_options, split_command
+from ..judging.verdict import write_verdict
+from ..judging.watchdog import Options, Verdict
 from ..procs import process as _proc
 from ..procs import proctree
-from ..procs.launched import not_launched, refusal
-from ..procs.waiter import reap, subreaper
+from ..procs.launched import refusal
+from ..procs.waiter import reap
 from ..reading.history import latest_checkpoint
-from ..reading.readers import ReadOptions, read_options
-from ..reading.readers import add_arguments as add_read_arguments
-from ..reading.records import Session, load_sessions, resolve_target
+from ..reading.parsing import Session
+from ..reading.readers import ReadOptions
 from ..reading.resume import RESUME_ENV
+from .beginning import begin
 from .deadman import DeadMan
 from .goodput import goodput, goodput_line
 from .launch import abandon, launch, reading_record, watch_read
@@ -64,25 +63,21 @@ from .policy import MAX_BACKOFF_SECONDS, Attempt, decide, progress, rollback_fac
 from .preemption import PREEMPT_SIGNALS, StopSignals
 from .scheduler import SlurmJob, requeue
 from .supervision import (
-    ENDS,
     Counters,
     SuperviseOptions,
     append,
     journal_entry,
-    last_record,
-    load_supervise_options,
     lock_run_dir,
     read_journal,
     stdout_tail,
     supervise_status,
 )
+from .watching import Watching
 
 __all__ = [
     "SuperviseOptions",
     "Supervisor",
     "supervise_status",  # (from supervision, where status reads it)
-    "add_arguments",
-    "run",
     "JOURNAL",
     "LOCK",
     "MAX_BACKOFF_SECONDS",
@@ -130,9 +125,8 @@ class Supervisor:
         self.counters = Counters()  # attempt, budgets spent, ...: carried by every journal record
         self.pid: int | None = None
         self.fresh = 0  # records the attempt wrote, as far as its watch has read
-        self.watcher: Watcher | None = None  # the current attempt's watch
-        self.state: dict[str, Any] | None = None  # where the log was read to (Watcher.state_dict)
-        self.new_process = False  # the next watch is of a newly launched process
+        # the log as the supervision reads it: one watch (and RecordSource) an attempt, the run's checkpoints
+        self.reads = Watching(self.target, self.watch, self.read, log=self.log, out=self.out, started=self.started)
         self.adopted = False  # the current attempt was launched by an earlier supervisor
         self.signals = StopSignals(self._kill_now)  # a preemption or Ctrl-C asks the supervisor to stop
         self.killed_at_once = False  # a second Ctrl-C SIGKILLed the training
@@ -182,35 +176,12 @@ class Supervisor:
             finally:
                 self.notifier = notifier
 
-    def _drained(self, w: Watcher | None = None) -> Watcher:
-        """A watcher positioned at the end of the log as it stands (its writer is gone), with the
-        checkpoint events counted: the next attempt's watch continues from its state."""
-        if w is None:
-            w = Watcher(self.target, self.watch, poll_checks=[], log=lambda msg: None, read=self.read)
-            if self.state is not None:
-                w.load_state_dict(self.state)
-        w.drain()
-        self.state = w.state_dict()
-        return w
-
-    def _sessions(self) -> list[Session]:
-        try:
-            t = resolve_target(self.target, self.read)
-            return load_sessions(t, maps=self.watch.maps) if os.path.exists(t.log_path) else []
-        except (InvalidRunError, UsageError):
-            return []
-
-    def _latest_checkpoint(self) -> str | None:
-        cp = latest_checkpoint(self._sessions(), cwd=os.getcwd())
-        return cp.path if cp is not None else None
-
     # --- actions -------------------------------------------------------------------------------
 
     def _launch(self, event: str, env: dict[str, str], **fields: Any) -> None:
-        drained = self._drained(self.watcher)
-        self.counters.checkpoints_at_launch = drained.checkpoints
-        self.counters.high_step = max(self.counters.high_step, drained.last_step)
-        self.new_process = True
+        self.reads.prepare()  # the attempt's watch, at the end of the log as it stands
+        self.counters.checkpoints_at_launch = self.reads.checkpoints
+        self.counters.high_step = max(self.counters.high_step, self.reads.last_step)
         full = {k: v for k, v in os.environ.items() if k not in RESUME_ENV}
         full.update(env)
         self.counters.env = dict(env)
@@ -226,11 +197,12 @@ class Supervisor:
             self.run_dir, cmd, env=full, reading=reading_record(self.read, self.watch, "supervise")
         )
         self.pid = info["pid"]
+        self.reads.launched(self.pid, self.counters.stale_sessions)
         if type(info.get("waiter")) is int:
             self.waiters.add(info["waiter"])
         if self.counters.first_launch is None:
             self.counters.first_launch = float(info["time"])
-        fields.setdefault("checkpoint", env.get(ENV_RESUME_FROM) or self._latest_checkpoint())
+        fields.setdefault("checkpoint", env.get(ENV_RESUME_FROM) or self.reads.latest_checkpoint())
         fields.update(self._facts(), launched_at=round(float(info["time"]), 3))
         if self.continued:
             fields["continued"] = True  # the first launch of a new allocation
@@ -283,19 +255,7 @@ class Supervisor:
 
     def _watch(self) -> Verdict | None:
         """Watch the current attempt from where the last watch left the log (no re-reading)."""
-        w = Watcher(
-            self.target,
-            dataclasses.replace(self.watch, pid=self.pid),
-            log=self.log,
-            read=self.read,
-            out=self.out,
-            started=self.started,  # --timeout is the whole supervision's
-            stale_sessions=self.counters.stale_sessions,
-        )
-        if self.state is not None and w.load_state_dict(self.state) and self.new_process:
-            w.expect_new_session()
-        self.new_process = False
-        self.watcher = w
+        w = self.reads.current()  # (the one `_launch` or `_begin` set up for the attempt)
         while True:
             v = w.poll_once()
             new, self.fresh = w.applied > self.fresh, w.applied
@@ -315,9 +275,21 @@ class Supervisor:
             if not self.signals.sleep(self.watch.poll):
                 return None
 
-    def _finish(self, event: str, verdict: Verdict, line: str, code: int, **fields: Any) -> int:
+    def _finish(
+        self,
+        event: str,
+        verdict: Verdict,
+        line: str,
+        code: int,
+        *,
+        sessions: list[Session] | None = None,
+        **fields: Any,
+    ) -> int:
         """The allocation's last record (`done`, `gave_up`, `preempted`) with the goodput up to it
-        and `code`, the exit status the supervisor ends with; returns `code`."""
+        and `code`, the exit status the supervisor ends with; returns `code`. `sessions`: the log's,
+        when the caller read them already (read here otherwise: once, for the checkpoint and goodput)."""
+        sessions = self.reads.sessions() if sessions is None else sessions
+        cp = latest_checkpoint(sessions, cwd=os.getcwd())
         rec = journal_entry(
             event,
             self.counters,
@@ -325,13 +297,13 @@ class Supervisor:
             self.pid,
             verdict,
             line=line,
-            checkpoint=self._latest_checkpoint(),
+            checkpoint=cp.path if cp is not None else None,
             exit_code=code,
             **fields,
         )
         journal = read_journal(self.run_dir) + [rec]
         figures = goodput(
-            self._sessions(),
+            sessions,
             journal,
             restarts=self.counters.restarts,
             rollbacks=self.counters.rollbacks,
@@ -358,7 +330,7 @@ class Supervisor:
 
     def _act(self, v: Verdict) -> int | None:
         """Carry out what `policy.decide` makes of the verdict; an exit status, or None once relaunched."""
-        w = self.watcher
+        w = self.reads.watcher
         if v.verdict == "done":
             self._let_exit(self.opts.exit_grace, "the run completed")
         else:
@@ -393,85 +365,52 @@ class Supervisor:
         """What the policy needs of the stopped attempt's log: its checkpoints and rollback target."""
         facts = Attempt(self.fresh, self.adopted)
         if v.cls == "transient" and self.counters.restarts < self.opts.restarts:
-            return dataclasses.replace(facts, checkpoints=self._drained(self.watcher).checkpoints)
+            w = self.reads.current()
+            w.drain()  # its writer is gone: the checkpoints it saved to the end
+            return dataclasses.replace(facts, checkpoints=w.checkpoints)
         if v.cls == "divergence" and self.counters.rollbacks < self.opts.rollbacks:
             info = _proc.launch_info(self.run_dir)
             cwd = info.get("cwd") if info is not None and isinstance(info.get("cwd"), str) else None
-            return rollback_facts(facts, self._sessions(), v, cwd)
+            return rollback_facts(facts, self.reads.sessions(), v, cwd)  # the whole log, read once
         return facts
 
     # --- the loop ------------------------------------------------------------------------------
 
     def _begin(self) -> Verdict | None:
         """Continue an earlier allocation, adopt the training that still runs, take up an action
-        cut short, or launch afresh."""
-        last = last_record(self.run_dir)
-        event = last.get("event") if last is not None else None
-        requeued = self.slurm is not None and self.slurm.continues(read_journal(self.run_dir))
-        if last is not None and (event == "preempted" or (event != "done" and requeued)):
-            # A new allocation (a requeued job, a rescheduled pod): budgets, attempts and goodput go on.
-            self.counters = Counters.from_json(last)
+        cut short, or launch afresh (`beginning.begin` says which)."""
+        b = begin(self.run_dir, (self.cmd, self._command(resumed=True)), self.slurm)
+        for note in b.notes:
+            self.log(note)
+        self.counters = b.counters
+        if b.how == "continue":  # a new allocation (a requeued job, a rescheduled pod): all goes on
             self.continued = True
-            logged = [r.step for x in self._sessions() for r in x.records if r.kind != "invalid"]
-            self.counters.high_step = max([self.counters.high_step, *logged])
-            progressed = self._drained().checkpoints > self.counters.checkpoints_at_launch
+            self.reads.prepare()  # the log read to its end: its checkpoints and its highest step
+            logged = self.reads.trail.high_step()
+            if logged is not None:
+                self.counters.high_step = max(self.counters.high_step, logged)
+            progressed = self.reads.checkpoints > self.counters.checkpoints_at_launch
             self.log(
-                f"runwatch supervise: continuing the supervision of {self.run_dir} (after {event}): "
+                f"runwatch supervise: continuing the supervision of {self.run_dir} (after {b.event}): "
                 f"attempt {self.counters.attempt + 1}, restarts {self.counters.restarts}/{self.opts.restarts}, "
                 f"rollbacks {self.counters.rollbacks}/{self.opts.rollbacks}"
             )
             self._launch("launch", self.counters.env if self.counters.env and not progressed else {})
             return None
-        # the last record of a supervision that has not ended; None when there is none
-        ongoing = last if last is not None and event not in ENDS else None
-        if ongoing is not None:
-            self.counters = Counters.from_json(ongoing)
-        pid = _proc.read_pid_file(RunDir(self.run_dir).pid)
-        if pid is not None and _proc.alive(pid) and (why := not_launched(self.run_dir, pid)) is not None:
-            self.log(f"runwatch supervise: {refusal(pid, RunDir(self.run_dir).pid, why, 'not adopted')}")
-            pid = None  # never adopted, never credited, never signalled
-        if pid is not None and _proc.launched_here(self.run_dir) is not None:
-            info = _proc.launch_info(self.run_dir)
-            command = info.get("command") if info is not None else None
-            if command not in (self.cmd, self._command(resumed=True)):
-                shown = " ".join(command) if isinstance(command, list) else "unknown"
-                raise UsageError(
-                    f"supervise: {self.run_dir}: process {pid} launched there runs another command "
-                    f"({shown}); stop it or use another run directory"
-                )
-            if _proc.launched_group(pid, self.run_dir) is None:
-                raise UsageError(
-                    f"supervise: {self.run_dir}: process {pid} in RUN_DIR/pid is not the one "
-                    f"launch.json describes; remove RUN_DIR/pid if the training is gone"
-                )
-            self.pid = pid
-            self.counters.attempt = self.counters.attempt or 1
-            watching, _problem = read_verdict(self.run_dir, watching=True)
-            if (
-                watching is not None
-                and watching.get("verdict") == "watching"
-                and isinstance(watching.get("state"), dict)
-            ):
-                self.state = watching["state"]  # where the killed supervisor's watch had read to
-            self.adopted = True
-            self.log(f"runwatch supervise: adopting the running process {pid} (attempt {self.counters.attempt})")
-            self._record("launch", adopted=True, checkpoint=self._latest_checkpoint(), **self._facts())
-            return None
-        if ongoing is not None and ongoing.get("event") in ("verdict", "stop") and ongoing.get("kind"):
-            # The supervisor was stopped between a verdict and its action: take the action up.
-            self.pid = ongoing["pid"] if _proc.valid_pid(ongoing.get("pid")) else None
-            self.log(f"runwatch supervise: taking up the action on the recorded verdict {ongoing['kind']}")
-            finding = Finding(
-                ongoing["kind"], ongoing.get("step") or 0, ongoing.get("message") or "", onset=ongoing.get("onset")
+        if b.how == "take_up" and b.verdict is not None:
+            self.pid = b.pid
+            self.log(f"runwatch supervise: taking up the action on the recorded verdict {b.verdict.kind}")
+            return b.verdict
+        if b.how in ("adopt", "ended") and b.pid is not None:
+            self.pid, self.adopted = b.pid, True
+            self.reads.adopt(b.pid, b.state, self.counters.stale_sessions)
+            self.log(
+                f"runwatch supervise: adopting the running process {b.pid} (attempt {self.counters.attempt})"
+                if b.how == "adopt"
+                else f"runwatch supervise: process {b.pid} of attempt {self.counters.attempt} has ended; judging its log"
             )
-            return Verdict.of(finding, time.time())
-        if ongoing is not None and pid is not None:
-            self.pid = pid  # gone meanwhile: the watch judges how it ended (done, or process_exit)
-            self.adopted = True
-            self.log(f"runwatch supervise: process {pid} of attempt {self.counters.attempt} has ended; judging its log")
-            self._record("launch", adopted=True, checkpoint=self._latest_checkpoint(), **self._facts())
+            self._record("launch", adopted=True, checkpoint=self.reads.latest_checkpoint(), **self._facts())
             return None
-        self.counters = Counters()
         self._launch("launch", {})
         return None
 
@@ -507,9 +446,9 @@ class Supervisor:
                         write_verdict(self.run_dir, verdict)
                     except OSError as exc:
                         self.log(f"runwatch supervise: could not write watchdog.json: {exc.strerror or exc}")
-                    ended = _proc.read_exit(self.run_dir, self.pid) if self.pid is not None else None
+                    ended = self.reads.ended(self.run_dir, self.pid) if self.pid is not None else None  # (read once)
                     how = None if ended is None else {k: getattr(ended, k) for k in ("status", "signal", "time")}
-                    lrt = self.watcher.last_record_time if self.watcher is not None else None
+                    lrt = self.reads.watcher.last_record_time if self.reads.watcher is not None else None
                     self._record("verdict", verdict, line=verdict.line(), exit=how, last_record_time=lrt)
                 code = self._act(verdict)
                 if code is not None:
@@ -538,8 +477,9 @@ class Supervisor:
             f"SIGKILL after {grace:g} s)" + ("; Ctrl-C again kills it now" if user else "")
         )
         self._stop(f"after the supervisor received {sig.name}", grace)
-        sessions = [s for s in self._sessions() if s.records]
-        step = sessions[-1].records[-1].step if sessions else 0
+        sessions = self.reads.sessions()  # read once: the step reached, the checkpoint and the goodput
+        logged = [s for s in sessions if s.records]
+        step = logged[-1].records[-1].step if logged else 0
         fields: dict[str, Any] = {"signal": sig.name, "signal_time": round(self.signals.time or time.time(), 3)}
         why = "the supervisor received SIGINT; the training was stopped" if user else f"preempted by {sig.name}"
         v = Verdict.of(Finding("interrupted", step, why), time.time())
@@ -550,40 +490,5 @@ class Supervisor:
                 f"runwatch supervise: {' '.join(done['command'])}: "
                 + ("requeued" if done["requeued"] else f"not requeued ({done['output'] or done['status']})")
             )
-        return self._finish(d.event, v, d.line, d.code if d.code is not None else EXIT_INTERRUPTED, **fields)
-
-
-# --- the command line -----------------------------------------------------------------------------
-
-
-def _declare(p: argparse.ArgumentParser) -> None:
-    add_flags(p, Options, "watch", skip=("pid",))
-    add_read_arguments(p, "supervise")  # --format, --pattern, --run, --log
-    add_flags(p, SuperviseOptions, "supervise")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_command_arguments(p, _declare, "watch and supervise options")
-
-
-def _split(args: argparse.Namespace) -> list[str]:
-    return split_command(args, "supervise", _declare, dash_values=("--resume-args",))
-
-
-def supervisor_from_args(args: argparse.Namespace) -> Supervisor:
-    """The Supervisor `runwatch supervise ARGS` runs, every option validated (nothing started yet)."""
-    cmd = _split(args)
-    run_dir = os.path.abspath(args.run_dir)
-    toml_dir = run_dir if os.path.isdir(run_dir) else None
-    watch = load_options(toml_dir, given_options(args, Options), command="watch")
-    opts = load_supervise_options(toml_dir, given_options(args, SuperviseOptions))
-    return Supervisor(run_dir, cmd, watch, opts, read=read_options(args))
-
-
-def run(args: argparse.Namespace) -> int:
-    sup = supervisor_from_args(args)
-    # The waiter of each attempt forks away from its launcher; as a subreaper this process adopts it,
-    # so the training stays a descendant of the supervisor, inside a scheduler's job (Slurm's
-    # proctrack/linuxproc follows the parent chain: a waiter re-parented to init would escape it).
-    subreaper()
-    return sup.run()
+        code = d.code if d.code is not None else EXIT_INTERRUPTED
+        return self._finish(d.event, v, d.line, code, sessions=sessions, **fields)

@@ -27,7 +27,8 @@ from ...procs.launched import not_launched, not_supervisor, refusal
 from ...procs.proctree import start_ticks
 from ...reading.follow import tail_lines
 from ...reading.records import resolve_target
-from ...supervising.supervise import supervise_status, supervisor_from_args
+from ...supervising.supervise import supervise_status
+from ...supervising.supervisecommand import supervisor_from_args
 from .bound import fit
 from .tools import Result, Tools, parse_command_line
 from .verdicts import live_supervisor

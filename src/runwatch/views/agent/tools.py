@@ -9,7 +9,7 @@
 | list_runs | `serve`'s `/api/runs` | `serve.server.Catalog` (its finding, reading and summary of runs) |
 | run_status | `status --json` | `status.status` (its reading options: `--format`, `--pattern`, `--run`, `--map`), plus the journal as `serve` reads it |
 | tail_records | (the log itself) | `agent.tail.last_records`, read as `run_status` reads it |
-| check_run | `check --json` | the `check` parser, `watchdog.check_from_args`, `CheckResult.to_json`, `verdict.exit_status` |
+| check_run | `check --json` | the `check` parser, `watchcommands.check_from_args`, `CheckResult.to_json`, `verdict.exit_status` |
 | explain | docs/WATCHDOG.md's runbook | `runbook.explain` |
 | plan_run | `plan` | `preflight.plan.plan` |
 | get_series | (the log itself) | `agent.evidence.series`, read as `run_status` reads it |
@@ -81,15 +81,15 @@ _NOT_OPTIONS = ("-h", "--help", "--version")
 def _parser() -> Parser:
     """The parser of the commands the tools run (`check`, `status`, `supervise`), made of the
     arguments those commands add to `runwatch`'s own parser: one definition of every option."""
-    from ...judging import watchdog
-    from ...supervising import supervise
+    from ...judging import watchcommands
+    from ...supervising import supervisecommand
     from .. import status
 
     parser = Parser(prog="runwatch")
     sub = parser.add_subparsers(dest="command", parser_class=Parser)
-    watchdog.add_arguments(sub.add_parser("check"), "check")
+    watchcommands.add_arguments(sub.add_parser("check"), "check")
     status.add_arguments(sub.add_parser("status"))
-    supervise.add_arguments(sub.add_parser("supervise"))
+    supervisecommand.add_arguments(sub.add_parser("supervise"))
     return parser
 
 
@@ -255,7 +255,7 @@ class Tools:
 
     def check_run(self, run: str, options: list[str] | None = None) -> Result:
         """`runwatch check RUN [OPTIONS] --json`: every finding and the verdict line."""
-        from ...judging.watchdog import check_from_args
+        from ...judging.watchcommands import check_from_args
 
         path = self.path("check_run", "run", run)
         args = parse_command_line("check_run", ["check", path, *(options or [])])
