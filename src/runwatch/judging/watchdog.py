@@ -137,12 +137,12 @@ class Watcher:
         self.run_dir = self.source.target.run_dir  # the target, or a trainer_state.json, may have appeared
         if not ok:
             return False
-        if not opened and self.source.v1:
+        if not opened and self.source.sessions_by == "manifest":
             self._switch(self.source.parser.latest_session() if self.source.parser else None)
         return True
 
     def _switch(self, session: str | None) -> None:
-        if self.current is not None and session != self.current and self.source.v1:
+        if self.current is not None and session != self.current and self.source.sessions_by == "manifest":
             self.log(f"runwatch watch: new session {session} in run.json; rules restart")
         self.current = session
         parser = self.parser
@@ -174,7 +174,7 @@ class Watcher:
         parser = self.parser
         if parser is None:
             return
-        if parser.mode == "v1" and parser.latest_session() != self.current:
+        if parser.sessions_by == "manifest" and parser.latest_session() != self.current:
             self._switch(parser.latest_session())
         hint = parser.max_steps_hint
         if hint != self._max_steps_hint:
@@ -192,7 +192,7 @@ class Watcher:
         parser = self.parser
         assert parser is not None  # the record came from it
         if rec.session != self.current:  # (v1: `current` is always run.json's latest session)
-            if parser.mode == "v1":
+            if parser.sessions_by == "manifest":
                 if rec.session != parser.latest_session():  # a session a later one replaced: its findings
                     self.rules.learn(rec, parser.start_step(rec.session), parser.max_steps(rec.session))
                     return None  # dropped, what the rules learn of the run's history kept
@@ -214,11 +214,11 @@ class Watcher:
         for finding in self.rules.observe(rec):
             finding = self._name_loss_key(finding)
             if not finding.stops:
-                if self.catching_up and parser.mode == "minimal":
+                if self.catching_up and parser.sessions_by == "records":
                     self.pending_warnings.append(finding)
                 else:
                     self._warn(finding)
-            elif self.catching_up and parser.mode == "minimal":
+            elif self.catching_up and parser.sessions_by == "records":
                 if self.pending is None:
                     self.pending = finding
             else:
@@ -327,7 +327,7 @@ class Watcher:
             return self._anomaly(
                 "timeout", self.last_step, f"the watch ran {now - self.started:.0f} s (--timeout {opts.timeout:g})"
             )
-        beat = liveness.watched_heartbeat(self.run_dir, self.current if self._v1() else None)
+        beat = liveness.watched_heartbeat(self.run_dir, self.current if self._named_sessions() else None)
         if beat is not None and beat.session_id in self.stale_sessions:
             beat = None  # an earlier attempt's
         in_phase = beat is not None and beat.phase is not None
@@ -366,8 +366,8 @@ class Watcher:
     def _no_signal(self) -> str:
         return no_signal_message(self.target, self.source.reader)
 
-    def _v1(self) -> bool:
-        return self.parser is not None and self.parser.mode == "v1"
+    def _named_sessions(self) -> bool:
+        return self.parser is not None and self.parser.sessions_by == "manifest"
 
     def _check_process(self) -> Verdict | None:
         pid = self.process.current(self.run_dir)
@@ -379,7 +379,7 @@ class Watcher:
             return v
         if self.pending is not None:
             return self._found(self.pending)
-        gone = self.process.why_gone(self.run_dir, pid, self._v1())
+        gone = self.process.why_gone(self.run_dir, pid, self._named_sessions())
         if gone is not None:
             return self._dead(gone[0], self.last_step, gone[1])
         # Nothing in the log's latest session stopped the watch (an error or a non-finite loss
