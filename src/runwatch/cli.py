@@ -18,8 +18,6 @@ from typing import TypeAlias
 from .errors import run_guarded as run_guarded
 from .options import Parser
 
-__all__ = ["main", "build_parser", "run_guarded"]
-
 # What `build_parser` hands each `_add_<name>`: its sub-command parsers (a string: argparse's class is
 # generic for type checkers only).
 _Subcommands: TypeAlias = "argparse._SubParsersAction[Parser]"

@@ -26,8 +26,6 @@ from ..judging.summary import summarize
 from ..supervising.goodput import goodput_line
 from ..supervising.launch import launch
 
-__all__ = ["run", "EXPECTED_KIND"]
-
 # What the watchdog must call each injected fault.
 EXPECTED_KIND = {
     "nan": "nonfinite_loss",

@@ -13,8 +13,6 @@ from typing import Any, TypedDict
 
 from ..errors import CheckpointError
 
-__all__ = ["verify_checkpoint", "CheckpointReport", "CHECKPOINT_SUFFIXES"]
-
 # What a checkpoint directory (e.g. a Hugging Face `checkpoint-500/`) holds that we read back.
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
 

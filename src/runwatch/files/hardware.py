@@ -11,8 +11,6 @@ import socket
 import sys
 from typing import Any, TypedDict
 
-__all__ = ["detect_hardware", "device_name", "rank_hardware", "memory_peaks", "gpu_info", "GpuInfo"]
-
 # nvidia-smi can hang on a wedged driver; a check-in must not.
 NVIDIA_SMI_TIMEOUT_SECONDS = 3.0
 

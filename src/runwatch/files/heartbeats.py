@@ -22,17 +22,6 @@ from .jsonio import loads
 from .lines import open_run_file
 from .rundir import HEARTBEATS
 
-__all__ = [
-    "HISTORY_WINDOWS",
-    "HeartbeatConfig",
-    "Heartbeat",
-    "heartbeat_path",
-    "parse_heartbeat",
-    "read_heartbeats",
-    "current_session",
-    "PHASE_NAME",
-]
-
 _NAME = re.compile(r"rank-(\d{1,9})\.json")
 # A heartbeat is ~700 bytes; 64 KiB bounds what one garbage file can cost a poll over 10k ranks.
 MAX_HEARTBEAT_BYTES = 64 * 1024

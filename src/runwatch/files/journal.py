@@ -26,17 +26,6 @@ from .rundir import RunDir
 from .safeio import open_new, open_regular
 from .schema import SCHEMA_VERSION, read_manifest
 
-__all__ = [
-    "Journal",
-    "NullJournal",
-    "open_session",
-    "atomic_write",
-    "atomic_write_text",
-    "utc_now",
-    "new_run_id",
-    "new_session_id",
-]
-
 _log = logging.getLogger("runwatch")
 # How far back a resume reads at a time while looking for the last newline of a torn log.
 _BACKSCAN_CHUNK = 64 * 1024

@@ -13,8 +13,6 @@ from typing import Any
 
 from ..errors import InvalidRunError
 
-__all__ = ["strict_json", "json_problem", "loads", "dumps", "orjson_misread"]
-
 
 def _reject_constant(token: str) -> Any:
     raise ValueError(f"{token} is not a valid JSON number")

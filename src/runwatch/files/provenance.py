@@ -34,8 +34,6 @@ from typing import Any
 from ..errors import ConfigError
 from ..version import __version__
 
-__all__ = ["GIT_TIMEOUT_SECONDS", "HASH_EDGE_BYTES", "capture", "data_fingerprint", "data_paths", "git_state"]
-
 # Each git call gives up after this long (a repository on a slow network file system, a lock).
 GIT_TIMEOUT_SECONDS = 3.0
 # A data file's fingerprint hashes this many bytes from its start and as many from its end.

@@ -13,8 +13,6 @@ from typing import Any
 from ..errors import ConfigError
 from .heartbeats import HeartbeatConfig
 
-__all__ = ["check_recipe", "check_start", "check_arguments", "check_checkpoint"]
-
 
 def check_recipe(recipe: object) -> dict[str, Any]:
     """A copy of `recipe` with its required keys checked and `qk_clip_threshold` set."""

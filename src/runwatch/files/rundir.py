@@ -17,34 +17,6 @@ from typing import Any
 
 from .safeio import loads_value, read_bounded
 
-__all__ = [
-    "RunDir",
-    "read_json",
-    "recorded_reading",
-    "READ_FIELDS",
-    "METRICS",
-    "MANIFEST",
-    "PID",
-    "LAUNCH",
-    "EXIT",
-    "STDOUT",
-    "VERDICT",
-    "JOURNAL",
-    "LOCK",
-    "HEARTBEATS",
-    "CONFIG",
-    "SUPERVISE_LOG",
-    "SIDE_FILES",
-    "LAUNCH_HEADER",
-    "ENV_RUN_DIR",
-    "ENV_WINDOW",
-    "ENV_RESUME_FROM",
-    "ENV_ROLLBACK",
-    "ENV_SKIP_STEPS",
-    "ENV_ATTEMPT_ID",
-    "RESUME_ENV",
-]
-
 # --- the files (docs/FORMAT.md, "Files") -----------------------------------------------------------
 METRICS = "metrics.jsonl"  # the logger's records
 MANIFEST = "run.json"  # the logger's manifest: sessions, recipe, hardware

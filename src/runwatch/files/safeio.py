@@ -30,24 +30,6 @@ from typing import Any
 
 from ..errors import NotRegularFileError, UnsafeWriteError
 
-__all__ = [
-    "Records",
-    "open_regular",
-    "read_bounded",
-    "read_tail",
-    "tail_lines",
-    "loads_value",
-    "loads_object",
-    "read_records",
-    "open_append",
-    "append_line",
-    "open_new",
-    "open_lock",
-    "inside",
-    "escaping",
-    "TAIL_CHUNK_BYTES",
-]
-
 # Reading back from a file's end goes this many bytes at a time.
 TAIL_CHUNK_BYTES = 64 * 1024
 # The flags of every read: a FIFO opens without waiting for a writer, and no descriptor leaks to a child.

@@ -18,30 +18,17 @@ import math
 from typing import Any
 
 from ..errors import InvalidRunError
-from .jsonio import dumps, json_problem, loads, orjson_misread, strict_json
+from .jsonio import dumps as dumps
+from .jsonio import json_problem as json_problem
+from .jsonio import loads as loads
+from .jsonio import orjson_misread as orjson_misread
+from .jsonio import strict_json as strict_json
 from .lines import MAX_LINE_BYTES as MAX_LINE_BYTES  # (the names below moved to lines: kept here for one release)
 from .lines import iter_line_blocks as iter_line_blocks
 from .lines import iter_lines as iter_lines
 from .lines import open_run_file
 from .lines import read_regular_file as read_regular_file
 from .rundir import RunDir
-
-__all__ = [
-    "SCHEMA_VERSION",
-    "RECORD_EVENTS",
-    "END_REASONS",
-    "MAX_MANIFEST_BYTES",
-    "loads",
-    "strict_json",
-    "json_problem",
-    "dumps",
-    "read_manifest",
-    "validate_manifest",
-    "SessionValidator",
-    "WindowSums",
-    "window_tokens",
-    "orjson_misread",
-]
 
 SCHEMA_VERSION = 1
 RECORD_EVENTS = frozenset({"train", "val", "checkpoint", "session_end"})

@@ -51,8 +51,6 @@ from .session import CallbackOptions, resume_from
 if TYPE_CHECKING:
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-__all__ = ["HFCallback", "RunwatchCallback", "auroc_metrics"]
-
 
 class HFCallback(TrainerCallback):
     """Writes a schema-v1 run directory from a `transformers.Trainer` (only on the main process).

@@ -57,8 +57,6 @@ if TYPE_CHECKING:
 
     from ..logger.convert import Flag, Scalar
 
-__all__ = ["LightningCallback", "RunwatchCallback"]
-
 
 class _TimedCheckpointIO(CheckpointIO):
     """Wraps the strategy's CheckpointIO to report each file it writes (path, seconds) to the session."""

@@ -24,17 +24,6 @@ from ..logger.metrics import RunLogger, default_window
 if TYPE_CHECKING:
     from ..logger.convert import Flag, Scalar
 
-__all__ = [
-    "CallbackOptions",
-    "STATE_FILE",
-    "NO_SESSION",
-    "PhaseHolder",
-    "write_state",
-    "read_state",
-    "resume_state",
-    "feed",
-    "folder_bytes",
-]
 
 # The file a callback writes into each checkpoint folder it sees saved (HF Trainer); Lightning keeps
 # the same dict under this key of the checkpoint.

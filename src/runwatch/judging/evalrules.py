@@ -20,17 +20,6 @@ from .declaring import FATAL, FRACTION, RECORD_COMMANDS, STOP, WARN, OptionGroup
 from .lossrules import NonfiniteLoss
 from .rulebase import SKIP, Look, Rule, SessionFacts, Skip, extend_streak, show_nonfinite
 
-__all__ = [
-    "EvalNonfiniteLoss",
-    "InvertedMetric",
-    "MAX_EVAL_SERIES",
-    "MetricStuck",
-    "Overfitting",
-    "StuckMetric",
-    "eval_losses",
-    "task_metric",
-]
-
 
 def _g(x: float) -> str:
     return f"{x:.4g}"

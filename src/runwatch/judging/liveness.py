@@ -36,22 +36,6 @@ from ..options import POSITIVE, TEXTS, option
 from ..procs.process import launch_info
 from .declaring import FATAL, STOP, TRANSIENT, OptionGroup, PollKind, Runbook
 
-__all__ = [
-    "PHASE_NAME",
-    "PhaseLimits",
-    "parse_phase_limits",
-    "watched_heartbeat",
-    "stall_finding",
-    "dead_rank",
-    "process_host",
-    "is_local_host",
-    "last_error",
-    "watching_record",
-    "watchdog_liveness",
-    "WATCHING_EVERY_SECONDS",
-    "ERROR_TAIL_BYTES",
-]
-
 PHASE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 # An evaluation or a save of a large model can take most of an hour; a hung one should not take
 # a day (an evaluation that really hung cost one public 176B run 18 h). Override per phase.

@@ -29,8 +29,6 @@ from ..reading.records import Record
 from .declaring import FATAL, FRACTION, RECORD_COMMANDS, STOP, WARN, OptionGroup, Runbook
 from .rulebase import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median, slide, spread
 
-__all__ = ["NoProgress", "NoSignal", "NO_SIGNAL_RECORDS", "PROGRESS_HEAD_SHARE", "PROGRESS_MIN_HALF", "head_length"]
-
 # `watch` says `no_signal` after this many records without a train loss.
 NO_SIGNAL_RECORDS = 50
 # A fall is progress when it is also more than this many times the spread (the median absolute

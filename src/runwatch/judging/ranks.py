@@ -20,8 +20,6 @@ from .rankrules import StragglerRule as StragglerRule
 from .rankrules import rank_stall_finding as rank_stall_finding
 from .rules import Finding
 
-__all__ = ["rank_stall_finding", "StragglerRule", "RankMonitor", "rank_status_lines"]
-
 
 class RankMonitor:
     """The rank rules for a watchdog's poll loop: call `poll(run_dir, now)` once per poll.

@@ -25,8 +25,6 @@ from .rules import Finding, Replay, RuleOptions, fmt_step, verdict_class
 from .ruleset import DIVERGENCE, STOP, TRANSIENT, WARN
 from .verdict import exit_status
 
-__all__ = ["CheckResult", "RunReplay", "check", "reached", "name_loss_key", "recoverable", "finding_line", "RECOVERED"]
-
 # The severity of a finding a later session of the run went on from (`RunReplay.settle`): reported,
 # never the verdict — `supervise` relaunched after it, and `watch` drops a replaced session's findings.
 RECOVERED = "recovered"

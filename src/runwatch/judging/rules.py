@@ -42,9 +42,6 @@ from .ruleset import verdict_class as verdict_class
 from .throughput import ThroughputDrop as ThroughputDrop
 from .throughput import ThroughputOptions
 
-__all__ = ["Finding", "Rule", "RuleOptions", "Rules", "RULE_ORDER", "SKIP", "Replay", "CLASSES", "SEVERITIES"]
-__all__ += ["DEFAULT_SEVERITY", "RECORD_KINDS", "ThroughputDrop", "verdict_class", "fmt_step", "replay"]
-
 
 # The bases are listed last group first: a dataclass takes its bases' fields from its last base to
 # its first, so the options read (in `--help`, runwatch.toml and the docs table) in the order

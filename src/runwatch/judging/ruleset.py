@@ -45,26 +45,6 @@ from .rulebase import spread as spread
 from .sessionrules import Interrupted, InvalidLog, SessionError
 from .throughput import ThroughputDrop as ThroughputDrop
 
-__all__ = [
-    "CLASSES",
-    "DEFAULT_SEVERITY",
-    "SEVERITIES",
-    "verdict_class",
-    "SKIP",
-    "Skip",
-    "Look",
-    "Rule",
-    "SessionFacts",
-    "REFERENCE_RECORDS",
-    "SPIKE_MIN_HISTORY",
-    "GRAD_MIN_HISTORY",
-    "fmt_step",
-    "median",
-    "slide",
-    "spread",
-    "extend_streak",
-    "show_nonfinite",
-]
 # The reporting order on one record (docs/WATCHDOG.md, "Rules on records"): train rules, then
 # eval-value rules, then what is judged of the log as a whole.
 RULE_ORDER: tuple[type[Rule], ...] = (

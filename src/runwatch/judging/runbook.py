@@ -20,8 +20,6 @@ from .ruleset import DECLARED, DEFAULT_SEVERITY, POLL_DECLARATIONS, verdict_clas
 from .verdict import DONE as DONE
 from .verdict import DONE_RUNBOOK
 
-__all__ = ["RUNBOOK", "POLL_KINDS", "DONE", "kinds", "explain", "markdown_table"]
-
 # The kinds the watch judges on every poll rather than on a record (docs/WATCHDOG.md, "Rules on every poll").
 POLL_KINDS = tuple(p.kind for p in POLL_DECLARATIONS)
 

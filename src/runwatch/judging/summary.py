@@ -24,8 +24,6 @@ from ..files.lines import iter_line_blocks
 from ..files.rundir import RunDir
 from ..files.schema import SessionValidator, read_manifest
 
-__all__ = ["summarize", "main", "Summary", "LossSummary", "QKClipSummary", "ValSummary"]
-
 _orjson: ModuleType | None
 try:  # optional fast path; absent under `python -S`
     import orjson as _orjson

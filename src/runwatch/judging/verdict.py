@@ -26,16 +26,6 @@ from ..files.safeio import loads_value
 from .declaring import Runbook
 from .rules import Finding, fmt_step, verdict_class
 
-__all__ = [
-    "Verdict",
-    "write_verdict",
-    "read_verdict",
-    "exit_status",
-    "parse_exit_codes",
-    "EXIT_CLASSES",
-    "DEFAULT_EXIT_CODES",
-]
-
 # The verdict of a completed run (`Verdict.done`): not an anomaly kind, but an agent asks about it too.
 DONE = "done"
 DONE_RUNBOOK = Runbook(

@@ -31,13 +31,15 @@ from ..reading.readers import ReadOptions
 from ..reading.records import Record, RecordParser, Target
 from ..reading.source import Polled, RecordSource
 from . import liveness
-from .replay import CheckResult, check, name_loss_key
+from .replay import CheckResult as CheckResult
+from .replay import check as check
+from .replay import name_loss_key
 from .rules import Finding, Rules, fmt_step
-from .verdict import Verdict, write_verdict
+from .verdict import Verdict as Verdict
+from .verdict import write_verdict
 from .watchedprocess import WatchedProcess
-from .watchoptions import Options, load_options
-
-__all__ = ["Options", "Verdict", "Watcher", "CheckResult", "watch", "check", "load_options", "POLL_CHECKS"]
+from .watchoptions import Options as Options
+from .watchoptions import load_options as load_options
 
 # watchdog.json keeps the first this many warnings of a watch (more are printed, not kept).
 MAX_WARNINGS = 20

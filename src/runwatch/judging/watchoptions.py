@@ -21,8 +21,6 @@ from .rankrules import RankOptions
 from .rules import RuleOptions
 from .verdict import parse_exit_codes
 
-__all__ = ["Options", "load_options", "options_from_args"]
-
 _WATCH = ("watch",)
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["auroc"]
-
 
 def auroc(scores: Iterable[float], labels: Iterable[float]) -> float | None:
     """Area under the ROC curve by ranks (ties get their mean rank); None with a single class.

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, TypeAlias, cast
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["as_float_list", "as_numbers", "Number", "Scalar", "Flag"]
 
 # What a training loop hands the logger for one value (`RunLogger.step()`, `val()`):
 # a host number: a Python float, int or bool, a numpy scalar, or any other number that float() takes;

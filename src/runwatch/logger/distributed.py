@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     import torch
     import torch.distributed
 
-__all__ = ["RankGroup", "SoloGroup", "process_group", "rank_group", "HeartbeatWriter", "is_waiting_frame"]
 
 # Python source directories whose frames mean "blocked on other ranks" (or, for autograd, inside a
 # backward pass: DDP overlaps its gradient all-reduce with backward, and a rank waiting for a slow

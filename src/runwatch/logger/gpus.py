@@ -17,8 +17,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["GpuSampler", "MAX_GPUS", "MIN_INTERVAL_SECONDS"]
-
 # Samples are this far apart at least (a window that closes sooner carries none).
 MIN_INTERVAL_SECONDS = 1.0
 # Devices sampled per record: a node's worth.

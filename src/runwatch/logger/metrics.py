@@ -30,7 +30,8 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigError, NonFiniteLossError, RanksOutOfStepError, RunwatchError
-from ..files.hardware import detect_hardware, rank_hardware
+from ..files.hardware import detect_hardware as detect_hardware
+from ..files.hardware import rank_hardware
 from ..files.heartbeats import PHASE_NAME, HeartbeatConfig
 from ..files.journal import open_session, utc_now
 from ..files.provenance import capture, data_paths
@@ -46,18 +47,16 @@ from .window import (
     ATTEMPTED,
     BAD,
     BAD_VALUE,
-    DEFAULT_MAX_WINDOW_SECONDS,
     DEFAULT_WINDOW,
     SECONDS,
     UPDATES,
     OpenWindow,
     columns,
-    default_window,
     window_fields,
     window_row,
 )
-
-__all__ = ["RunLogger", "detect_hardware", "default_window", "DEFAULT_MAX_WINDOW_SECONDS"]
+from .window import DEFAULT_MAX_WINDOW_SECONDS as DEFAULT_MAX_WINDOW_SECONDS
+from .window import default_window as default_window
 
 
 class RunLogger:

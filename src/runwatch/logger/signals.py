@@ -19,8 +19,6 @@ from typing import TypeAlias
 
 from ..errors import Terminated as Terminated
 
-__all__ = ["Terminated", "SignalGuard"]
-
 # What signal.signal() takes and signal.getsignal() returns: a function, SIG_DFL, SIG_IGN, or None
 # (a handler not installed from Python).
 Handler: TypeAlias = "Callable[[int, FrameType | None], object] | int | signal.Handlers | None"

@@ -21,8 +21,6 @@ from ..files.jsonio import dumps
 from ..files.rundir import ENV_WINDOW
 from .convert import Scalar, as_numbers
 
-__all__ = ["OpenWindow", "WindowValues", "ROW_SIZE", "window_row", "columns", "window_fields", "TrainLine"]
-
 # Attempted updates per train window: one line per 10 steps keeps the log ~50 bytes a step and the
 # per-step cost at a list append, while a stall still shows within one window of steps.
 DEFAULT_WINDOW = 10

@@ -46,8 +46,6 @@ from .rowcheck import NORMALIZERS as NORMALIZERS
 from .rowcheck import CheckResult as CheckResult
 from .rowcheck import make_checker as make_checker
 
-__all__ = ["AuditOptions", "AuditReport", "CheckResult", "audit", "make_checker", "CHECKS", "NORMALIZERS"]
-
 # ~256 snippets of a few hundred bytes take 5-30 ms to parse: long enough that the pickling and
 # the round trip (~0.2 ms) stay a few percent, short enough that a killed worker redoes little.
 DEFAULT_CHUNK_ROWS = 256

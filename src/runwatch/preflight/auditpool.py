@@ -26,8 +26,6 @@ from ..errors import DataError
 from .corpus import Row
 from .rowcheck import CheckResult, make_checker
 
-__all__ = ["RowBatch", "Pool", "chunked", "run_pool", "MAX_CHUNKS_PER_WORKER", "MAX_CONSECUTIVE_DEATHS"]
-
 # Chunks read ahead per worker: keeps every worker fed while one slow chunk holds up the writing.
 MAX_CHUNKS_PER_WORKER = 4
 # Workers that die one after another without finishing a chunk: the pool, not a row, is broken.

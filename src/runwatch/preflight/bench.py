@@ -35,18 +35,6 @@ from ..options import add_command_arguments, split_command
 from .benchtail import LogTail, StepSeconds, steady_from
 from .logs import Reading, add_reading_arguments, describe_log, reading_from_args
 
-__all__ = [
-    "BenchOptions",
-    "BenchResult",
-    "SteadyRates",
-    "bench",
-    "steady_rates",
-    "quantile",
-    "render",
-    "add_arguments",
-    "run",
-]
-
 # About 15 steps are enough to see the steady rate of a real job; the first 3 hold compilation,
 # autotuning, the data loader's start and allocator growth.
 DEFAULT_STEPS = 15

@@ -16,8 +16,6 @@ from ..reading.records import Record
 from ..reading.target import Target
 from .logs import Reading
 
-__all__ = ["LogTail", "StepSeconds", "steady_from"]
-
 
 class StepSeconds(TypedDict):
     """Seconds per attempted update: the median and the 10th and 90th percentiles."""

@@ -27,8 +27,6 @@ from typing import Any, NamedTuple, Protocol
 from ..errors import DataError
 from ..files.jsonio import orjson_misread
 
-__all__ = ["Row", "Corpus", "FORMATS", "open_writer", "JsonlWriter", "Writer"]
-
 _orjson: ModuleType | None
 try:  # optional fast path (extra: fast), ~3x faster; what it rejects goes to the standard library
     import orjson as _orjson

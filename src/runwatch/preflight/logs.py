@@ -26,8 +26,6 @@ from ..reading.readers import ReadOptions, read_options
 from ..reading.records import parse_maps
 from ..reading.target import Target, resolve_target
 
-__all__ = ["Reading", "add_reading_arguments", "reading_from_args", "describe_log"]
-
 # How much of a log `describe_log` quotes: its last lines, each cut to this many characters.
 QUOTE_LINES = 2
 QUOTE_CHARS = 160

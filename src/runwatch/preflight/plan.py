@@ -33,20 +33,6 @@ from .logs import Reading, add_reading_arguments, reading_from_args
 from .throughput import DEFAULT_WARMUP, MIN_STEADY_UPDATES, measure
 from .throughput import session_records as session_records
 
-__all__ = [
-    "PlanOptions",
-    "Projection",
-    "PlanReport",
-    "parse_duration",
-    "format_duration",
-    "project",
-    "plan",
-    "session_records",
-    "subsample_command",
-    "exit_code",
-    "verdict_line",
-]
-
 _UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
 _PLAIN = re.compile(r"\d+(?:\.\d+)?")

@@ -16,8 +16,6 @@ from typing import TypeAlias
 from ..errors import UsageError
 from ..files.jsonio import strict_json
 
-__all__ = ["CHECKS", "NORMALIZERS", "CheckResult", "make_checker"]
-
 CHECKS = ("python", "json", "text")  # or MODULE:FUNCTION
 NORMALIZERS = ("none", "ast", "black")
 

@@ -41,7 +41,6 @@ from .plan import PlanOptions, parse_duration, plan, session_records, verdict_li
 if TYPE_CHECKING:
     from ..judging.summary import Summary
 
-__all__ = ["SmokeOptions", "SmokeCheck", "SmokeResult", "smoke", "render"]
 
 # The watchdog's --chance-tolerance default: a loss within 0.02 of chance has not learned anything.
 CHANCE_TOLERANCE = 0.02

@@ -47,8 +47,6 @@ from ..errors import DataError, UsageError
 from ..files.journal import atomic_write_text
 from .corpus import FORMATS, Corpus, Row, open_writer
 
-__all__ = ["SubsampleOptions", "SubsampleReport", "CountRow", "allocate", "subsample", "render", "add_arguments", "run"]
-
 # Progress on a TTY at most this often.
 PROGRESS_SECONDS = 1.0
 _MISSING = object()

@@ -34,7 +34,6 @@ from .logs import Reading
 if TYPE_CHECKING:
     from ..reading.records import Record
 
-__all__ = ["DEFAULT_WARMUP", "MIN_STEADY_UPDATES", "Throughput", "measure", "session_records"]
 
 # The first updates hold compilation, autotuning, the data loader's start and allocator growth.
 DEFAULT_WARMUP = 3

@@ -27,8 +27,6 @@ import stat
 from ..files.rundir import LOCK, RunDir, read_json
 from .proctree import start_ticks, unproven
 
-__all__ = ["not_launched", "not_supervisor", "refusal", "NOT_STOPPED"]
-
 # What the refusal ends with: nothing was signalled.
 NOT_STOPPED = "not stopped"
 # /proc/locks lists every lock of the machine: a line each, a few thousand at most.

@@ -23,23 +23,6 @@ from .launched import refusal
 from .proctree import ProcessTree, start_ticks
 from .proctree import stop as _tree_stop
 
-__all__ = [
-    "Exit",
-    "alive",
-    "valid_pid",
-    "how_ended",
-    "read_exit",
-    "wait_exit",
-    "read_pid_file",
-    "oom_line",
-    "launched_group",
-    "launched_here",
-    "launch_info",
-    "stop",
-    "STOP_GRACE_SECONDS",
-    "OOM_PATTERNS",
-]
-
 # --stop-on-anomaly (docs/WATCHDOG.md, "Rules on every poll"): wait at most 30 s after SIGTERM before SIGKILL.
 STOP_GRACE_SECONDS = 30.0
 # `oom` (docs/WATCHDOG.md, "Rules on every poll"): an out-of-memory death shows one of these in the tail of stdout.log.

@@ -46,20 +46,6 @@ from dataclasses import dataclass, field
 
 from ..files.rundir import ENV_ATTEMPT_ID, ENV_RUN_DIR, RunDir, read_json
 
-__all__ = [
-    "Proc",
-    "ProcessTree",
-    "Stopped",
-    "scan",
-    "signal_all",
-    "stop",
-    "start_ticks",
-    "environ",
-    "carries_marker",
-    "unproven",
-    "KILL_WAIT_SECONDS",
-]
-
 # After SIGKILL the kernel frees a process within milliseconds, unless it sleeps uninterruptibly
 # (a hung NFS or GPU driver call): wait this long, then report what is left rather than hang.
 KILL_WAIT_SECONDS = 30.0

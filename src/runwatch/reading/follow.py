@@ -29,8 +29,6 @@ from ..files.lines import MAX_LINE_BYTES, open_run_file
 from ..files.rundir import RunDir
 from ..files.schema import read_manifest
 
-__all__ = ["Batch", "LogFollower", "ManifestFollower", "tail_lines", "READ_CHUNK_BYTES"]
-
 # One read per poll of at most this many bytes: big enough that catching up on a 1 GB log takes a
 # few hundred reads, small enough that a batch of lines stays a few MB in memory.
 READ_CHUNK_BYTES = 4 * 1024 * 1024

@@ -25,18 +25,6 @@ from dataclasses import dataclass
 
 from .parsing import Record, RecordParser, Session
 
-__all__ = [
-    "Checkpoint",
-    "Rollback",
-    "path",
-    "checkpoints",
-    "latest_checkpoint",
-    "rollback_target",
-    "valid_records",
-    "origin_step",
-    "live_sessions",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:

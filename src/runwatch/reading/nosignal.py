@@ -17,8 +17,6 @@ from typing import Any
 from ..files.rundir import LAUNCH_HEADER
 from .target import Target
 
-__all__ = ["no_signal_message", "seen", "holds_something", "HEAD_BYTES"]
-
 # How much of a file is looked at to say what it holds (lines are counted in it: "at least N").
 HEAD_BYTES = 1 << 20
 # A line shown as what the file holds is cut to this many characters.

@@ -38,9 +38,9 @@ from typing import Any
 from ..errors import InvalidRunError, UsageError
 from ..files.jsonio import loads, orjson_misread
 from ..files.schema import SessionValidator
-from .minimal import MINIMAL_KEYS, MinimalSteps, is_number, parse_maps
-
-__all__ = ["Record", "Session", "RecordParser", "Throughput", "TOKENS", "SAMPLES", "parse_maps", "MINIMAL_KEYS"]
+from .minimal import MINIMAL_KEYS as MINIMAL_KEYS
+from .minimal import MinimalSteps, is_number
+from .minimal import parse_maps as parse_maps
 
 _orjson: ModuleType | None
 try:  # optional fast path for schema v1 (orjson rejects NaN like the strict parser does)

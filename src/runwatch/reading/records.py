@@ -13,26 +13,18 @@ and `readers` (one reader a format). Standard library only.
 
 from __future__ import annotations
 
-from .minimal import MINIMAL_KEYS, parse_maps
-from .parsing import Record, RecordParser, Session
-from .readers.trainerstate import MAX_STATE_BYTES, load_trainer_state, read_trainer_state
-from .source import RecordSource, iter_records, load_sessions, parser_for
-from .target import FILE_SUFFIXES, Target, resolve_target
-
-__all__ = [
-    "Record",
-    "Session",
-    "Target",
-    "RecordParser",
-    "RecordSource",
-    "resolve_target",
-    "parse_maps",
-    "iter_records",
-    "load_sessions",
-    "parser_for",
-    "read_trainer_state",
-    "load_trainer_state",
-    "MINIMAL_KEYS",
-    "MAX_STATE_BYTES",
-    "FILE_SUFFIXES",
-]
+from .minimal import MINIMAL_KEYS as MINIMAL_KEYS
+from .minimal import parse_maps as parse_maps
+from .parsing import Record as Record
+from .parsing import RecordParser as RecordParser
+from .parsing import Session as Session
+from .readers.trainerstate import MAX_STATE_BYTES as MAX_STATE_BYTES
+from .readers.trainerstate import load_trainer_state as load_trainer_state
+from .readers.trainerstate import read_trainer_state as read_trainer_state
+from .source import RecordSource as RecordSource
+from .source import iter_records as iter_records
+from .source import load_sessions as load_sessions
+from .source import parser_for as parser_for
+from .target import FILE_SUFFIXES as FILE_SUFFIXES
+from .target import Target as Target
+from .target import resolve_target as resolve_target

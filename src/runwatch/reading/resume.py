@@ -26,8 +26,6 @@ from ..errors import ConfigError, InvalidRunError
 from ..files.rundir import ENV_RESUME_FROM, ENV_ROLLBACK, ENV_RUN_DIR, ENV_SKIP_STEPS, RunDir
 from ..files.rundir import RESUME_ENV as RESUME_ENV
 
-__all__ = ["Resume", "resume_checkpoint", "parse_skip_steps", "RESUME_ENV"]
-
 
 class Resume(NamedTuple):
     """What to resume from: the checkpoint path (None: start afresh), the steps whose batches to

@@ -36,8 +36,6 @@ from .readers import READER_FORMATS, READERS, Item, Reader, ReadOptions, open_re
 from .readers.jsonl import JsonlReader
 from .target import Target, resolve_target
 
-__all__ = ["RecordSource", "Polled", "iter_records", "load_sessions", "parser_for", "reached", "TAIL_EXTRA_LINES"]
-
 # Reading a JSONL tail back from its end looks past lines that are no wanted records (checkpoints,
 # session ends, invalid lines): at most 4 x the records asked for, plus this many lines.
 TAIL_EXTRA_LINES = 64

@@ -32,18 +32,6 @@ from ..files.rundir import METRICS, RunDir, recorded_reading
 from ..options import option_fields
 from .readers import FORMATS, ReadOptions, detect, is_log, sniff_log
 
-__all__ = [
-    "Target",
-    "resolve_target",
-    "merge_read",
-    "recorded_rule_options",
-    "find_trainer_state",
-    "single_log",
-    "FILE_SUFFIXES",
-    "NOT_LOGS",
-    "NOT_RECORDED",
-]
-
 # A target that does not exist yet is a run directory unless its name ends like a log file.
 FILE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".log", ".txt")
 # Files in a run directory that are not its metrics: the supervisor's journal, the process's output.

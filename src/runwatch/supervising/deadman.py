@@ -27,8 +27,6 @@ import urllib.request
 from collections.abc import Callable
 from typing import TypedDict
 
-__all__ = ["DeadMan", "Failure", "FETCH_TIMEOUT_SECONDS"]
-
 # healthchecks.io's own clients use 10 s; a ping that takes longer is no sign of life anyway.
 FETCH_TIMEOUT_SECONDS = 10.0
 # The body of a ping's answer is not needed: read a little so the connection closes cleanly.

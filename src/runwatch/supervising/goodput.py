@@ -38,31 +38,13 @@ from typing import Any, TypedDict
 from ..judging.rules import fmt_step
 from ..reading.history import live_sessions
 from ..reading.parsing import Session
-from .breakdown import (
-    BUCKETS,
-    LAUNCHES,
-    Advice,
-    Breakdown,
-    breakdown,
-    journal_attempts,
-    steps_kept,
-    steps_run,
-    supervision,
-    unrecovered_onset,
-)
-
-__all__ = [
-    "Goodput",
-    "Breakdown",
-    "Advice",
-    "BUCKETS",
-    "breakdown",
-    "supervision",
-    "goodput",
-    "goodput_line",
-    "run_goodput",
-    "unrecovered_onset",
-]
+from .breakdown import BUCKETS as BUCKETS
+from .breakdown import LAUNCHES, journal_attempts, steps_kept, steps_run
+from .breakdown import Advice as Advice
+from .breakdown import Breakdown as Breakdown
+from .breakdown import breakdown as breakdown
+from .breakdown import supervision as supervision
+from .breakdown import unrecovered_onset as unrecovered_onset
 
 
 class Goodput(TypedDict):

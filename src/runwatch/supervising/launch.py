@@ -40,19 +40,6 @@ from ..reading.readers import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.target import NOT_RECORDED as NOT_RECORDED
 
-__all__ = [
-    "launch",
-    "abandon",
-    "watch_read",
-    "reading_record",
-    "LAUNCH_ENV",
-    "WAITER",
-    "TEXT_FORMATS",
-    "NOT_RECORDED",
-    "add_arguments",
-    "run",
-]
-
 # Added to the command's environment: line-buffered logs, no progress bars in stdout.log,
 # quiet transformers, no tokenizers fork warnings, and where the run directory is.
 LAUNCH_ENV = {

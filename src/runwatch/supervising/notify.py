@@ -17,8 +17,6 @@ from urllib.parse import urlsplit
 
 from ..errors import UsageError
 
-__all__ = ["Notifier", "Failure", "mask_url", "INSTALL_HINT"]
-
 INSTALL_HINT = "pip install 'runwatch[notify]'"
 # A path segment kept as written: a short lower-case word (`hooks`, `api`, `path`); anything else may
 # be a token (Slack's, Telegram's, a webhook id) and is shown as ***.

@@ -25,8 +25,6 @@ from ..reading.history import Rollback, checkpoints, rollback_target
 from ..reading.parsing import Session
 from .supervision import Counters, SuperviseOptions
 
-__all__ = ["MAX_BACKOFF_SECONDS", "Attempt", "Decision", "decide", "progress", "stopped", "rollback_facts"]
-
 # The back-off doubles with each consecutive transient relaunch up to this (ten minutes: long enough
 # for a node to be drained or a file system to come back, short enough not to waste a night).
 MAX_BACKOFF_SECONDS = 600.0

@@ -16,8 +16,6 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeAlias
 
-__all__ = ["PREEMPT_SIGNALS", "StopSignals"]
-
 # A scheduler's way to say "stop now, you will be started again".
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 

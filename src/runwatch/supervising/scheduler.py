@@ -23,8 +23,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SlurmJob", "requeue", "SCONTROL_TIMEOUT_SECONDS"]
-
 # scontrol answers in milliseconds when slurmctld is up; it retries for about 60 s when it is not.
 # A preempted job has seconds left: wait no longer than this for an answer.
 SCONTROL_TIMEOUT_SECONDS = 20.0

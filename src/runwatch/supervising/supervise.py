@@ -41,7 +41,9 @@ from typing import Any
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from ..files.heartbeats import read_heartbeats
-from ..files.rundir import ENV_RESUME_FROM, JOURNAL, LOCK, RunDir
+from ..files.rundir import ENV_RESUME_FROM, RunDir
+from ..files.rundir import JOURNAL as JOURNAL
+from ..files.rundir import LOCK as LOCK
 from ..judging.liveness import last_error
 from ..judging.rules import Finding
 from ..judging.verdict import write_verdict
@@ -59,30 +61,15 @@ from .deadman import DeadMan
 from .goodput import goodput, goodput_line
 from .launch import abandon, launch, reading_record, watch_read
 from .notify import Notifier, mask_url
-from .policy import MAX_BACKOFF_SECONDS, Attempt, decide, progress, rollback_facts, stopped
-from .preemption import PREEMPT_SIGNALS, StopSignals
+from .policy import MAX_BACKOFF_SECONDS as MAX_BACKOFF_SECONDS
+from .policy import Attempt, decide, progress, rollback_facts, stopped
+from .preemption import PREEMPT_SIGNALS as PREEMPT_SIGNALS
+from .preemption import StopSignals
 from .scheduler import SlurmJob, requeue
-from .supervision import (
-    Counters,
-    SuperviseOptions,
-    append,
-    journal_entry,
-    lock_run_dir,
-    read_journal,
-    stdout_tail,
-    supervise_status,
-)
+from .supervision import Counters, append, journal_entry, lock_run_dir, read_journal, stdout_tail
+from .supervision import SuperviseOptions as SuperviseOptions
+from .supervision import supervise_status as supervise_status
 from .watching import Watching
-
-__all__ = [
-    "SuperviseOptions",
-    "Supervisor",
-    "supervise_status",  # (from supervision, where status reads it)
-    "JOURNAL",
-    "LOCK",
-    "MAX_BACKOFF_SECONDS",
-    "PREEMPT_SIGNALS",  # (from preemption)
-]
 
 # Lines of stdout.log that go with an anomaly's notification.
 NOTIFY_TAIL_LINES = 20

@@ -29,20 +29,6 @@ from .notify import mask_url
 if TYPE_CHECKING:
     from ..judging.watchdog import Verdict
 
-__all__ = [
-    "SuperviseOptions",
-    "load_supervise_options",
-    "Counters",
-    "EVENTS",
-    "ENDS",
-    "append",
-    "journal_entry",
-    "last_record",
-    "read_journal",
-    "lock_run_dir",
-    "supervise_status",
-    "stdout_tail",
-]
 
 EVENTS = (
     "launch",

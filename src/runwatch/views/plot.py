@@ -38,24 +38,15 @@ from ..reading.readers import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
 from ..reading.records import resolve_target
 from ..reading.target import recorded_rule_options
-from .plotdata import PlotView, SessionSeries, load_run
+from .plotdata import PlotView as PlotView
+from .plotdata import SessionSeries as SessionSeries
+from .plotdata import load_run as load_run
 from .plotpanels import COLOURS, PANEL_DRAWERS
 
 if TYPE_CHECKING:  # matplotlib loads only when a picture is drawn
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = [
-    "SessionSeries",
-    "PlotView",
-    "Snapshot",
-    "load_run",
-    "snapshot",
-    "figure_size",
-    "PANELS",
-    "add_arguments",
-    "run",
-]
 
 # Pixel geometry. 800 px wide is a phone screen's width at 2x; at 100 dpi, 10 pt text is ~14 px,
 # which stays legible when the picture is shown at its own size.

@@ -21,9 +21,6 @@ from ..reading.parsing import Throughput
 from ..reading.readers import ReadOptions
 from ..reading.records import Record, Target, iter_records, parser_for, resolve_target
 
-__all__ = ["SessionSeries", "PlotView", "load_run"]
-
-
 # The Hugging Face Trainer logs these among its eval_* values; they are timings, not model quality,
 # and would stretch the metrics panel's scale (samples/s in the hundreds next to an AUROC).
 _NOT_METRICS = frozenset({"runtime", "samples_per_second", "steps_per_second"})

@@ -20,7 +20,8 @@ import time
 from typing import Any
 
 from ..errors import UsageError
-from ..files.hardware import GpuInfo, gpu_info
+from ..files.hardware import GpuInfo as GpuInfo
+from ..files.hardware import gpu_info as gpu_info
 from ..files.rundir import RunDir
 from ..judging.liveness import is_local_host, last_error, process_host, watchdog_liveness
 from ..judging.ranks import rank_status_lines
@@ -35,24 +36,14 @@ from ..reading.records import Record, RecordParser, Target, parse_maps, resolve_
 from ..reading.source import RecordSource, reached
 from ..reading.target import recorded_rule_options
 from ..supervising.supervision import ENDS, last_record, supervise_status
-from .checkin import Ended, GradNorm, LastEval, ProcessInfo, Shown, Status, StatusHead, format_status
-
-__all__ = [
-    "status",
-    "describe",
-    "watchdog_facts",
-    "format_status",
-    "gpu_info",
-    "add_arguments",
-    "run",
-    "Status",
-    "StatusHead",
-    "GradNorm",
-    "Ended",
-    "LastEval",
-    "ProcessInfo",
-    "GpuInfo",
-]
+from .checkin import Ended as Ended
+from .checkin import GradNorm as GradNorm
+from .checkin import LastEval as LastEval
+from .checkin import ProcessInfo as ProcessInfo
+from .checkin import Shown
+from .checkin import Status as Status
+from .checkin import StatusHead as StatusHead
+from .checkin import format_status as format_status
 
 # Records read back from the end: enough for a rate over the last windows and the last eval.
 TAIL_RECORDS = 200

@@ -34,8 +34,6 @@ from typing import TypedDict
 from ..errors import InvalidRunError, RunwatchError, UsageError
 from ..reading.records import Record, iter_records, parse_maps, parser_for, resolve_target
 
-__all__ = ["export", "scalars", "add_arguments", "run", "MARKER", "Export", "ExportedRun"]
-
 # Written into the log directory so that a re-export knows the directory is its own to replace.
 MARKER = "runwatch-export.json"
 # Events queued for the writer's thread; its default (10) hands over to the thread every few events.

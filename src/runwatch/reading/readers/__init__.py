@@ -45,26 +45,6 @@ from .base import ReadOptions as ReadOptions
 from .base import add_arguments as add_arguments
 from .base import read_options as read_options
 
-__all__ = [
-    "FORMATS",
-    "READERS",
-    "READER_FORMATS",
-    "TEXT_FORMATS",
-    "Format",
-    "BaseReader",
-    "PRESETS",
-    "Chunk",
-    "Item",
-    "Reader",
-    "ReadOptions",
-    "add_arguments",
-    "read_options",
-    "open_reader",
-    "detect",
-    "sniff_log",
-    "is_log",
-]
-
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 

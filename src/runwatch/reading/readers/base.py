@@ -14,21 +14,6 @@ from typing import Any, Protocol
 from ...errors import ConfigError
 from ...options import TEXT, TEXTS, Check, add_flags, given_options, option, validate
 
-__all__ = [
-    "FORMATS",
-    "READER_FORMATS",
-    "TEXT_FORMATS",
-    "Format",
-    "BaseReader",
-    "PRESETS",
-    "Chunk",
-    "Item",
-    "Reader",
-    "ReadOptions",
-    "add_arguments",
-    "read_options",
-]
-
 # What `--format` accepts; `nanogpt` and `megatron` are text logs with preset patterns.
 FORMATS = ("jsonl", "tensorboard", "mlflow", "csv", "text", "nanogpt", "megatron", "paddlenlp", "hf")
 # Other tools' formats (their reader applies the key aliases and --map; the step may be grouped).

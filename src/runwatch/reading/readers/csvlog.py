@@ -23,8 +23,6 @@ from ..follow import READ_CHUNK_BYTES, LogFollower
 from .base import BaseReader, Chunk, ReadOptions
 from .keys import ALIASES, KeyMap
 
-__all__ = ["CsvReader", "number", "is_log", "looks_like_csv", "open_reader"]
-
 # The head of a file searched for its header line.
 _HEAD_BYTES = 64 * 1024
 _BOM = b"\xef\xbb\xbf"

@@ -17,8 +17,6 @@ from ..follow import READ_CHUNK_BYTES, LogFollower
 from .base import BaseReader, Chunk, ReadOptions
 from .keys import ALIASES, KeyMap
 
-__all__ = ["JsonlReader", "open_reader", "is_log", "SUFFIXES"]
-
 # The names of a JSONL log that is not a run directory's metrics.jsonl.
 SUFFIXES = (".jsonl", ".ndjson")
 # The head of a file read for its first record.

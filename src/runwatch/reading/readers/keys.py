@@ -21,18 +21,6 @@ from typing import Any
 
 from .base import BaseReader, Item
 
-__all__ = [
-    "ALIASES",
-    "EVAL_PREFIXES",
-    "TASK_METRICS",
-    "task_metric_direction",
-    "KeyMap",
-    "StepGrouper",
-    "GroupedReader",
-    "split_train_eval",
-    "original_keys",
-]
-
 # canonical key -> the names read for it when no --map names it, in order (first present wins)
 ALIASES: dict[str, tuple[str, ...]] = {
     # integer step keys (they win over a fractional `epoch`: LLaMA-Factory's `current_steps`, W&B's `_step`)

@@ -31,8 +31,6 @@ from ..follow import LogFollower
 from .base import Chunk, ReadOptions
 from .keys import GroupedReader, KeyMap, StepGrouper
 
-__all__ = ["SqliteReader", "FileStoreReader", "open_reader", "open_mlflow", "StoreLockedError", "LOCK_WAIT_SECONDS"]
-
 # Rows fetched per poll: ~100 bytes each in Python, so ~20 MB at most held at once.
 FETCH_ROWS = 200_000
 # How long a replay waits for a writer's lock before giving up (a watch waits on every poll).

@@ -25,8 +25,6 @@ from .base import PRESETS, BaseReader, Chunk, ReadOptions
 from .csvlog import number
 from .keys import KeyMap
 
-__all__ = ["TextReader", "open_reader", "sniff", "matches"]
-
 # The head of a file searched for a preset's record line, and the lines of it tried.
 _SNIFF_BYTES = 64 * 1024
 _SNIFF_LINES = 200

@@ -37,7 +37,6 @@ from .tfrecord import Decoder, decode_event, event_decoder, masked_crc32c
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
-__all__ = ["EventFile", "TensorBoardReader", "event_files", "is_event_file", "open_reader"]
 
 # The events with scalars that one poll of a file framed: (byte offset, wall time, step, [(tag, value)]).
 Events: TypeAlias = list[tuple[int, float, int, list[tuple[str, float]]]]

@@ -14,8 +14,6 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any, TypeAlias
 
-__all__ = ["crc32c", "masked_crc32c", "decode_event", "event_decoder", "Decoder"]
-
 # An event file's bytes as read (or a view of them).
 Buffer: TypeAlias = bytes | memoryview
 # A decoded Event: (wall time, step, [(tag, value)] of its scalars).

@@ -18,8 +18,6 @@ from ...files.lines import read_regular_file
 from .base import BaseReader, Chunk, ReadOptions
 from .keys import KeyMap
 
-__all__ = ["TrainerStateReader", "open_reader", "load_trainer_state", "read_trainer_state", "MAX_STATE_BYTES"]
-
 # trainer_state.json is rewritten whole at each checkpoint; a few MB for a long run. Bound it anyway.
 MAX_STATE_BYTES = 512 * 1024 * 1024
 

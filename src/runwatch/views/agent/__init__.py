@@ -30,17 +30,6 @@ from typing import Any
 
 from ...errors import UsageError
 
-__all__ = [
-    "add_arguments",
-    "run",
-    "add_skill_arguments",
-    "run_skill",
-    "skill_text",
-    "install_skill",
-    "INSTALL_HINT",
-    "SKILL_NAME",
-]
-
 INSTALL_HINT = "pip install 'runwatch[mcp]'"
 # The skill's folder in the package, and its name (the Agent Skills spec: name = folder).
 SKILL_NAME = "supervising-training-runs"

@@ -33,8 +33,6 @@ from .bound import fit
 from .tools import Result, Tools, parse_command_line
 from .verdicts import live_supervisor
 
-__all__ = ["launch_supervised", "stop_run", "SUPERVISE_LOG"]
-
 # The supervisor's own output (its verdict line, its notes): beside the training's stdout.log.
 SUPERVISE_LOG = "supervise.log"
 # How long `launch_supervised` waits for the supervisor to take its run directory (its lock and

@@ -17,8 +17,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MAX_RESULT_BYTES", "strict", "fit", "result_bytes"]
-
 # The contract's bound on one tool result, structured content included (UTF-8 bytes).
 MAX_RESULT_BYTES = 8192
 # The MCP envelope around the two copies: {"content":[{"type":"text","text":...}],

@@ -35,8 +35,6 @@ from ...files.rundir import JOURNAL, VERDICT, read_json
 from ...reading.records import Target
 from ...reading.source import RecordSource
 
-__all__ = ["KINDS", "Cursor", "Batch", "events_since", "parse_kinds", "CheckpointTail", "journal_records"]
-
 # Every kind of event, in the order the contract lists them.
 KINDS = ("warning", "stop", "relaunch", "rollback", "checkpoint", "done", "gave_up", "preempted")
 # Journal records that are events, as the kind they are given as.

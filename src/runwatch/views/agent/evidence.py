@@ -26,18 +26,6 @@ from ...reading.records import Record, Target
 from ...reading.source import RecordSource
 from .tail import minimal_rows, seq_len_of
 
-__all__ = [
-    "read_points",
-    "series",
-    "bucket",
-    "value_of",
-    "incident",
-    "provenance",
-    "differences",
-    "OUTPUT_LINES",
-    "AROUND",
-]
-
 # Records shown before and after an onset, and lines of the program's output.
 AROUND = 10
 OUTPUT_LINES = 30

@@ -12,22 +12,6 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
-__all__ = [
-    "ListRuns",
-    "RunStatus",
-    "TailRecords",
-    "CheckRun",
-    "WaitForVerdict",
-    "Explain",
-    "PlanRun",
-    "GetSeries",
-    "Incident",
-    "WaitForEvent",
-    "CompareRuns",
-    "LaunchSupervised",
-    "StopRun",
-]
-
 
 class _Bounded(TypedDict, total=False):
     truncated: str  # what was left out to stay within the bound

@@ -32,8 +32,6 @@ from .shell import EventTails
 from .tools import Result, Tools
 from .waits import CHECK_SECONDS, MAX_CHECK_SECONDS
 
-__all__ = ["build_server", "serve_stdio", "INSTRUCTIONS"]
-
 # plan_run's numbers: beyond these no projection means anything (and a float would overflow).
 MAX_PLAN_SAMPLES = 10**15
 MAX_PLAN_EPOCHS = 1e6

@@ -38,29 +38,6 @@ from .events import KINDS, Batch, CheckpointTail, events_since, parse_kinds
 from .tools import MAX_WAIT_SECONDS, Tools
 from .verdicts import watch_state
 
-__all__ = [
-    "EventTails",
-    "add_wait_arguments",
-    "run_wait",
-    "add_tail_arguments",
-    "run_tail",
-    "add_explain_arguments",
-    "run_explain",
-    "add_runs_arguments",
-    "run_runs",
-    "add_rules_arguments",
-    "add_series_arguments",
-    "run_series",
-    "add_incident_arguments",
-    "run_incident",
-    "add_compare_arguments",
-    "run_compare",
-    "run_rules",
-    "rules_table",
-    "rule_option_names",
-    "WAIT_EXIT",
-]
-
 # `runwatch wait`'s exit statuses (without --events): by how the run ended.
 WAIT_EXIT = {"done": 0, "stop": 7, "gave_up": 7, "preempted": 75, "timed_out": 3, "unwatched": 1}
 # How often `runwatch wait` looks at the run's files.

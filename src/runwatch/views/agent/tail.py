@@ -23,8 +23,6 @@ from ...reading.records import Record, RecordParser, Target
 from ...reading.source import RecordSource, reached
 from ..serve.runs import MAX_METRICS as MAX_METRICS
 
-__all__ = ["last_records", "minimal_rows", "metrics_left_out", "seq_len_of", "MAX_METRICS"]
-
 
 def last_records(t: Target, n: int, maps: dict[str, str] | None = None) -> tuple[list[Record], RecordParser | None]:
     """The last `n` train, eval, fatal and other records of `t`'s log in log order, and the parser

@@ -45,15 +45,6 @@ from .bound import fit, strict
 from .tail import MAX_METRICS, last_records, metrics_left_out, minimal_rows, seq_len_of
 from .verdicts import watch_state
 
-__all__ = [
-    "Tools",
-    "MAX_LIST_RUNS",
-    "MAX_TAIL_RECORDS",
-    "MAX_WAIT_SECONDS",
-    "MAX_SERIES_BYTES",
-    "parse_command_line",
-]
-
 Result = tuple[str, dict[str, Any]]
 
 # The contract's bounds: runs one `list_runs` lists, records one `tail_records` returns, seconds

@@ -27,8 +27,6 @@ from ...supervising.supervision import ENDS
 from ..serve.supervision import SupervisionView
 from ..status import watchdog_facts
 
-__all__ = ["watch_state", "live_supervisor", "files_signature"]
-
 
 def files_signature(run_dir: str) -> tuple[tuple[int, int, int] | None, ...]:
     """(inode, size, mtime) of watchdog.json and supervise.jsonl: what changes when a verdict lands."""

@@ -28,7 +28,6 @@ from ...errors import UsageError
 if TYPE_CHECKING:  # the server (http.server and the readers) loads only when `serve` runs
     from .server import Server
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "add_arguments", "host_warning", "run", "serve"]
 
 DEFAULT_HOST = "127.0.0.1"  # this machine only; reach it from elsewhere through an SSH tunnel
 DEFAULT_PORT = 8765

@@ -22,8 +22,6 @@ from typing import Any, TypedDict
 from ...reading.readers.keys import TASK_METRICS, task_metric_direction
 from .series import Point
 
-__all__ = ["Best", "BestMetric", "GoodputSteps", "best_point", "origin_facts", "task_metric"]
-
 
 class Best(TypedDict):
     """The best value of a series and the step it was reached at."""

@@ -39,8 +39,6 @@ from typing import Any
 from ...reading.records import Record, RecordParser, Target, iter_records, parser_for
 from .series import Cut, keeps
 
-__all__ = ["COLUMNS", "csv_chunks", "record_values", "session_cut", "system_values"]
-
 # The leading columns, in this order; eval metrics (sorted) follow, and `time` ends the row.
 COLUMNS = ("loss", "eval_loss", "lr", "grad_norm", "grad_norm_max", "tokens_per_second", "samples_per_second")
 # Bytes of CSV gathered before a chunk is sent.

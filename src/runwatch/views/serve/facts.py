@@ -26,7 +26,6 @@ from ..checkin import Status
 
 Facts = TypeVar("Facts", bound=Status)  # the list's summary of a run (runs.RunSummary)
 
-__all__ = ["MAX_AGE_SECONDS", "SIDE_FILES", "FactsCache"]
 
 # What is stat-ed for a change of the side files: the run directory itself and its heartbeats/.
 # Their writers replace them atomically (a temp file renamed over: pid, launch.json,

@@ -22,8 +22,6 @@ from ...reading.records import Record
 from .series import Cut, keeps
 from .supervision import Move
 
-__all__ = ["MAX_CHECKPOINT_MARKERS", "MAX_FINDING_MARKERS", "Checkpoints", "Marker", "markers"]
-
 # Markers drawn per kind: more would be a solid band on a chart 600 pixels wide.
 MAX_FINDING_MARKERS = 200
 MAX_CHECKPOINT_MARKERS = 200

@@ -44,23 +44,12 @@ from ..status import TAIL_RECORDS, describe
 from .bests import Best, BestMetric, GoodputSteps, best_point, origin_facts, task_metric
 from .export import record_values, session_cut
 from .facts import FactsCache
-from .folder import MAX_DEPTH, find_runs, run_target
+from .folder import MAX_DEPTH as MAX_DEPTH
+from .folder import find_runs as find_runs
+from .folder import run_target as run_target
 from .markers import Checkpoints, Marker, markers
 from .series import Point, Series
 from .supervision import SupervisionView
-
-__all__ = [
-    "MAX_DEPTH",
-    "RunView",
-    "find_runs",
-    "run_target",
-    "verdict_of",
-    "ListVerdict",
-    "RunSummary",
-    "RunDetail",
-    "Chart",
-    "ChartSeries",
-]
 
 # The watchdog's verdict as the list shows it; `class` (watchdog.json's, as read) on an anomaly only.
 ListVerdict = TypedDict("ListVerdict", {"state": str, "label": str, "class": NotRequired[Any]})

@@ -18,8 +18,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["MAX_POINTS", "Cut", "Point", "Series", "keeps"]
-
 # A chart 1000 points wide is already finer than a phone's or a laptop's plot area.
 MAX_POINTS = 1000
 

@@ -34,8 +34,6 @@ from .export import csv_chunks
 from .folder import find_runs
 from .runs import RunDetail, RunSummary, RunView
 
-__all__ = ["STATIC_FILES", "Catalog", "Server", "is_loopback"]
-
 # How often the folder is listed again for new runs, and how long the reader idles when every
 # run is caught up (a page polls every 2 s; half a second keeps it at most one poll behind).
 RESCAN_SECONDS = 5.0

@@ -20,8 +20,6 @@ from ...files.safeio import loads_object
 from ...reading.follow import LogFollower
 from ...supervising.supervision import ENDS
 
-__all__ = ["MAX_ATTEMPTS", "Attempt", "AttemptEnd", "AttemptVerdict", "Move", "SupervisionFacts", "SupervisionView"]
-
 # Attempts shown per run: a run relaunched more often than this shows its latest ones.
 MAX_ATTEMPTS = 100
 # A journal line longer than this is not a supervisor's record.
