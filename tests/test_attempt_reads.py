@@ -19,8 +19,8 @@ import pytest
 
 from runwatch.judging.watchdog import Options, Watcher
 from runwatch.procs import process
+from runwatch.reading import RecordSource, load_sessions
 from runwatch.reading.history import Trail, latest_checkpoint
-from runwatch.reading.source import RecordSource, load_sessions
 from runwatch.supervising.supervise import Supervisor
 from runwatch.supervising.supervision import SuperviseOptions
 

@@ -1,4 +1,4 @@
-"""The layout's habits: a module over 500 lines says in its header why it is one module."""
+"""The layout's habits: imports flow down the layers, no cycle, and no module over 500 lines."""
 
 from __future__ import annotations
 
@@ -6,17 +6,6 @@ import ast
 import pathlib
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "runwatch"
-
-
-def test_a_long_module_says_why_in_its_header():
-    unexplained = []
-    for path in sorted(SRC.rglob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        if text.count("\n") > 500:
-            doc = ast.get_docstring(ast.parse(text)) or ""
-            if "Longer than 500 lines on purpose:" not in doc:
-                unexplained.append(f"{path.relative_to(SRC)} ({text.count(chr(10))} lines)")
-    assert unexplained == []
 
 
 # The package's layers, lowest first: a module imports from its own layer and those below it,
@@ -35,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("cli", "__main__", "", "watchdog", "records", "status", "heartbeats"),
 ]
 # The most lines a module may have; lower it when a module shrinks, never raise it.
-MAX_MODULE_LINES = 650
+MAX_MODULE_LINES = 500
 
 
 def _modules() -> dict[str, tuple[pathlib.Path, bool]]:

@@ -3,14 +3,12 @@
     verdict = watch("runs/a", Options(stall=120))   # blocks; Verdict("done"|"anomaly", ...)
     result = check("runs/a")                        # every finding of the log as it stands
 
-Data flows one way: the log → `source.RecordSource` (new bytes or events only, through the one
-`parsing.RecordParser`) → `rules.Rules` → a Verdict. Every poll also checks time (stall, startup
-grace, timeout), the process (`watchedprocess`: `--pid` or RUN_DIR/pid; exit.json read once), the
-`--done` sentinel and the checks in `POLL_CHECKS`. Only `watch()`'s caller decides the exit code
-(0 done, 7 anomaly); the command lines are `watchcommands`'s, the options `watchoptions`'s. A
-supervisor sets one Watcher up per attempt before its launch, hands it the launched process
-(`watch_process`) and asks its `source`, `trail` and `process` what the log and exit.json hold.
-Standard library only.
+Data flows one way: the log → `source.RecordSource` (through the one `parsing.RecordParser`) →
+`rules.Rules` → a Verdict. Every poll also checks time (stall, startup grace, timeout), the process
+(`watchedprocess`: `--pid` or RUN_DIR/pid; exit.json read once), `--done` and `POLL_CHECKS`. Only
+`watch()`'s caller decides the exit code (0 done, 7 anomaly). A supervisor sets one Watcher up an
+attempt before its launch, hands it the process (`watch_process`) and asks its `source`, `trail`
+and `process`. Command lines: `watchcommands`; options: `watchoptions`. Standard library only.
 """
 
 from __future__ import annotations

@@ -48,12 +48,12 @@ if TYPE_CHECKING:
     from .readers.keys import original_keys as original_keys
     from .readers.keys import task_metric_direction as task_metric_direction
     from .readers.tfevents import is_event_file as is_event_file
+    from .records import iter_records as iter_records
+    from .records import load_sessions as load_sessions
     from .resume import Resume as Resume
     from .resume import resume_checkpoint as resume_checkpoint
     from .source import Polled as Polled
     from .source import RecordSource as RecordSource
-    from .source import iter_records as iter_records
-    from .source import load_sessions as load_sessions
     from .source import parser_for as parser_for
     from .source import reached as reached
     from .target import NOT_LOGS as NOT_LOGS
@@ -82,7 +82,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ".readers.keys": ("TASK_METRICS", "task_metric_direction", "original_keys"),
     ".readers.tfevents": ("is_event_file",),
     ".resume": ("Resume", "resume_checkpoint"),
-    ".source": ("RecordSource", "iter_records", "load_sessions", "parser_for", "Polled", "reached"),
+    ".records": ("iter_records", "load_sessions"),
+    ".source": ("RecordSource", "parser_for", "Polled", "reached"),
     ".target": ("Target", "resolve_target", "recorded_rule_options", "NOT_LOGS", "NOT_RECORDED"),
 }
 # The other names the modules listed as exported before the faces: importable from here for one

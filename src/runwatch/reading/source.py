@@ -8,7 +8,7 @@
 
     for rec in RecordSource("runs/a").records(): ...   # a whole read (`check`): to the end, the step
                                                         # a reader holds back included
-    for rec in iter_records("runs/a"): ...              # the same
+    sessions = RecordSource("runs/a").sessions()        # the whole log, grouped by session
 
 The target is resolved by `target.resolve_target` (again on each `open()` until its log exists:
 a folder may turn out to hold TensorBoard files); the format's reader comes from the one table
@@ -403,14 +403,22 @@ class RecordSource:
         return step
 
     def sessions(self) -> list[Session]:
-        """The whole log's records grouped by session (`load_sessions`), read from its start by a
+        """The whole log's records grouped by session, in order of first appearance, read from its start by a
         reader and parser of this source's own for the read: where it follows from is untouched (a
         supervisor reads its run's history through the source its watch follows with).
         InvalidRunError: no log."""
         kept = self.target, self.reader, self.parser, self.manifest
         self.reader = self.parser = self.manifest = None
         try:
-            return load_sessions(self)
+            sessions: dict[str, Session] = {}
+            for rec in self.records():
+                s = sessions.get(rec.session)
+                if s is None:
+                    entry = self.parser.entry(rec.session) if self.parser is not None else None
+                    start = entry["start"]["step"] if entry else (rec.step if rec.kind == "train" else 0)
+                    s = sessions[rec.session] = Session(rec.session, start, manifest_entry=entry)
+                s.records.append(rec)
+            return list(sessions.values())
         finally:
             self.target, self.reader, self.parser, self.manifest = kept
 
@@ -462,39 +470,6 @@ def _empty(path: str) -> bool:
     except OSError:
         return True
     return stat.S_ISREG(st.st_mode) and st.st_size == 0
-
-
-def iter_records(
-    target: str | Target,
-    *,
-    maps: dict[str, str] | None = None,
-    on_torn: Callable[[int | str], None] | None = None,
-    parser: RecordParser | None = None,
-    read: ReadOptions | None = None,
-) -> Iterator[Record]:
-    """Every record of `target` in log order (invalid lines as kind `invalid`): `RecordSource.records`.
-
-    A torn final line (no newline yet) is left out; `on_torn(lineno)` is told about it (other
-    formats: `on_torn(where)`, a str). `parser` (from `parser_for`) lets the caller see the sessions'
-    start steps.
-    """
-    yield from RecordSource(target, read=read, maps=maps, parser=parser).records(on_torn)
-
-
-def load_sessions(target: str | Target | RecordSource, *, maps: dict[str, str] | None = None) -> list[Session]:
-    """The records of `target` grouped by session, sessions in order of first appearance (a
-    RecordSource: read whole by it, as `RecordSource.sessions` does)."""
-    source = target if isinstance(target, RecordSource) else RecordSource(target, maps=maps)
-    sessions: dict[str, Session] = {}
-    for rec in source.records():
-        s = sessions.get(rec.session)
-        if s is None:
-            parser = source.parser
-            entry = parser.entry(rec.session) if parser is not None else None
-            start = entry["start"]["step"] if entry else (rec.step if rec.kind == "train" else 0)
-            s = sessions[rec.session] = Session(rec.session, start, manifest_entry=entry)
-        s.records.append(rec)
-    return list(sessions.values())
 
 
 def to_records(parser: RecordParser, items: list[Item]) -> Iterator[Record]:

@@ -1,4 +1,4 @@
-"""The goodput of a supervised run, and `runwatch goodput` (where its wall time went is `breakdown`'s;
+"""The goodput of a supervised run, and `runwatch goodput` (where its wall time went is `walltime.breakdown`'s;
 the path to the final step and the checkpoints are `history`'s).
 
     sessions = records.load_sessions(run_dir)
@@ -38,13 +38,13 @@ from typing import Any, TypedDict
 from ..judging.rules import fmt_step
 from ..reading.history import live_sessions
 from ..reading.parsing import Session
-from .breakdown import BUCKETS as BUCKETS
-from .breakdown import LAUNCHES, journal_attempts, steps_kept, steps_run
-from .breakdown import Advice as Advice
-from .breakdown import Breakdown as Breakdown
-from .breakdown import breakdown as breakdown
-from .breakdown import supervision as supervision
-from .breakdown import unrecovered_onset as unrecovered_onset
+from .walltime import BUCKETS as BUCKETS
+from .walltime import LAUNCHES, journal_attempts, steps_kept, steps_run
+from .walltime import Advice as Advice
+from .walltime import Breakdown as Breakdown
+from .walltime import breakdown as breakdown
+from .walltime import supervision as supervision
+from .walltime import unrecovered_onset as unrecovered_onset
 
 
 class Goodput(TypedDict):
