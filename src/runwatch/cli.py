@@ -198,7 +198,7 @@ def _add_agent_shell(sub: _Subcommands) -> None:
 def _brief_rule_help(p: argparse.ArgumentParser, command: str) -> None:
     """`--help` of a command that judges: the rules' options named in one line that points to
     `runwatch rules`, instead of one paragraph each (they still parse as before)."""
-    from .views.agent.shell import rule_option_names
+    from .views import rule_option_names
 
     names = set(rule_option_names("check" if command == "check" else "watch"))
     shown = []

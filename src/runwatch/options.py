@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError, UsageError
-from .files.rundir import CONFIG
-from .files.safeio import read_bounded
+from .files import CONFIG, read_bounded
 
 __all__ = [
     "default_text",

@@ -21,9 +21,9 @@ import sys
 import tempfile
 import time
 
-from ..files.rundir import RunDir
-from ..judging.summary import summarize
-from ..supervising.goodput import goodput_line
+from ..files import RunDir
+from ..judging import summarize
+from ..supervising import goodput_line
 from ..supervising.launch import launch
 
 # What the watchdog must call each injected fault.

@@ -69,8 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
     from ..errors import NonFiniteLossError
-    from ..integrations.hf import HFCallback, auroc_metrics
-    from ..reading.resume import resume_checkpoint
+    from ..integrations import HFCallback, auroc_metrics
+    from ..reading import resume_checkpoint
     from .tinytrain import make_batch
 
     resume = resume_checkpoint(run_dir=opts.run_dir)

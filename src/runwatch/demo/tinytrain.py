@@ -35,13 +35,13 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..files.journal import atomic_write
+from ..files import atomic_write
 from ..logger.auroc import auroc
 
 if TYPE_CHECKING:
     import torch
 
-    from ..logger.metrics import RunLogger
+    from ..logger import RunLogger
 
 VOCAB = 16
 INJECTIONS = ("nan", "stall", "crash", "slowdown", "explode")
@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     from ..errors import NonFiniteLossError
-    from ..logger.metrics import RunLogger
+    from ..logger import RunLogger
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.fault_rank = world - 1 if args.fault_rank is None else args.fault_rank
     net = build_model()
     opt = torch.optim.AdamW(net.parameters(), lr=args.lr)
-    from ..reading.resume import resume_checkpoint
+    from ..reading import resume_checkpoint
 
     ckpt_dir = os.path.join(args.run_dir, "ckpt")
     os.makedirs(ckpt_dir, exist_ok=True)

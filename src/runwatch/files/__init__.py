@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from .hardware import memory_peaks as memory_peaks
     from .hardware import rank_hardware as rank_hardware
     from .heartbeats import HISTORY_WINDOWS as HISTORY_WINDOWS
+    from .heartbeats import MAX_HEARTBEAT_BYTES as MAX_HEARTBEAT_BYTES
+    from .heartbeats import PHASE_NAME as PHASE_NAME
     from .heartbeats import Heartbeat as Heartbeat
     from .heartbeats import HeartbeatConfig as HeartbeatConfig
     from .heartbeats import current_session as current_session
@@ -44,10 +46,12 @@ if TYPE_CHECKING:
     from .jsonio import strict_json as strict_json
     from .lines import MAX_LINE_BYTES as MAX_LINE_BYTES
     from .lines import iter_line_blocks as iter_line_blocks
+    from .lines import open_run_file as open_run_file
     from .lines import read_regular_file as read_regular_file
     from .provenance import capture as capture
     from .provenance import data_paths as data_paths
     from .recipe import check_arguments as check_arguments
+    from .recipe import check_checkpoint as check_checkpoint
     from .recipe import check_recipe as check_recipe
     from .recipe import check_start as check_start
     from .rundir import CONFIG as CONFIG
@@ -98,12 +102,14 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "parse_heartbeat",
         "read_heartbeats",
         "current_session",
+        "MAX_HEARTBEAT_BYTES",
+        "PHASE_NAME",
     ),
     ".journal": ("open_session", "atomic_write", "atomic_write_text", "utc_now"),
     ".jsonio": ("strict_json", "loads", "dumps", "orjson_misread"),
-    ".lines": ("MAX_LINE_BYTES", "read_regular_file", "iter_line_blocks"),
+    ".lines": ("MAX_LINE_BYTES", "read_regular_file", "iter_line_blocks", "open_run_file"),
     ".provenance": ("capture", "data_paths"),
-    ".recipe": ("check_recipe", "check_start", "check_arguments"),
+    ".recipe": ("check_recipe", "check_start", "check_arguments", "check_checkpoint"),
     ".rundir": (
         "RunDir",
         "read_json",
@@ -145,10 +151,10 @@ _KEPT: dict[str, tuple[str, ...]] = {
     ".hardware": ("device_name",),
     ".journal": ("Journal", "NullJournal", "new_run_id", "new_session_id"),
     ".jsonio": ("json_problem",),
+    ".lines": ("iter_lines",),
     ".provenance": ("GIT_TIMEOUT_SECONDS", "HASH_EDGE_BYTES", "data_fingerprint", "git_state"),
     ".rundir": ("READ_FIELDS", "LAUNCH", "SUPERVISE_LOG"),
     ".safeio": ("Records", "tail_lines", "read_records", "append_line", "open_new", "open_lock", "TAIL_CHUNK_BYTES"),
-    ".lines": ("iter_lines",),
     ".schema": ("EVENTS", "MAX_MANIFEST_BYTES", "WindowValues"),
 }
 _WHERE = lazy.index(_PUBLIC, _KEPT)

@@ -42,7 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from None
 
 from ..errors import ConfigError
-from ..files.provenance import data_paths
+from ..files import data_paths
 from ..logger.auroc import auroc
 from .hfsession import TrainerSession
 from .session import NO_SESSION as _NO_SESSION

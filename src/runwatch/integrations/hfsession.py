@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from None
 
 from ..errors import NonFiniteLossError
-from ..logger.metrics import DEFAULT_MAX_WINDOW_SECONDS, RunLogger
+from ..logger import DEFAULT_MAX_WINDOW_SECONDS, RunLogger
 from .session import (
     CallbackOptions,
     PhaseHolder,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from ..logger.convert import Flag, Scalar
+    from ..logger import Flag, Scalar
 
 _log = logging.getLogger("runwatch")
 

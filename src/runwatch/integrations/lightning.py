@@ -42,10 +42,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         f"runwatch.integrations.lightning needs lightning and torch: pip install 'runwatch[lightning]' ({exc})"
     ) from None
 
-from ..errors import ConfigError, NonFiniteLossError
-from ..files.provenance import data_paths
-from ..logger.metrics import RunLogger
-from ..logger.signals import Terminated
+from ..errors import ConfigError, NonFiniteLossError, Terminated
+from ..files import data_paths
+from ..logger import RunLogger
 from .session import NO_SESSION as _NO_SESSION
 from .session import STATE_KEY, CallbackOptions, PhaseHolder, check_state, folder_bytes, resume_from, resume_state
 
@@ -55,7 +54,7 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
     from lightning.pytorch.utilities.types import STEP_OUTPUT
 
-    from ..logger.convert import Flag, Scalar
+    from ..logger import Flag, Scalar
 
 
 class _TimedCheckpointIO(CheckpointIO):

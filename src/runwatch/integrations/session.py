@@ -16,13 +16,11 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InvalidRunError
-from ..files.journal import atomic_write_text
-from ..files.jsonio import dumps, loads
-from ..files.rundir import ENV_RUN_DIR
-from ..logger.metrics import RunLogger, default_window
+from ..files import ENV_RUN_DIR, atomic_write_text, dumps, loads
+from ..logger import RunLogger, default_window
 
 if TYPE_CHECKING:
-    from ..logger.convert import Flag, Scalar
+    from ..logger import Flag, Scalar
 
 
 # The file a callback writes into each checkpoint folder it sees saved (HF Trainer); Lightning keeps
@@ -203,6 +201,6 @@ def resume_from(resume: str | None, run_dir: str | None) -> str | None:
         return None
     if resume != "auto":
         raise ConfigError(f"RunwatchCallback.resume must be 'auto' or None, got {resume!r}")
-    from ..reading.resume import resume_checkpoint
+    from ..reading import resume_checkpoint
 
     return resume_checkpoint(run_dir=run_dir).path

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .. import lazy
 
 if TYPE_CHECKING:
+    from .declaring import STOP as STOP
     from .liveness import is_local_host as is_local_host
     from .liveness import last_error as last_error
     from .liveness import process_host as process_host
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from .verdict import parse_exit_codes as parse_exit_codes
     from .verdict import read_verdict as read_verdict
     from .verdict import write_verdict as write_verdict
+    from .watchcommands import check_from_args as check_from_args
     from .watchdog import Watcher as Watcher
     from .watchdog import watch as watch
     from .watchoptions import Options as Options
@@ -58,22 +60,25 @@ if TYPE_CHECKING:
 
 # The public names, module -> names: this face's __all__.
 _PUBLIC: dict[str, tuple[str, ...]] = {
+    ".declaring": ("STOP",),
     ".liveness": ("process_host", "is_local_host", "last_error", "watchdog_liveness"),
     ".ranks": ("RankMonitor", "rank_status_lines"),
     ".replay": ("CheckResult", "RunReplay", "check", "recoverable", "finding_line", "RECOVERED"),
+    ".rulebase": ("fmt_step",),
     ".rules": ("Finding", "RuleOptions", "Rules"),
     ".ruleset": ("RECORD_KINDS", "verdict_class"),
-    ".rulebase": ("fmt_step",),
-    ".throughput": ("ThroughputDrop",),
     ".runbook": ("RUNBOOK", "kinds", "explain"),
     ".summary": ("summarize", "Summary"),
+    ".throughput": ("ThroughputDrop",),
     ".verdict": ("Verdict", "write_verdict", "read_verdict", "exit_status", "parse_exit_codes", "DEFAULT_EXIT_CODES"),
+    ".watchcommands": ("check_from_args",),
     ".watchdog": ("Watcher", "watch"),
     ".watchoptions": ("Options", "load_options", "options_from_args"),
 }
 # The other names the modules listed as exported before the faces: importable from here for one
 # release, not in __all__ (import them from the face, or better, use a public name).
 _KEPT: dict[str, tuple[str, ...]] = {
+    ".declaring": ("SEVERITIES",),
     ".evalrules": (
         "EvalNonfiniteLoss",
         "InvertedMetric",
@@ -84,6 +89,7 @@ _KEPT: dict[str, tuple[str, ...]] = {
         "eval_losses",
         "task_metric",
     ),
+    ".gradrules": ("GRAD_MIN_HISTORY",),
     ".liveness": (
         "PHASE_NAME",
         "PhaseLimits",
@@ -95,6 +101,7 @@ _KEPT: dict[str, tuple[str, ...]] = {
         "WATCHING_EVERY_SECONDS",
         "ERROR_TAIL_BYTES",
     ),
+    ".lossrules": ("SPIKE_MIN_HISTORY",),
     ".progress": (
         "NoProgress",
         "NoSignal",
@@ -105,9 +112,6 @@ _KEPT: dict[str, tuple[str, ...]] = {
     ),
     ".rankrules": ("rank_stall_finding", "StragglerRule"),
     ".replay": ("name_loss_key",),
-    ".rules": ("Replay",),
-    ".ruleset": ("RULE_ORDER", "CLASSES", "DEFAULT_SEVERITY"),
-    ".declaring": ("SEVERITIES",),
     ".rulebase": (
         "Rule",
         "SKIP",
@@ -121,8 +125,8 @@ _KEPT: dict[str, tuple[str, ...]] = {
         "extend_streak",
         "show_nonfinite",
     ),
-    ".lossrules": ("SPIKE_MIN_HISTORY",),
-    ".gradrules": ("GRAD_MIN_HISTORY",),
+    ".rules": ("Replay",),
+    ".ruleset": ("RULE_ORDER", "CLASSES", "DEFAULT_SEVERITY"),
     ".runbook": ("POLL_KINDS", "markdown_table"),
     ".summary": ("LossSummary", "QKClipSummary", "ValSummary"),
     ".verdict": ("EXIT_CLASSES", "DONE"),

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..options import INT_0, INT_1, NON_NEGATIVE, OPEN_01, TEXT, option
-from ..reading.records import Record
+from ..reading import Record
 from .declaring import FATAL, FRACTION, RECORD_COMMANDS, STOP, WARN, OptionGroup, Runbook
 from .lossrules import NonfiniteLoss
 from .rulebase import SKIP, Look, Rule, SessionFacts, Skip, extend_streak, show_nonfinite

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..options import GREATER_1, INT_1, NON_NEGATIVE, POSITIVE, option
-from ..reading.records import Record
+from ..reading import Record
 from .declaring import DIVERGENCE, FATAL, RECORD_COMMANDS, STOP, OptionGroup, Runbook
 from .rulebase import SKIP, Look, SessionFacts, Streak, median, slide
 

@@ -29,11 +29,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, InvalidRunError
-from ..files.heartbeats import MAX_HEARTBEAT_BYTES, Heartbeat, heartbeat_path, parse_heartbeat, read_heartbeats
-from ..files.rundir import LAUNCH_HEADER
-from ..files.safeio import read_tail
+from ..files import (
+    LAUNCH_HEADER,
+    MAX_HEARTBEAT_BYTES,
+    Heartbeat,
+    heartbeat_path,
+    parse_heartbeat,
+    read_heartbeats,
+    read_tail,
+)
 from ..options import POSITIVE, TEXTS, option
-from ..procs.process import launch_info
+from ..procs import launch_info
 from .declaring import FATAL, STOP, TRANSIENT, OptionGroup, PollKind, Runbook
 
 PHASE_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -219,7 +225,7 @@ def stall_finding(
 def dead_rank(run_dir: str) -> str | None:
     """In a multi-rank run, the rank that died first, as a message: a rank whose heartbeat still
     says `running` while its process (on this host) is gone; the earliest heartbeat first."""
-    from ..procs.process import alive
+    from ..procs import alive
 
     beats, _problems = read_heartbeats(run_dir)
     if len(beats) < 2:
@@ -325,7 +331,7 @@ def watching_record(
 def watchdog_liveness(record: dict[str, Any], now: float | None = None) -> tuple[bool, str]:
     """`(alive, line)` for a `watching` record: alive while its pid runs (checked only on its own
     host) and it polled within 3 polls + 30 s."""
-    from ..procs.process import alive
+    from ..procs import alive
 
     now = time.time() if now is None else now
     pid = record.get("pid")

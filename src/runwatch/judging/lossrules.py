@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..options import GREATER_1, INT_0, INT_1, NON_NEGATIVE, NUMBER, option
-from ..reading.records import Record
+from ..reading import Record
 from .declaring import DIVERGENCE, FATAL, RECORD_COMMANDS, STOP, OptionGroup, Runbook
 from .rulebase import SKIP, Look, Rule, SessionFacts, Streak, extend_streak, median, show_nonfinite, slide, spread
 

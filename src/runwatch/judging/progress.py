@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..options import INT_1, OPEN_01, option
-from ..reading.readers.keys import original_keys
-from ..reading.records import Record
+from ..reading import Record, original_keys
 from .declaring import FATAL, FRACTION, RECORD_COMMANDS, STOP, WARN, OptionGroup, Runbook
 from .rulebase import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median, slide, spread
 

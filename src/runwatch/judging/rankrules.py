@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from ..files.heartbeats import Heartbeat
+from ..files import Heartbeat
 from ..options import GREATER_1, INT_1, POSITIVE, option
 from .declaring import STOP, TRANSIENT, OptionGroup, PollKind, Runbook
 

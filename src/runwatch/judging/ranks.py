@@ -14,7 +14,7 @@ import statistics
 import time
 from typing import Any
 
-from ..files.heartbeats import Heartbeat, current_session, read_heartbeats
+from ..files import Heartbeat, current_session, read_heartbeats
 from .rankrules import RANK_STALL, STRAGGLER, fmt_seconds
 from .rankrules import StragglerRule as StragglerRule
 from .rankrules import rank_stall_finding as rank_stall_finding

@@ -16,11 +16,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidRunError, UsageError
-from ..reading.history import origin_step, path
-from ..reading.nosignal import holds_something, no_signal_message
-from ..reading.readers import ReadOptions
-from ..reading.records import Record, RecordSource, Session, parser_for, resolve_target
-from ..reading.source import reached as reached
+from ..reading import (
+    ReadOptions,
+    Record,
+    RecordSource,
+    Session,
+    holds_something,
+    no_signal_message,
+    origin_step,
+    parser_for,
+    path,
+    resolve_target,
+)
+from ..reading import reached as reached
 from .rules import Finding, Replay, RuleOptions, fmt_step, verdict_class
 from .ruleset import DIVERGENCE, STOP, TRANSIENT, WARN
 from .verdict import exit_status

@@ -19,7 +19,7 @@ import math
 from collections import deque
 from typing import Any, ClassVar
 
-from ..reading.records import Record
+from ..reading import Record
 from .declaring import Runbook
 
 # The session's reference loss is the median of its first (up to) this many train losses.

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..options import INT_1, TEXTS, option, validate
-from ..reading.records import Record, parse_maps
+from ..reading import Record, parse_maps
 from .declaring import FATAL, OFF, RECORD_COMMANDS, STOP, WARN, check_groups
 from .declaring import SEVERITIES as SEVERITIES
 from .evalrules import MetricOptions, MetricStuck, MetricStuckOptions, OverfittingOptions

@@ -5,7 +5,7 @@ runbook). They have no options. Built on `rulebase`. Standard library only.
 
 from __future__ import annotations
 
-from ..reading.records import Record
+from ..reading import Record
 from .declaring import FATAL, STOP, TRANSIENT, Runbook
 from .rulebase import SKIP, Look, Rule
 

@@ -19,10 +19,7 @@ from types import ModuleType
 from typing import Any, TypedDict
 
 from ..errors import EXIT_OK, InvalidRunError, RunwatchError
-from ..files.jsonio import loads, strict_json
-from ..files.lines import iter_line_blocks
-from ..files.rundir import RunDir
-from ..files.schema import SessionValidator, read_manifest
+from ..files import RunDir, SessionValidator, iter_line_blocks, loads, read_manifest, strict_json
 
 _orjson: ModuleType | None
 try:  # optional fast path; absent under `python -S`

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..options import INT_1, OPEN_01, POSITIVE, option
-from ..reading.records import Record
+from ..reading import Record
 from .declaring import FATAL, RECORD_COMMANDS, STOP, OptionGroup, Runbook
 from .rulebase import SKIP, Look, SessionFacts, Streak, extend_streak, median
 

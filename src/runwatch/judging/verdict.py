@@ -18,11 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import EXIT_ANOMALY, EXIT_OK, EXIT_TEMPFAIL, ConfigError, InvalidRunError
-from ..files.journal import atomic_write_text
-from ..files.jsonio import loads
-from ..files.lines import read_regular_file
-from ..files.rundir import VERDICT
-from ..files.safeio import loads_value
+from ..files import VERDICT, atomic_write_text, loads, loads_value, read_regular_file
 from .declaring import Runbook
 from .rules import Finding, fmt_step, verdict_class
 

@@ -12,9 +12,8 @@ import sys
 
 from ..errors import UsageError
 from ..options import add_flags
+from ..reading import read_options, resolve_target
 from ..reading.readers import add_arguments as add_read_arguments
-from ..reading.readers import read_options
-from ..reading.records import resolve_target
 from .replay import CheckResult, check
 from .verdict import exit_status
 from .watchdog import Options, Watcher

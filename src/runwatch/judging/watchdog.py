@@ -21,13 +21,19 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import InvalidRunError
-from ..files.rundir import RunDir
+from ..files import RunDir
 from ..procs import process as _proc
-from ..reading.history import Trail
-from ..reading.nosignal import holds_something, no_signal_message
-from ..reading.readers import ReadOptions
-from ..reading.records import Record, RecordParser, Target
-from ..reading.source import Polled, RecordSource
+from ..reading import (
+    Polled,
+    ReadOptions,
+    Record,
+    RecordParser,
+    RecordSource,
+    Target,
+    Trail,
+    holds_something,
+    no_signal_message,
+)
 from . import liveness
 from .replay import CheckResult as CheckResult
 from .replay import check as check
@@ -48,12 +54,9 @@ def _rank_check(w: Watcher) -> Finding | None:
     return w.process.ranks(w.opts, w.run_dir, w.clock(), w.stale_sessions)
 
 
-# Poll-time checks beyond the log (e.g. per-rank heartbeats): each is called once per poll with the
-# Watcher and returns a Finding or None. Plug one in by appending it here.
+# Poll-time checks beyond the log: each is called once per poll with the Watcher and returns a
+# Finding or None. Plug one in by appending it here.
 POLL_CHECKS: list[Callable[[Watcher], Finding | None]] = [_rank_check]
-
-
-# --- the watch loop -------------------------------------------------------------------------------
 
 
 class Watcher:
@@ -146,16 +149,13 @@ class Watcher:
             self.log(f"runwatch watch: new session {session} in run.json; rules restart")
         self.current = session
         parser = self.parser
-        self.rules.reset(
-            parser.start_step(session) if parser and session else None,
-            parser.max_steps(session) if parser and session else None,
-        )
+        start = parser.start_step(session) if parser else None  # (None for no session)
+        self.rules.reset(start, parser.max_steps(session) if parser and session else None)
         self.have_record = False
         self.pending = None
         self.pending_warnings = []
         self.grace_anchor = self.clock()
         self.grace_what = None
-        start = parser.start_step(session) if parser else None
         self.last_step = start if start is not None else 0
 
     def _polled(self, polled: Polled) -> None:
@@ -412,8 +412,8 @@ class Watcher:
         return v
 
     def heartbeat(self) -> None:
-        """Rewrite the `watching` record in watchdog.json (the watch's own heartbeat, with the state a
-        restarted watch resumes from) when a poll applied records, or 30 s after the last one."""
+        """Rewrite watchdog.json's `watching` record (the watch's heartbeat and the state a restarted
+        watch resumes from) when a poll applied records, or 30 s after the last one."""
         now = self.clock()
         if self.applied == self._watching_count and now - self._watching_at < liveness.WATCHING_EVERY_SECONDS:
             return
@@ -429,8 +429,7 @@ class Watcher:
             self.log(f"runwatch watch: could not write watchdog.json: {exc}")
 
     def drain(self) -> None:
-        """Read what is left of the log without judging it: its writer is gone and its verdict was
-        reached (a relaunch's watch then starts after it, from `state_dict()`)."""
+        """Read the rest of the log unjudged (its writer is gone): a relaunch's watch starts after it."""
         if not self._open():
             return
         while True:

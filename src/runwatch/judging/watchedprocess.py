@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from ..files.rundir import RunDir
+from ..files import RunDir
 from ..procs import process as _proc
 from . import liveness
 from .ranks import RankMonitor

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..options import EXIT_CODE, FLAG, INT_1, POSITIVE, TEXT, TEXTS, build, given_options, option
-from ..reading.target import recorded_rule_options
+from ..reading import recorded_rule_options
 from .declaring import OptionGroup
 from .liveness import PhaseLimits, PhaseOptions, StallOptions, parse_phase_limits
 from .rankrules import RankOptions

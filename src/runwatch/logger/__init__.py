@@ -21,31 +21,35 @@ from typing import TYPE_CHECKING, Any
 from .. import lazy
 
 if TYPE_CHECKING:
+    from .convert import Flag as Flag
+    from .convert import Scalar as Scalar
     from .distributed import HeartbeatWriter as HeartbeatWriter
     from .distributed import process_group as process_group
     from .distributed import rank_group as rank_group
     from .gpus import GpuSampler as GpuSampler
     from .metrics import RunLogger as RunLogger
+    from .window import DEFAULT_MAX_WINDOW_SECONDS as DEFAULT_MAX_WINDOW_SECONDS
+    from .window import default_window as default_window
 
 # The public names, module -> names: this face's __all__.
 _PUBLIC: dict[str, tuple[str, ...]] = {
+    ".convert": ("Flag", "Scalar"),
     ".distributed": ("process_group", "rank_group", "HeartbeatWriter"),
     ".gpus": ("GpuSampler",),
     ".metrics": ("RunLogger",),
+    ".window": ("DEFAULT_MAX_WINDOW_SECONDS", "default_window"),
 }
 # The other names the modules listed as exported before the faces: importable from here for one
 # release, not in __all__ (import them from the face, or better, use a public name).
 _KEPT: dict[str, tuple[str, ...]] = {
-    ".convert": ("Scalar", "Flag", "as_float_list", "as_numbers", "Number"),
+    ".convert": ("as_float_list", "as_numbers", "Number"),
     ".distributed": ("RankGroup", "SoloGroup", "is_waiting_frame"),
     ".gpus": ("MAX_GPUS", "MIN_INTERVAL_SECONDS"),
     ".metrics": ("PHASE_NAME",),
     ".signals": ("SignalGuard",),
     ".window": (
-        "default_window",
         "WINDOW_ENV",
         "DEFAULT_WINDOW",
-        "DEFAULT_MAX_WINDOW_SECONDS",
         "OpenWindow",
         "WindowValues",
         "ROW_SIZE",

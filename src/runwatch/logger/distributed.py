@@ -28,9 +28,7 @@ from collections.abc import Callable
 from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..files.heartbeats import HISTORY_WINDOWS, HeartbeatConfig, heartbeat_path
-from ..files.jsonio import dumps
-from ..files.rundir import HEARTBEATS
+from ..files import HEARTBEATS, HISTORY_WINDOWS, HeartbeatConfig, dumps, heartbeat_path
 
 if TYPE_CHECKING:
     import torch

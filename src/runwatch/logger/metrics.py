@@ -30,14 +30,25 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ConfigError, NonFiniteLossError, RanksOutOfStepError, RunwatchError
-from ..files.hardware import detect_hardware as detect_hardware
-from ..files.hardware import rank_hardware
-from ..files.heartbeats import PHASE_NAME, HeartbeatConfig
-from ..files.journal import open_session, utc_now
-from ..files.provenance import capture, data_paths
-from ..files.recipe import check_arguments, check_checkpoint, check_recipe, check_start
-from ..files.rundir import ENV_RUN_DIR
-from ..files.schema import END_REASONS, SCHEMA_VERSION, validate_manifest, window_tokens
+from ..files import (
+    END_REASONS,
+    ENV_RUN_DIR,
+    PHASE_NAME,
+    SCHEMA_VERSION,
+    HeartbeatConfig,
+    capture,
+    check_arguments,
+    check_checkpoint,
+    check_recipe,
+    check_start,
+    data_paths,
+    open_session,
+    rank_hardware,
+    utc_now,
+    validate_manifest,
+    window_tokens,
+)
+from ..files import detect_hardware as detect_hardware
 from .convert import Flag, Scalar, as_float_list
 from .distributed import HeartbeatWriter, rank_group
 from .gpus import GpuSampler

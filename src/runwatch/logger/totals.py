@@ -11,8 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..files.hardware import memory_peaks
-from ..files.jsonio import dumps
+from ..files import dumps, memory_peaks
 from .gpus import GpuSampler
 from .window import TrainLine
 

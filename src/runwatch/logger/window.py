@@ -17,8 +17,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigError
-from ..files.jsonio import dumps
-from ..files.rundir import ENV_WINDOW
+from ..files import ENV_WINDOW, dumps
 from .convert import Scalar, as_numbers
 
 # Attempted updates per train window: one line per 10 steps keeps the log ~50 bytes a step and the

@@ -38,7 +38,7 @@ import time
 from typing import TypedDict, cast
 
 from ..errors import UsageError
-from ..files.journal import atomic_write_text
+from ..files import atomic_write_text
 from .auditpool import Pool, RowBatch, chunked, run_pool
 from .corpus import Corpus, JsonlWriter, Row, Writer, open_writer
 from .rowcheck import CHECKS as CHECKS

@@ -28,9 +28,8 @@ from collections.abc import Callable
 from typing import Any, TypedDict
 
 from ..errors import InsufficientRunError, UsageError
-from ..files.journal import atomic_write_text
-from ..files.rundir import ENV_WINDOW, RunDir
-from ..judging.liveness import last_error
+from ..files import ENV_WINDOW, RunDir, atomic_write_text
+from ..judging import last_error
 from ..options import add_command_arguments, split_command
 from .benchtail import LogTail, StepSeconds, steady_from
 from .logs import Reading, add_reading_arguments, describe_log, reading_from_args
@@ -152,7 +151,8 @@ def bench(
     line of its output) or gives no update for `options.timeout` seconds (with what its log looked
     like), InvalidRunError when its log is invalid.
     """
-    from ..procs.process import alive, how_ended, stop, wait_exit
+    from ..procs import alive, how_ended, wait_exit
+    from ..procs.process import stop
     from ..supervising.launch import launch
 
     if not cmd:

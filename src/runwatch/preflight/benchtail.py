@@ -12,8 +12,7 @@ import time
 from typing import Any, TypedDict
 
 from ..errors import InsufficientRunError, InvalidRunError
-from ..reading.records import Record
-from ..reading.target import Target
+from ..reading import Record, Target
 from .logs import Reading
 
 
@@ -48,7 +47,7 @@ class LogTail:
     """
 
     def __init__(self, run_dir: str, reading: Reading, batch_size: int | None = None) -> None:
-        from ..reading.source import RecordSource
+        from ..reading import RecordSource
 
         self.run_dir = run_dir
         self.reading = reading

@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import DataError
-from ..files.jsonio import orjson_misread
+from ..files import orjson_misread
 
 _orjson: ModuleType | None
 try:  # optional fast path (extra: fast), ~3x faster; what it rejects goes to the standard library

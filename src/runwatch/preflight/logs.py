@@ -18,13 +18,10 @@ import argparse
 import dataclasses
 import os
 
-from ..files.rundir import RunDir
-from ..judging.rules import RuleOptions
+from ..files import RunDir
+from ..judging import RuleOptions
 from ..options import add_flags, option_fields
-from ..reading.follow import tail_lines
-from ..reading.readers import ReadOptions, read_options
-from ..reading.records import parse_maps
-from ..reading.target import Target, resolve_target
+from ..reading import ReadOptions, Target, parse_maps, read_options, resolve_target, tail_lines
 
 # How much of a log `describe_log` quotes: its last lines, each cut to this many characters.
 QUOTE_LINES = 2
@@ -43,7 +40,7 @@ class Reading:
         """The reading options for `run_dir`: as given for a log named directly; for a run
         directory, `--log` (relative to RUN_DIR) or `stdout.log` for a text format, as `launch`
         names a launched program's log (what RUN_DIR recorded at launch fills what is not given)."""
-        from ..supervising.launch import watch_read
+        from ..supervising import watch_read
 
         return self.read if os.path.isfile(run_dir) else watch_read(self.read)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TypeAlias
 
 from ..errors import UsageError
-from ..files.jsonio import strict_json
+from ..files import strict_json
 
 CHECKS = ("python", "json", "text")  # or MODULE:FUNCTION
 NORMALIZERS = ("none", "ast", "black")

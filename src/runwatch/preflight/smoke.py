@@ -32,14 +32,14 @@ import os
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..errors import CheckpointError, InvalidRunError, RunwatchError, UsageError
-from ..files.checkpoint import verify_checkpoint
-from ..judging.ruleset import fmt_step
-from ..reading.records import Record, Target, iter_records
+from ..files import verify_checkpoint
+from ..judging import fmt_step
+from ..reading import Record, Target, iter_records
 from .logs import Reading, add_reading_arguments, describe_log, reading_from_args
 from .plan import PlanOptions, parse_duration, plan, session_records, verdict_line
 
 if TYPE_CHECKING:
-    from ..judging.summary import Summary
+    from ..judging import Summary
 
 
 # The watchdog's --chance-tolerance default: a loss within 0.02 of chance has not learned anything.
@@ -205,7 +205,7 @@ def _projection_check(run_dir: str, options: PlanOptions) -> SmokeCheck:
 def smoke(run_dir: str, options: SmokeOptions = SmokeOptions(), reading: Reading | None = None) -> SmokeResult:
     """Judge the smoke run in `run_dir` (its log read with `reading`, as `check` reads it); return
     `{"run_dir", "checks": [...], "passed", "judged", "failed", "verdict"}`."""
-    from ..judging.summary import summarize
+    from ..judging import summarize
 
     reading = reading or Reading()
     try:
@@ -263,7 +263,7 @@ def smoke(run_dir: str, options: SmokeOptions = SmokeOptions(), reading: Reading
 
 def _smoke_records(run_dir: str, options: SmokeOptions, reading: Reading, target: Target) -> SmokeResult:
     """The checks of a log that is not schema v1, from its records (the latest session's)."""
-    from ..procs.process import launch_info, read_exit
+    from ..procs import launch_info, read_exit
 
     session: str | None = None
     recs: list[Record] = []

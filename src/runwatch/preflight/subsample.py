@@ -44,7 +44,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any, TypeAlias, TypedDict, TypeVar
 
 from ..errors import DataError, UsageError
-from ..files.journal import atomic_write_text
+from ..files import atomic_write_text
 from .corpus import FORMATS, Corpus, Row, open_writer
 
 # Progress on a TTY at most this often.

@@ -25,14 +25,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from ..errors import InsufficientRunError, InvalidRunError
-from ..files.lines import read_regular_file
-from ..files.rundir import RunDir
-from ..files.schema import read_manifest
-from ..reading.target import Target
+from ..files import RunDir, read_manifest, read_regular_file
+from ..reading import Target
 from .logs import Reading
 
 if TYPE_CHECKING:
-    from ..reading.records import Record
+    from ..reading import Record
 
 
 # The first updates hold compilation, autotuning, the data loader's start and allocator growth.
@@ -153,7 +151,7 @@ def _from_bench(path: str, min_steady: int) -> Throughput:
 
 def _from_run(path: str, warmup: int, min_steady: int) -> Throughput:
     """A schema-v1 run: the summary's steady rate after the warm-up, and the measured eval time."""
-    from ..judging.summary import summarize
+    from ..judging import summarize
 
     _, session, records = session_records(path)
     warm = warm_records = steady = steady_records = per_record = 0

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .process import wait_exit as wait_exit
     from .proctree import ProcessTree as ProcessTree
     from .proctree import start_ticks as start_ticks
+    from .waiter import reap as reap
+    from .waiter import subreaper as subreaper
 
 # The public names, module -> names: this face's __all__.
 _PUBLIC: dict[str, tuple[str, ...]] = {
@@ -44,6 +46,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "launch_info",
     ),
     ".proctree": ("ProcessTree", "start_ticks"),
+    ".waiter": ("reap", "subreaper"),
 }
 # The other names the modules listed as exported before the faces: importable from here for one
 # release, not in __all__ (import them from the face, or better, use a public name).

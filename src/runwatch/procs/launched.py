@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ..files.rundir import LOCK, RunDir, read_json
+from ..files import LOCK, RunDir, read_json
 from .proctree import start_ticks, unproven
 
 # What the refusal ends with: nothing was signalled.

@@ -17,8 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..files.rundir import EXIT, RunDir, read_json
-from ..files.safeio import loads_object, read_bounded, read_tail
+from ..files import EXIT, RunDir, loads_object, read_bounded, read_json, read_tail
 from .launched import refusal
 from .proctree import ProcessTree, start_ticks
 from .proctree import stop as _tree_stop

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..files.rundir import ENV_ATTEMPT_ID, ENV_RUN_DIR, RunDir, read_json
+from ..files import ENV_ATTEMPT_ID, ENV_RUN_DIR, RunDir, read_json
 
 # After SIGKILL the kernel frees a process within milliseconds, unless it sleeps uninterruptibly
 # (a hung NFS or GPU driver call): wait this long, then report what is left rather than hang.

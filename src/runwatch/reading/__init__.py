@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .follow import LogFollower as LogFollower
     from .follow import tail_lines as tail_lines
     from .history import Rollback as Rollback
+    from .history import Trail as Trail
     from .history import checkpoints as checkpoints
     from .history import latest_checkpoint as latest_checkpoint
     from .history import live_sessions as live_sessions
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from .parsing import Record as Record
     from .parsing import RecordParser as RecordParser
     from .parsing import Session as Session
+    from .parsing import Throughput as Throughput
     from .parsing import parse_maps as parse_maps
     from .readers import READERS as READERS
     from .readers import detect as detect
@@ -74,15 +76,16 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "valid_records",
         "origin_step",
         "live_sessions",
+        "Trail",
     ),
     ".nosignal": ("no_signal_message", "holds_something"),
-    ".parsing": ("Record", "Session", "RecordParser", "parse_maps"),
+    ".parsing": ("Record", "Session", "RecordParser", "parse_maps", "Throughput"),
     ".readers": ("READERS", "detect", "sniff_log"),
     ".readers.base": ("READER_FORMATS", "TEXT_FORMATS", "Reader", "ReadOptions", "read_options"),
     ".readers.keys": ("TASK_METRICS", "task_metric_direction", "original_keys"),
     ".readers.tfevents": ("is_event_file",),
-    ".resume": ("Resume", "resume_checkpoint"),
     ".records": ("iter_records", "load_sessions"),
+    ".resume": ("Resume", "resume_checkpoint"),
     ".source": ("RecordSource", "parser_for", "Polled", "reached"),
     ".target": ("Target", "resolve_target", "recorded_rule_options", "NOT_LOGS", "NOT_RECORDED"),
 }

@@ -24,10 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, InvalidRunError
-from ..files import safeio
-from ..files.lines import MAX_LINE_BYTES, open_run_file
-from ..files.rundir import RunDir
-from ..files.schema import read_manifest
+from ..files import MAX_LINE_BYTES, RunDir, open_run_file, read_manifest, safeio
 
 # One read per poll of at most this many bytes: big enough that catching up on a 1 GB log takes a
 # few hundred reads, small enough that a batch of lines stays a few MB in memory.

@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from ..files.rundir import LAUNCH_HEADER
+from ..files import LAUNCH_HEADER
 from .target import Target
 
 # How much of a file is looked at to say what it holds (lines are counted in it: "at least N").

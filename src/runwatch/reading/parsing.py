@@ -36,8 +36,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import InvalidRunError, UsageError
-from ..files.jsonio import loads, orjson_misread
-from ..files.schema import SessionValidator
+from ..files import SessionValidator, loads, orjson_misread
 from .minimal import MINIMAL_KEYS as MINIMAL_KEYS
 from .minimal import MinimalSteps, is_number
 from .minimal import parse_maps as parse_maps

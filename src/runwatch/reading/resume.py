@@ -23,8 +23,8 @@ import warnings
 from typing import NamedTuple
 
 from ..errors import ConfigError, InvalidRunError
-from ..files.rundir import ENV_RESUME_FROM, ENV_ROLLBACK, ENV_RUN_DIR, ENV_SKIP_STEPS, RunDir
-from ..files.rundir import RESUME_ENV as RESUME_ENV
+from ..files import ENV_RESUME_FROM, ENV_ROLLBACK, ENV_RUN_DIR, ENV_SKIP_STEPS, RunDir
+from ..files import RESUME_ENV as RESUME_ENV
 
 
 class Resume(NamedTuple):

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InvalidRunError, UsageError
-from ..files.schema import read_manifest
+from ..files import read_manifest
 from .follow import ManifestFollower, tail_lines
 from .minimal import parse_maps
 from .parsing import Record, RecordParser, Session

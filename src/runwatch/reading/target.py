@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, UsageError
-from ..files.rundir import METRICS, RunDir, recorded_reading
+from ..files import METRICS, RunDir, recorded_reading
 from ..options import option_fields
 from .readers import FORMATS, ReadOptions, detect, is_log, sniff_log
 
@@ -210,7 +210,7 @@ HEAD_BYTES = 64 * 1024
 def _first_line(path: str) -> bytes | None:
     """The first complete, non-blank line of the regular file `path`; None when it has none yet (or
     cannot be read: the reader says why)."""
-    from ..files.safeio import read_bounded
+    from ..files import read_bounded
 
     try:
         head = read_bounded(path, HEAD_BYTES)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .scheduler import SlurmJob as SlurmJob
     from .scheduler import requeue as requeue
     from .supervise import Supervisor as Supervisor
+    from .supervisecommand import supervisor_from_args as supervisor_from_args
     from .supervision import ENDS as ENDS
     from .supervision import Counters as Counters
     from .supervision import SuperviseOptions as SuperviseOptions
@@ -47,6 +48,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ".policy": ("Attempt", "Decision", "decide"),
     ".scheduler": ("SlurmJob", "requeue"),
     ".supervise": ("Supervisor",),
+    ".supervisecommand": ("supervisor_from_args",),
     ".supervision": ("SuperviseOptions", "supervise_status", "Counters", "ENDS", "last_record", "read_journal"),
 }
 # The other names the modules listed as exported before the faces: importable from here for one

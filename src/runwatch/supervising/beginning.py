@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from ..files.rundir import RunDir
-from ..judging.rules import Finding
-from ..judging.verdict import Verdict, read_verdict
+from ..files import RunDir
+from ..judging import Finding, Verdict, read_verdict
+from ..procs import not_launched, refusal
 from ..procs import process as _proc
-from ..procs.launched import not_launched, refusal
 from .scheduler import SlurmJob
 from .supervision import ENDS, Counters, last_record, read_journal
 

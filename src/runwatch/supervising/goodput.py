@@ -35,9 +35,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from ..judging.rules import fmt_step
-from ..reading.history import live_sessions
-from ..reading.parsing import Session
+from ..judging import fmt_step
+from ..reading import Session, live_sessions
 from .walltime import BUCKETS as BUCKETS
 from .walltime import LAUNCHES, journal_attempts, steps_kept, steps_run
 from .walltime import Advice as Advice
@@ -162,10 +161,9 @@ def run_goodput(run_dir: str) -> tuple[Goodput, Breakdown, int]:
     journal's launch records say) and the last attempt's `exit.json`. UsageError when there is
     neither a journal nor a log."""
     from ..errors import InvalidRunError, UsageError
-    from ..files.rundir import recorded_reading
-    from ..procs.process import read_exit
-    from ..reading.readers import ReadOptions
-    from ..reading.records import load_sessions, resolve_target
+    from ..files import recorded_reading
+    from ..procs import read_exit
+    from ..reading import ReadOptions, load_sessions, resolve_target
     from .supervision import read_journal
 
     journal = supervision(read_journal(run_dir))

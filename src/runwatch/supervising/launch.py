@@ -25,20 +25,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import UsageError
-from ..files.journal import atomic_write_text
-from ..files.provenance import capture
-from ..files.rundir import ENV_ATTEMPT_ID, ENV_RUN_DIR, EXIT, LAUNCH_HEADER, STDOUT, RunDir
-from ..files.safeio import open_append
+from ..files import (
+    ENV_ATTEMPT_ID,
+    ENV_RUN_DIR,
+    EXIT,
+    LAUNCH_HEADER,
+    STDOUT,
+    RunDir,
+    atomic_write_text,
+    capture,
+    open_append,
+)
 from ..options import add_command_arguments, option_fields, split_command
-from ..procs import waiter
-from ..procs.launched import not_launched
-from ..procs.process import launch_info, launched_here
-from ..procs.proctree import ProcessTree, start_ticks
+from ..procs import ProcessTree, launch_info, launched_here, not_launched, start_ticks, waiter
 from ..procs.proctree import stop as stop_tree
-from ..reading.readers import TEXT_FORMATS as TEXT_FORMATS
-from ..reading.readers import ReadOptions, read_options
+from ..reading import NOT_RECORDED as NOT_RECORDED
+from ..reading import TEXT_FORMATS as TEXT_FORMATS
+from ..reading import ReadOptions, read_options
 from ..reading.readers import add_arguments as add_read_arguments
-from ..reading.target import NOT_RECORDED as NOT_RECORDED
 
 # Added to the command's environment: line-buffered logs, no progress bars in stdout.log,
 # quiet transformers, no tokenizers fork warnings, and where the run directory is.
@@ -250,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     opts = None
     read = read_options(args)
     if args.watch:  # validate the watch options before starting anything
-        from ..judging.watchoptions import options_from_args
+        from ..judging import options_from_args
 
         opts = options_from_args(args, os.path.abspath(args.run_dir), "watch")
     elif any(getattr(args, k, None) not in (None, []) for k in ("format", "pattern", "run", "log")):
@@ -267,11 +271,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import dataclasses
 
-    from ..judging.watchdog import Watcher
+    from ..judging import Watcher
 
     opts = dataclasses.replace(opts, pid=info["pid"])
     verdict = Watcher(os.path.abspath(d), opts, read=read).run()
     print(verdict.line(), flush=True)
-    from ..judging.verdict import exit_status
+    from ..judging import exit_status
 
     return exit_status(verdict.outcome, opts.exit_codes)

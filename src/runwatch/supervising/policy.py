@@ -18,11 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from ..files.rundir import ENV_RESUME_FROM, ENV_ROLLBACK, ENV_SKIP_STEPS
-from ..judging.rules import fmt_step
-from ..judging.verdict import Verdict, exit_status
-from ..reading.history import Rollback, checkpoints, rollback_target
-from ..reading.parsing import Session
+from ..files import ENV_RESUME_FROM, ENV_ROLLBACK, ENV_SKIP_STEPS
+from ..judging import Verdict, exit_status, fmt_step
+from ..reading import Rollback, Session, checkpoints, rollback_target
 from .supervision import Counters, SuperviseOptions
 
 # The back-off doubles with each consecutive transient relaunch up to this (ten minutes: long enough

@@ -40,22 +40,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
-from ..files.heartbeats import read_heartbeats
-from ..files.rundir import ENV_RESUME_FROM, RunDir
-from ..files.rundir import JOURNAL as JOURNAL
-from ..files.rundir import LOCK as LOCK
-from ..judging.liveness import last_error
-from ..judging.rules import Finding
-from ..judging.verdict import write_verdict
-from ..judging.watchdog import Options, Verdict
+from ..files import ENV_RESUME_FROM, RESUME_ENV, RunDir, read_heartbeats
+from ..files import JOURNAL as JOURNAL
+from ..files import LOCK as LOCK
+from ..judging import Finding, Options, Verdict, last_error, write_verdict
 from ..procs import process as _proc
-from ..procs import proctree
-from ..procs.launched import refusal
-from ..procs.waiter import reap
-from ..reading.history import latest_checkpoint
-from ..reading.parsing import Session
-from ..reading.readers import ReadOptions
-from ..reading.resume import RESUME_ENV
+from ..procs import proctree, reap, refusal
+from ..reading import ReadOptions, Session, latest_checkpoint
 from .beginning import begin
 from .deadman import DeadMan
 from .goodput import goodput, goodput_line

@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..judging.watchdog import Options, load_options
+from ..judging import Options, load_options
 from ..options import add_command_arguments, add_flags, given_options, split_command
-from ..procs.waiter import subreaper
+from ..procs import subreaper
+from ..reading import read_options
 from ..reading.readers import add_arguments as add_read_arguments
-from ..reading.readers import read_options
 from .supervise import Supervisor
 from .supervision import SuperviseOptions, load_supervise_options
 

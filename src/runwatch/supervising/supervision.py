@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, UsageError
-from ..files import safeio
-from ..files.rundir import JOURNAL, LOCK, RunDir
+from ..files import JOURNAL, LOCK, RunDir, safeio
 from ..options import FLAG, INT_0, NON_NEGATIVE, POSITIVE, TEXT, TEXTS, option, read_toml, validate
-from ..procs.process import alive
+from ..procs import alive
 from .notify import mask_url
 
 if TYPE_CHECKING:
-    from ..judging.watchdog import Verdict
+    from ..judging import Verdict
 
 
 EVENTS = (

@@ -21,8 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from ..reading.history import live_sessions, origin_step, path, valid_records
-from ..reading.parsing import Record, Session
+from ..reading import Record, Session, live_sessions, origin_step, path, valid_records
 
 
 def steps_run(sessions: list[Session]) -> int | float:

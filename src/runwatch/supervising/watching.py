@@ -25,11 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import InvalidRunError, UsageError
-from ..judging.watchdog import Options, Watcher
+from ..judging import Options, Watcher
 from ..procs import process as _proc
-from ..reading.history import Trail
-from ..reading.parsing import Session
-from ..reading.readers import ReadOptions
+from ..reading import ReadOptions, Session, Trail
 
 
 class Watching:

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
-from ..files.hardware import GpuInfo
-from ..judging.rules import fmt_step
-from ..supervising.goodput import goodput_line
-from ..supervising.supervision import ENDS
+from ..files import GpuInfo
+from ..judging import fmt_step
+from ..supervising import ENDS, goodput_line
 
 # A number as a check-in shows it: a non-finite one as its text (strict JSON has no NaN).
 Shown = float | str | None

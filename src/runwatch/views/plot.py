@@ -30,14 +30,11 @@ import textwrap
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..errors import InvalidRunError, RunwatchError, UsageError
-from ..files.journal import atomic_write
-from ..judging.replay import RECOVERED, finding_line
-from ..judging.rules import RuleOptions, fmt_step
+from ..files import atomic_write
+from ..judging import RECOVERED, RuleOptions, finding_line, fmt_step
 from ..options import add_flags, build, given_options
-from ..reading.readers import ReadOptions, read_options
+from ..reading import ReadOptions, read_options, recorded_rule_options, resolve_target
 from ..reading.readers import add_arguments as add_read_arguments
-from ..reading.records import resolve_target
-from ..reading.target import recorded_rule_options
 from .plotdata import PlotView as PlotView
 from .plotdata import SessionSeries as SessionSeries
 from .plotdata import load_run as load_run

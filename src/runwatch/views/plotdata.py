@@ -14,12 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from ..judging.replay import RunReplay
-from ..judging.rules import Finding, RuleOptions, Rules, ThroughputDrop
-from ..judging.verdict import read_verdict
-from ..reading.parsing import Throughput
-from ..reading.readers import ReadOptions
-from ..reading.records import Record, Target, iter_records, parser_for, resolve_target
+from ..judging import Finding, RuleOptions, Rules, RunReplay, ThroughputDrop, read_verdict
+from ..reading import ReadOptions, Record, Target, Throughput, iter_records, parser_for, resolve_target
 
 # The Hugging Face Trainer logs these among its eval_* values; they are timings, not model quality,
 # and would stretch the metrics panel's scale (samples/s in the hundreds next to an AUROC).

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..judging.rules import RuleOptions
+from ..judging import RuleOptions
 from .plotdata import PlotView, SessionSeries
 
 if TYPE_CHECKING:  # matplotlib loads only when a picture is drawn

@@ -20,22 +20,36 @@ import time
 from typing import Any
 
 from ..errors import UsageError
-from ..files.hardware import GpuInfo as GpuInfo
-from ..files.hardware import gpu_info as gpu_info
-from ..files.rundir import RunDir
-from ..judging.liveness import is_local_host, last_error, process_host, watchdog_liveness
-from ..judging.ranks import rank_status_lines
-from ..judging.rules import verdict_class
-from ..judging.verdict import read_verdict
-from ..judging.watchoptions import Options, load_options
+from ..files import GpuInfo as GpuInfo
+from ..files import RunDir
+from ..files import gpu_info as gpu_info
+from ..judging import (
+    Options,
+    is_local_host,
+    last_error,
+    load_options,
+    process_host,
+    rank_status_lines,
+    read_verdict,
+    verdict_class,
+    watchdog_liveness,
+)
 from ..options import add_flags, given_options
-from ..procs.process import alive, launch_info, read_pid_file
-from ..reading.readers import ReadOptions, read_options
+from ..procs import alive, launch_info, read_pid_file
+from ..reading import (
+    ReadOptions,
+    Record,
+    RecordParser,
+    RecordSource,
+    Target,
+    parse_maps,
+    reached,
+    read_options,
+    recorded_rule_options,
+    resolve_target,
+)
 from ..reading.readers import add_arguments as add_read_arguments
-from ..reading.records import Record, RecordParser, Target, parse_maps, resolve_target
-from ..reading.source import RecordSource, reached
-from ..reading.target import recorded_rule_options
-from ..supervising.supervision import ENDS, last_record, supervise_status
+from ..supervising import ENDS, last_record, supervise_status
 from .checkin import Ended as Ended
 from .checkin import GradNorm as GradNorm
 from .checkin import LastEval as LastEval

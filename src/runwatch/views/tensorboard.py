@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from ..errors import InvalidRunError, RunwatchError, UsageError
-from ..reading.records import Record, iter_records, parse_maps, parser_for, resolve_target
+from ..reading import Record, iter_records, parse_maps, parser_for, resolve_target
 
 # Written into the log directory so that a re-export knows the directory is its own to replace.
 MARKER = "runwatch-export.json"

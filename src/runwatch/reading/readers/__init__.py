@@ -31,7 +31,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
-from ...files.rundir import RunDir
+from ...files import RunDir
 from .base import FORMATS as FORMATS
 from .base import PRESETS as PRESETS
 from .base import READER_FORMATS as READER_FORMATS

@@ -13,8 +13,7 @@ import os
 from typing import Any
 
 from ...errors import InvalidRunError
-from ...files.jsonio import loads
-from ...files.lines import read_regular_file
+from ...files import loads, read_regular_file
 from .base import BaseReader, Chunk, ReadOptions
 from .keys import KeyMap
 

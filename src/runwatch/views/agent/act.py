@@ -20,15 +20,11 @@ import sys
 import time
 
 from ...errors import UsageError
-from ...files.rundir import JOURNAL, LOCK, PID, RunDir
-from ...files.safeio import inside, open_append
+from ...files import JOURNAL, LOCK, PID, RunDir, inside, open_append
+from ...procs import not_launched, not_supervisor, refusal, start_ticks
 from ...procs import process as _proc
-from ...procs.launched import not_launched, not_supervisor, refusal
-from ...procs.proctree import start_ticks
-from ...reading.follow import tail_lines
-from ...reading.records import resolve_target
-from ...supervising.supervise import supervise_status
-from ...supervising.supervisecommand import supervisor_from_args
+from ...reading import resolve_target, tail_lines
+from ...supervising import supervise_status, supervisor_from_args
 from .bound import fit
 from .tools import Result, Tools, parse_command_line
 from .verdicts import live_supervisor

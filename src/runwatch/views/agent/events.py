@@ -31,9 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...files.rundir import JOURNAL, VERDICT, read_json
-from ...reading.records import Target
-from ...reading.source import RecordSource
+from ...files import JOURNAL, VERDICT, read_json
+from ...reading import RecordSource, Target
 
 # Every kind of event, in the order the contract lists them.
 KINDS = ("warning", "stop", "relaunch", "rollback", "checkpoint", "done", "gave_up", "preempted")

@@ -20,10 +20,8 @@ import os
 from collections import deque
 from typing import Any
 
-from ...files.rundir import JOURNAL, VERDICT, RunDir, read_json
-from ...reading.follow import tail_lines
-from ...reading.records import Record, Target
-from ...reading.source import RecordSource
+from ...files import JOURNAL, VERDICT, RunDir, read_json
+from ...reading import Record, RecordSource, Target, tail_lines
 from .tail import minimal_rows, seq_len_of
 
 # Records shown before and after an onset, and lines of the program's output.
@@ -222,7 +220,7 @@ def incident(run_dir: str, target: Target, maps: dict[str, str] | None = None) -
     verdict = latest_stop(run_dir)
     note = None
     if verdict is None and _size(target.log_path) <= REPLAY_BYTES:
-        from ...judging.replay import check
+        from ...judging import check
 
         result = check(target.log_path if os.path.isfile(target.log_path) else run_dir)
         first = result.first_stop

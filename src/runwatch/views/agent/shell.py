@@ -31,9 +31,8 @@ from typing import Any
 
 from ...errors import UsageError
 from ...options import option_fields
-from ...reading.readers import ReadOptions
+from ...reading import ReadOptions, resolve_target
 from ...reading.readers import add_arguments as add_read_arguments
-from ...reading.records import resolve_target
 from .events import KINDS, Batch, CheckpointTail, events_since, parse_kinds
 from .tools import MAX_WAIT_SECONDS, Tools
 from .verdicts import watch_state
@@ -192,7 +191,7 @@ def _final_exit(state: dict[str, Any]) -> int:
 
 
 def add_tail_arguments(p: argparse.ArgumentParser) -> None:
-    from ...judging.rules import RuleOptions
+    from ...judging import RuleOptions
     from ...options import add_flags
 
     p.add_argument("run", metavar="RUN", help="a run directory or a log")
@@ -241,7 +240,7 @@ def add_explain_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from ...judging.runbook import explain
+    from ...judging import explain
 
     doc = explain(args.kind)
     if args.json:
@@ -278,7 +277,7 @@ def run_runs(args: argparse.Namespace) -> int:
 
 
 def add_series_arguments(p: argparse.ArgumentParser) -> None:
-    from ...judging.rules import RuleOptions
+    from ...judging import RuleOptions
     from ...options import add_flags
 
     p.add_argument("run", metavar="RUN", help="a run directory or a log")
@@ -319,7 +318,7 @@ def run_series(args: argparse.Namespace) -> int:
 
 
 def add_incident_arguments(p: argparse.ArgumentParser) -> None:
-    from ...judging.rules import RuleOptions
+    from ...judging import RuleOptions
     from ...options import add_flags
 
     p.add_argument("run", metavar="RUN", help="a run directory")
@@ -388,7 +387,7 @@ def _options_of_kind(kinds: list[str]) -> dict[str, list[Any]]:
     """Each kind's options: an option belongs to the rules its help text names (`loss_spike: ...`);
     one that names none goes with the options that share its first word (`throughput_span` with
     `throughput_drop`'s)."""
-    from ...judging.watchdog import Options
+    from ...judging import Options
 
     fields = [f for f in option_fields(Options) if f.name not in _GENERAL]
     named: dict[str, list[str]] = {}
@@ -410,7 +409,7 @@ def _options_of_kind(kinds: list[str]) -> dict[str, list[Any]]:
 def rule_option_names(command: str) -> list[str]:
     """The flags of the record rules' options that `command` takes, in declaration order
     (`runwatch rules` lists each; the watch's own options, such as `--stall`, are not among them)."""
-    from ...judging.rules import RuleOptions
+    from ...judging import RuleOptions
 
     return [
         "--" + f.name.replace("_", "-")
@@ -422,7 +421,7 @@ def rule_option_names(command: str) -> list[str]:
 def rules_table() -> list[dict[str, Any]]:
     """Every kind the watchdog reports: its class, default severity, what it means, and its options
     with their defaults (from the options' declarations and the runbook)."""
-    from ...judging.runbook import explain, kinds
+    from ...judging import explain, kinds
     from ...options import default_text
 
     ks = kinds()
@@ -454,7 +453,7 @@ def add_rules_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_rules(args: argparse.Namespace) -> int:
-    from ...judging.rules import RECORD_KINDS
+    from ...judging import RECORD_KINDS
 
     table = rules_table()
     if args.json:

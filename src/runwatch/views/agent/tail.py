@@ -19,8 +19,7 @@ import math
 import os
 from typing import Any
 
-from ...reading.records import Record, RecordParser, Target
-from ...reading.source import RecordSource, reached
+from ...reading import Record, RecordParser, RecordSource, Target, reached
 from ..serve.runs import MAX_METRICS as MAX_METRICS
 
 

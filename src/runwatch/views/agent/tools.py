@@ -32,12 +32,10 @@ import threading
 from typing import Any
 
 from ...errors import InsufficientRunError, InvalidRunError, RunwatchError, UsageError
-from ...files.rundir import JOURNAL, SIDE_FILES
-from ...files.safeio import escaping
-from ...judging.verdict import exit_status
+from ...files import JOURNAL, SIDE_FILES, escaping
+from ...judging import exit_status
 from ...options import Parser
-from ...reading.readers import ReadOptions, read_options
-from ...reading.records import parse_maps, resolve_target
+from ...reading import ReadOptions, parse_maps, read_options, resolve_target
 from ..serve.folder import inside, run_target
 from ..serve.server import Catalog
 from ..serve.supervision import SupervisionView
@@ -246,7 +244,7 @@ class Tools:
 
     def check_run(self, run: str, options: list[str] | None = None) -> Result:
         """`runwatch check RUN [OPTIONS] --json`: every finding and the verdict line."""
-        from ...judging.watchcommands import check_from_args
+        from ...judging import check_from_args
 
         path = self.path("check_run", "run", run)
         args = parse_command_line("check_run", ["check", path, *(options or [])])
@@ -267,7 +265,7 @@ class Tools:
 
     def explain(self, kind: str) -> Result:
         """The runbook entry of a verdict kind."""
-        from ...judging.runbook import explain
+        from ...judging import explain
 
         return fit(explain(kind))
 
@@ -282,8 +280,8 @@ class Tools:
     ) -> Result:
         """`runwatch plan RUN --samples N --epochs E --window W [OPTIONS]`: the projection and its
         exit meaning; `options` read the run's log (as `run_status` takes them)."""
-        from ...preflight.logs import Reading
-        from ...preflight.plan import PlanOptions, exit_code, parse_duration, plan, verdict_line
+        from ...preflight import PlanOptions, Reading, exit_code, parse_duration, verdict_line
+        from ...preflight.plan import plan
 
         if (run is None) == (bench is None):
             raise UsageError("plan_run: give either run (a run or a log) or bench (a runwatch bench directory)")

@@ -18,12 +18,10 @@ import time
 from typing import Any
 
 from ...errors import InvalidRunError
-from ...files.rundir import JOURNAL, LOCK
-from ...judging.verdict import Verdict
-from ...procs.launched import not_supervisor
-from ...procs.process import alive, read_pid_file
-from ...supervising.supervise import supervise_status
-from ...supervising.supervision import ENDS
+from ...files import JOURNAL, LOCK
+from ...judging import Verdict
+from ...procs import alive, not_supervisor, read_pid_file
+from ...supervising import ENDS, supervise_status
 from ..serve.supervision import SupervisionView
 from ..status import watchdog_facts
 

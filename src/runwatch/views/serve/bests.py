@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, TypedDict
 
-from ...reading.readers.keys import TASK_METRICS, task_metric_direction
+from ...reading import TASK_METRICS, task_metric_direction
 from .series import Point
 
 

@@ -36,7 +36,7 @@ import re
 from collections.abc import Generator, Iterator
 from typing import Any
 
-from ...reading.records import Record, RecordParser, Target, iter_records, parser_for
+from ...reading import Record, RecordParser, Target, iter_records, parser_for
 from .series import Cut, keeps
 
 # The leading columns, in this order; eval metrics (sorted) follow, and `time` ends the row.

@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from ...files.rundir import HEARTBEATS
+from ...files import HEARTBEATS
 from ..checkin import Status
 
 Facts = TypeVar("Facts", bound=Status)  # the list's summary of a run (runs.RunSummary)

@@ -17,10 +17,8 @@ import os
 import stat
 from collections.abc import Iterator
 
-from ...files.rundir import recorded_reading
-from ...reading.readers import ReadOptions, detect, sniff_log
-from ...reading.records import Target, resolve_target
-from ...reading.target import NOT_LOGS
+from ...files import recorded_reading
+from ...reading import NOT_LOGS, ReadOptions, Target, detect, resolve_target, sniff_log
 
 # How deep below the served folder runs are looked for ("runs/<project>/<sweep>/<run>").
 MAX_DEPTH = 4
@@ -74,7 +72,7 @@ def run_target(path: str) -> Target | None:
 def _own_event_files(path: str) -> bool:
     """The folder holds TensorBoard event files itself (not only in its sub-folders: those are
     the runs, as TensorBoard and Lightning's `lightning_logs/version_N/` lay them out)."""
-    from ...reading.readers.tfevents import is_event_file
+    from ...reading import is_event_file
 
     try:
         return any(is_event_file(n) for n in os.listdir(path))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any, NotRequired, TypedDict
 
-from ...reading.records import Record
+from ...reading import Record
 from .series import Cut, keeps
 from .supervision import Move
 

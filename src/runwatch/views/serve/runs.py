@@ -29,16 +29,11 @@ from collections import deque
 from typing import Any, NotRequired, TypedDict
 
 from ...errors import InvalidRunError, UsageError
-from ...files.rundir import RunDir
-from ...judging.liveness import watchdog_liveness
-from ...judging.replay import RunReplay, recoverable
-from ...judging.rules import Finding, RuleOptions
-from ...judging.ruleset import STOP
+from ...files import RunDir
+from ...judging import STOP, Finding, RuleOptions, RunReplay, recoverable, watchdog_liveness
 from ...options import build
-from ...procs.process import launch_info
-from ...reading.records import Record, RecordParser, Target
-from ...reading.source import RecordSource, reached
-from ...reading.target import recorded_rule_options
+from ...procs import launch_info
+from ...reading import Record, RecordParser, RecordSource, Target, reached, recorded_rule_options
 from ..checkin import Status, StatusHead, format_status
 from ..status import TAIL_RECORDS, describe
 from .bests import Best, BestMetric, GoodputSteps, best_point, origin_facts, task_metric

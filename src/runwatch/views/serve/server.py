@@ -28,8 +28,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from ...errors import InvalidRunError
-from ...files.rundir import SIDE_FILES
-from ...files.safeio import escaping
+from ...files import SIDE_FILES, escaping
 from .export import csv_chunks
 from .folder import find_runs
 from .runs import RunDetail, RunSummary, RunView

@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 from typing import Any, TypedDict
 
-from ...files.safeio import loads_object
-from ...reading.follow import LogFollower
-from ...supervising.supervision import ENDS
+from ...files import loads_object
+from ...reading import LogFollower
+from ...supervising import ENDS
 
 # Attempts shown per run: a run relaunched more often than this shows its latest ones.
 MAX_ATTEMPTS = 100
