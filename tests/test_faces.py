@@ -367,3 +367,23 @@ def test_the_face_check_would_see_a_deep_import(tmp_path):
     assert _deep_imports(probe, ["runwatch", "judging", "probe"]) == [
         "runwatch.judging.probe:1 imports RunDir from runwatch.files.rundir"
     ]
+
+
+@pytest.mark.parametrize(
+    ("former", "name", "now"),
+    [
+        ("runwatch.reading.source", "iter_records", "runwatch.reading.records"),
+        ("runwatch.reading.source", "load_sessions", "runwatch.reading.records"),
+        ("runwatch.supervising.supervise", "run", "runwatch.supervising.supervisecommand"),
+        ("runwatch.supervising.supervise", "add_arguments", "runwatch.supervising.supervisecommand"),
+        ("runwatch.files.schema", "open_regular", "runwatch.files.lines"),
+        ("runwatch.files.schema", "iter_lines", "runwatch.files.lines"),
+        ("runwatch.logger.metrics", "WINDOW_ENV", "runwatch.logger.window"),
+    ],
+)
+def test_a_name_that_moved_still_imports_from_its_former_module(former, name, now):
+    """A deep path of the release before keeps working for one release, as the very object."""
+    moved = getattr(importlib.import_module(now), "open_run_file" if name == "open_regular" else name)
+    assert getattr(importlib.import_module(former), name) is moved
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        _ = importlib.import_module(former).nothing_here

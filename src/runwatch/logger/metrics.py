@@ -13,8 +13,7 @@
 once per window (`window` attempted updates, or `max_window_seconds`), in one `.tolist()` per
 device. That conversion is the only host-device sync the logger adds. A single process is a world
 of one rank: it takes the same window path as the ranks of a torch.distributed run (window.py,
-distributed.py). Standard library only; torch is used when the caller passes tensors (and then it
-is already imported).
+distributed.py). Standard library only; torch only when the caller passes tensors (already imported).
 """
 
 from __future__ import annotations
@@ -67,6 +66,7 @@ from .window import (
     window_row,
 )
 from .window import DEFAULT_MAX_WINDOW_SECONDS as DEFAULT_MAX_WINDOW_SECONDS
+from .window import WINDOW_ENV as WINDOW_ENV  # (its former home: kept for one release)
 from .window import default_window as default_window
 
 

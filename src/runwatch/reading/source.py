@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .. import lazy
 from ..errors import InvalidRunError, UsageError
 from ..files import read_manifest
 from .follow import ManifestFollower, tail_lines
@@ -483,3 +484,11 @@ def to_records(parser: RecordParser, items: list[Item]) -> Iterator[Record]:
             rec = parser.parse_object(x, where)
             if rec is not None:
                 yield rec
+
+
+# Former names of this module, kept for one release: a whole log read at once is `records`' now.
+_MOVED = {"iter_records": "runwatch.reading.records", "load_sessions": "runwatch.reading.records"}
+
+
+def __getattr__(name: str) -> Any:
+    return lazy.resolve(__name__, globals(), _MOVED, name)

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import lazy
 from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from ..files import ENV_RESUME_FROM, RESUME_ENV, RunDir, read_heartbeats
 from ..files import JOURNAL as JOURNAL
@@ -470,3 +471,11 @@ class Supervisor:
             )
         code = d.code if d.code is not None else EXIT_INTERRUPTED
         return self._finish(d.event, v, d.line, code, sessions=sessions, **fields)
+
+
+# Former names of this module, kept for one release: its command line is `supervisecommand`'s now.
+_MOVED = {"run": "runwatch.supervising.supervisecommand", "add_arguments": "runwatch.supervising.supervisecommand"}
+
+
+def __getattr__(name: str) -> Any:
+    return lazy.resolve(__name__, globals(), _MOVED, name)
