@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .parsing import Record as Record
     from .parsing import RecordParser as RecordParser
     from .parsing import Session as Session
-    from .parsing import Throughput as Throughput
+    from .parsing import ThroughputKind as ThroughputKind
     from .parsing import parse_maps as parse_maps
     from .readers import READERS as READERS
     from .readers import detect as detect
@@ -79,7 +79,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "Trail",
     ),
     ".nosignal": ("no_signal_message", "holds_something"),
-    ".parsing": ("Record", "Session", "RecordParser", "parse_maps", "Throughput"),
+    ".parsing": ("Record", "Session", "RecordParser", "parse_maps", "ThroughputKind"),
     ".readers": ("READERS", "detect", "sniff_log"),
     ".readers.base": ("READER_FORMATS", "TEXT_FORMATS", "Reader", "ReadOptions", "read_options"),
     ".readers.keys": ("TASK_METRICS", "task_metric_direction", "original_keys"),

@@ -19,7 +19,7 @@ has none), `start_step(session)` (None when the log does not say where a session
 `entry(session)` (the session's run.json entry, None when none), `max_steps(session)`,
 `sessions_by` ("manifest" or "records"), `windows` (a train record covers a window of updates
 and carries the logger's fields), `throughput` (what a train record's `throughput` counts, its
-unit and its column: `Throughput`) and `record_times` (a record's time says when it was
+unit and its column: `ThroughputKind`) and `record_times` (a record's time says when it was
 logged). `source.RecordSource` hands `sessions_by` on (None before the log is open).
 
 Opening, following and keeping the position of a log is `source.RecordSource`'s. Standard library
@@ -93,7 +93,7 @@ class Session:
 
 
 @dataclass(frozen=True, slots=True)
-class Throughput:
+class ThroughputKind:
     """What a train Record's `throughput` counts a second, and how reports name it."""
 
     counts: str  # "tokens" (seq_len known: run.json's recipe) or "samples" (the log's own `sps`)
@@ -103,9 +103,9 @@ class Throughput:
 
 # Schema v1: a window's `tokens` over its `train_seconds` (a session whose run.json recipe says
 # `"tokens": "samples"` counted samples: the Hugging Face callback without seq_len).
-TOKENS = Throughput("tokens", "tokens/s of training time", "tokens_per_second")
+TOKENS = ThroughputKind("tokens", "tokens/s of training time", "tokens_per_second")
 # Any other log: its own `sps` (samples a second; a text log's iterations a second, docs/FORMATS.md).
-SAMPLES = Throughput("samples", "the log's sps", "samples_per_second")
+SAMPLES = ThroughputKind("samples", "the log's sps", "samples_per_second")
 
 
 def _fmt(v: object) -> str:
@@ -184,7 +184,7 @@ class RecordParser(MinimalSteps):
         return self.mode == "v1"
 
     @property
-    def throughput(self) -> Throughput:
+    def throughput(self) -> ThroughputKind:
         """What a train record's `throughput` counts: TOKENS (a window's tokens over its training
         seconds) or SAMPLES (the log's own `sps`)."""
         return TOKENS if self.mode == "v1" else SAMPLES

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..judging import Finding, RuleOptions, Rules, RunReplay, ThroughputDrop, read_verdict
-from ..reading import ReadOptions, Record, Target, Throughput, iter_records, parser_for, resolve_target
+from ..reading import ReadOptions, Record, Target, ThroughputKind, iter_records, parser_for, resolve_target
 
 # The Hugging Face Trainer logs these among its eval_* values; they are timings, not model quality,
 # and would stretch the metrics panel's scale (samples/s in the hundreds next to an AUROC).
@@ -53,7 +53,7 @@ class PlotView:
 
     target: Target
     title: str
-    throughput: Throughput  # what the throughput counts, and its unit
+    throughput: ThroughputKind  # what the throughput counts, and its unit
     sessions: list[SessionSeries]
     findings: list[Finding]
     verdict: dict[str, Any] | None  # watchdog.json
