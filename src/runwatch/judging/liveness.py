@@ -38,11 +38,11 @@ from ..files import (
     read_heartbeats,
     read_tail,
 )
+from ..files import PHASE_NAME as PHASE_NAME  # (a heartbeat's phase names: the format's)
 from ..options import POSITIVE, TEXTS, option
 from ..procs import launch_info
 from .declaring import FATAL, STOP, TRANSIENT, OptionGroup, PollKind, Runbook
 
-PHASE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 # An evaluation or a save of a large model can take most of an hour; a hung one should not take
 # a day (an evaluation that really hung cost one public 176B run 18 h). Override per phase.
 DEFAULT_PHASE_SECONDS = {"eval": 3600.0, "checkpoint": 3600.0}
