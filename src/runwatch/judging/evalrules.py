@@ -18,11 +18,7 @@ from ..options import INT_0, INT_1, NON_NEGATIVE, OPEN_01, TEXT, option
 from ..reading import Record
 from .declaring import FATAL, FRACTION, RECORD_COMMANDS, STOP, WARN, OptionGroup, Runbook
 from .lossrules import NonfiniteLoss
-from .rulebase import SKIP, Look, Rule, SessionFacts, Skip, extend_streak, show_nonfinite
-
-
-def _g(x: float) -> str:
-    return f"{x:.4g}"
+from .rulebase import SKIP, Look, Rule, SessionFacts, Skip, extend_streak, fmt_value, show_nonfinite
 
 
 def eval_losses(rec: Record) -> list[tuple[str, float]]:
@@ -127,7 +123,7 @@ class Overfitting(Rule):
                 s[1] = v
             if s[2] >= patience and self.message is None:
                 self.message = (
-                    f"{name} {_g(v)} > {_g(limit)} ((1 + {_g(opts.overfit_tolerance)}) x best {_g(best)}) "
+                    f"{name} {fmt_value(v)} > {fmt_value(limit)} ((1 + {fmt_value(opts.overfit_tolerance)}) x best {fmt_value(best)}) "
                     f"for {s[2]} consecutive eval records"
                 )
                 self.since = s[3]
@@ -220,7 +216,7 @@ class InvertedMetric(_Metric):
         low = 1 - self.opts.metric_min
         if v < low:
             return (
-                f"{self.opts.metric} {_g(v)} < {_g(low)} (1 - metric-min {_g(self.opts.metric_min)}): "
+                f"{self.opts.metric} {fmt_value(v)} < {fmt_value(low)} (1 - metric-min {fmt_value(self.opts.metric_min)}): "
                 f"labels look inverted (chance 0.5)"
             )
         return None
@@ -242,7 +238,7 @@ class StuckMetric(_Metric):
         x = self.opts.metric_min
         chance = self.opts.metric_chance
         if v < x and (chance != 0.5 or v >= 1 - x):  # below 1 - x at chance 0.5: inverted_metric
-            return f"{self.opts.metric} {_g(v)} < metric-min {_g(x)}: the model looks stuck near chance ({_g(chance)})"
+            return f"{self.opts.metric} {fmt_value(v)} < metric-min {fmt_value(x)}: the model looks stuck near chance ({fmt_value(chance)})"
         return None
 
 
@@ -361,16 +357,16 @@ class MetricStuck(Rule):
             best = max(vals) if direction == "higher" else min(vals)
             name = f"eval_{key}"
             if max(vals) == min(vals):
-                return f"{name} is {_g(first)} at all {n} evals: the task metric never moved"
+                return f"{name} is {fmt_value(first)} at all {n} evals: the task metric never moved"
             better = best - first if direction == "higher" else first - best
             need = gain if unit else gain * abs(first)
             # a metric in [0, 1] whose first eval is within the gain of its bound has no room to gain it
             room = (1 - first if direction == "higher" else first) if unit else math.inf
             if better < need and room >= need:
                 return (
-                    f"{name}'s best {_g(best)} is not better than its first eval {_g(first)} by "
-                    f"{_g(need)} over {n} evals: the task metric never improved"
+                    f"{name}'s best {fmt_value(best)} is not better than its first eval {fmt_value(first)} by "
+                    f"{fmt_value(need)} over {n} evals: the task metric never improved"
                 )
             if direction == "higher" and unit and best <= METRIC_FLOOR:
-                return f"{name} never exceeds {_g(best)} over {n} evals: the model learned nothing of the task"
+                return f"{name} never exceeds {fmt_value(best)} over {n} evals: the model learned nothing of the task"
         return None

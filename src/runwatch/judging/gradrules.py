@@ -14,14 +14,10 @@ from ..errors import ConfigError
 from ..options import GREATER_1, INT_1, NON_NEGATIVE, POSITIVE, option
 from ..reading import Record
 from .declaring import DIVERGENCE, FATAL, RECORD_COMMANDS, STOP, OptionGroup, Runbook
-from .rulebase import SKIP, Look, SessionFacts, Streak, median, slide
+from .rulebase import SKIP, Look, SessionFacts, Streak, fmt_value, median, slide
 
 # The relative gradient limit, and grad_collapse, need this many finite norms before a record.
 GRAD_MIN_HISTORY = 5
-
-
-def _g(x: float) -> str:
-    return f"{x:.4g}"
 
 
 @dataclass(frozen=True)
@@ -171,9 +167,9 @@ class GradExplosion(Streak):
             return None
         self.mild = not absolute and not self.loss_out  # an absolute limit the user set always stops
         if absolute:
-            return f"gradient norm {_g(g)} > {_g(limit)} for {self.streak} consecutive train records"
+            return f"gradient norm {fmt_value(g)} > {fmt_value(limit)} for {self.streak} consecutive train records"
         return (
-            f"gradient norm {_g(g)} > {_g(opts.grad_factor)} x median {_g(med)} of the previous "
+            f"gradient norm {fmt_value(g)} > {fmt_value(opts.grad_factor)} x median {fmt_value(med)} of the previous "
             f"{len(window)} train records (and above their largest) for {self.streak} consecutive train records"
             + ("; the loss stayed in its band" if self.mild else "")
         )
@@ -210,5 +206,5 @@ class GradCollapse(Streak):
         learning = ref is None or loss is None or not loss <= 0.5 * ref  # a NaN loss is not "low"
         self.patience = self.opts.grad_patience
         if self.step_streak(learning and g < self.opts.grad_min, rec.step):
-            return f"gradient norm {_g(g)} < {_g(self.opts.grad_min)} for {self.streak} consecutive train records"
+            return f"gradient norm {fmt_value(g)} < {fmt_value(self.opts.grad_min)} for {self.streak} consecutive train records"
         return None

@@ -13,17 +13,25 @@ from typing import Any
 from ..options import GREATER_1, INT_0, INT_1, NON_NEGATIVE, NUMBER, option
 from ..reading import Record
 from .declaring import DIVERGENCE, FATAL, RECORD_COMMANDS, STOP, OptionGroup, Runbook
-from .rulebase import SKIP, Look, Rule, SessionFacts, Streak, extend_streak, median, show_nonfinite, slide, spread
+from .rulebase import (
+    SKIP,
+    Look,
+    Rule,
+    SessionFacts,
+    Streak,
+    extend_streak,
+    fmt_value,
+    median,
+    show_nonfinite,
+    slide,
+    spread,
+)
 
 # A loss spike is judged against at least this many earlier train records of the session; fewer
 # (but at least one) take the early-spike path (docs/WATCHDOG.md, `loss_spike`).
 SPIKE_MIN_HISTORY = 5
 # A spike exceeds the window's median by more than this many times its spread (`spread`).
 SPIKE_SPREADS = 10.0
-
-
-def _g(x: float) -> str:
-    return f"{x:.4g}"
 
 
 class NonfiniteLoss(Rule):
@@ -144,7 +152,7 @@ class LossSpike(Streak):
             result = None
             if self.streak >= opts.spike_patience:
                 result = (
-                    f"loss {_g(loss)} > {_g(opts.spike_factor)} x median {_g(med)} of the previous "
+                    f"loss {fmt_value(loss)} > {fmt_value(opts.spike_factor)} x median {fmt_value(med)} of the previous "
                     f"{len(self.window)} train records for {self.streak} consecutive records"
                 )
         if hit:
@@ -247,7 +255,7 @@ class LossAtChance(Rule):
         self.steps.append(rec.step)
         if len(self.flags) == self.flags.maxlen and all(self.flags):
             return (
-                f"loss {_g(rec.loss)} >= {_g(floor)} (chance {_g(x)} - tolerance {_g(self.opts.chance_tolerance)}) "
+                f"loss {fmt_value(rec.loss)} >= {fmt_value(floor)} (chance {fmt_value(x)} - tolerance {fmt_value(self.opts.chance_tolerance)}) "
                 f"for the last {len(self.flags)} train records"
             )
         return None

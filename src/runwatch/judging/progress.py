@@ -26,7 +26,7 @@ from typing import Any
 from ..options import INT_1, OPEN_01, option
 from ..reading import Record, original_keys
 from .declaring import FATAL, FRACTION, RECORD_COMMANDS, STOP, WARN, OptionGroup, Runbook
-from .rulebase import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, median, slide, spread
+from .rulebase import REFERENCE_RECORDS, SKIP, Look, Rule, SessionFacts, fmt_step, fmt_value, median, slide, spread
 
 # `watch` says `no_signal` after this many records without a train loss.
 NO_SIGNAL_RECORDS = 50
@@ -41,10 +41,6 @@ PROGRESS_MIN_HALF = 8
 # Keys named in a no_signal message (more are summed up as "...").
 SHOWN_KEYS = 12
 KEPT_KEYS = 64
-
-
-def _g(x: float) -> str:
-    return f"{x:.4g}"
 
 
 def head_length(losses: list[float], count: int, drop: float) -> int:
@@ -191,14 +187,14 @@ class NoProgress(Rule):
         if below and first - last > PROGRESS_SPREADS * noise:
             return None
         self.onset_step = steps[0]
-        head = f"the median {_g(first)} over steps {fmt_step(self.head[0][0])}-{fmt_step(self.head[n - 1][0])}"
-        where = f"median train loss {_g(last)} over steps {fmt_step(steps[0])}-{fmt_step(steps[-1])}"
+        head = f"the median {fmt_value(first)} over steps {fmt_step(self.head[0][0])}-{fmt_step(self.head[n - 1][0])}"
+        where = f"median train loss {fmt_value(last)} over steps {fmt_step(steps[0])}-{fmt_step(steps[-1])}"
         if below:
             return (
-                f"{where} is below {head} by no more than {_g(PROGRESS_SPREADS)} x its spread {_g(noise)}: "
+                f"{where} is below {head} by no more than {fmt_value(PROGRESS_SPREADS)} x its spread {fmt_value(noise)}: "
                 "the loss has not fallen (it moves within its own noise)"
             )
-        return f"{where} is not below (1 - {_g(drop)}) x {head}: the loss has not fallen"
+        return f"{where} is not below (1 - {fmt_value(drop)}) x {head}: the loss has not fallen"
 
 
 class NoSignal(Rule):

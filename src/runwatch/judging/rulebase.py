@@ -44,6 +44,11 @@ def fmt_step(step: int | float) -> str:
     return f"{step:g}" if type(step) is float else str(step)
 
 
+def fmt_value(x: float) -> str:
+    """A value as a finding's message prints it: 4 significant digits (`loss 2.303`)."""
+    return f"{x:.4g}"
+
+
 def median(values: Any) -> float:
     """The median of a sequence of numbers (0.0 for none)."""
     s = sorted(values)

@@ -12,11 +12,7 @@ from typing import Any
 from ..options import INT_1, OPEN_01, POSITIVE, option
 from ..reading import Record
 from .declaring import FATAL, RECORD_COMMANDS, STOP, OptionGroup, Runbook
-from .rulebase import SKIP, Look, SessionFacts, Streak, extend_streak, median
-
-
-def _g(x: float) -> str:
-    return f"{x:.4g}"
+from .rulebase import SKIP, Look, SessionFacts, Streak, extend_streak, fmt_value, median
 
 
 @dataclass(frozen=True)
@@ -143,7 +139,7 @@ class ThroughputDrop(Streak):
         self.streak, self.first = extend_streak(self.streak, self.first, span < limit, rec.step)
         if self.streak >= opts.throughput_patience:
             return (
-                f"throughput {_g(span)} < {_g(limit)} ((1 - {_g(opts.throughput_drop)}) x baseline "
-                f"{_g(self.baseline)}) for {self.streak} consecutive spans of >= {_g(opts.throughput_span)} s"
+                f"throughput {fmt_value(span)} < {fmt_value(limit)} ((1 - {fmt_value(opts.throughput_drop)}) x baseline "
+                f"{fmt_value(self.baseline)}) for {self.streak} consecutive spans of >= {fmt_value(opts.throughput_span)} s"
             )
         return None
