@@ -187,6 +187,14 @@ def rollback_target(
     return None
 
 
+def session_of(rec: Record, parser: RecordParser | None) -> Session:
+    """The (empty) Session that `rec`, its first record, opens: it starts at run.json's
+    `start.step` for its session, else at the record's step (a train record; 0 for another)."""
+    entry = parser.entry(rec.session) if parser is not None else None  # (run.json's: minimal has none)
+    start = entry["start"]["step"] if entry else (rec.step if rec.kind == "train" else 0)
+    return Session(rec.session, start, manifest_entry=entry)
+
+
 class Trail:
     """The log's sessions kept thin as a follower reads them: each session's start, its checkpoint
     events and its furthest valid record -- all that `path`, `checkpoints` and `latest_checkpoint`
@@ -199,12 +207,10 @@ class Trail:
         self._top: dict[str, Record] = {}  # each session's record of the furthest valid step
 
     def add(self, rec: Record, parser: RecordParser | None) -> None:
-        """Take one record as `parser` read it (its session's start as `load_sessions` takes it)."""
+        """Take one record as `parser` read it (its session opened by `session_of`, as a whole read does)."""
         s = self._sessions.get(rec.session)
         if s is None:
-            entry = parser.entry(rec.session) if parser is not None else None  # (run.json's: minimal has none)
-            start = entry["start"]["step"] if entry else (rec.step if rec.kind == "train" else 0)
-            s = self._sessions[rec.session] = Session(rec.session, start, manifest_entry=entry)
+            s = self._sessions[rec.session] = session_of(rec, parser)
         self._keep(s, rec)
 
     def seed(self, sessions: list[Session]) -> None:

@@ -31,6 +31,7 @@ from .. import lazy
 from ..errors import InvalidRunError, UsageError
 from ..files import read_manifest
 from .follow import ManifestFollower, tail_lines
+from .history import session_of
 from .minimal import parse_maps
 from .parsing import Record, RecordParser, Session
 from .readers import READER_FORMATS, READERS, Item, Reader, ReadOptions, open_reader
@@ -415,9 +416,7 @@ class RecordSource:
             for rec in self.records():
                 s = sessions.get(rec.session)
                 if s is None:
-                    entry = self.parser.entry(rec.session) if self.parser is not None else None
-                    start = entry["start"]["step"] if entry else (rec.step if rec.kind == "train" else 0)
-                    s = sessions[rec.session] = Session(rec.session, start, manifest_entry=entry)
+                    s = sessions[rec.session] = session_of(rec, self.parser)
                 s.records.append(rec)
             return list(sessions.values())
         finally:
