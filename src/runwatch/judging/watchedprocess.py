@@ -72,10 +72,11 @@ class WatchedProcess:
             self._ranks = RankMonitor(opts.rank_stall, opts.straggler_factor, opts.straggler_patience)
         return self._ranks.poll(run_dir, now, ignore=ignore)
 
-    def why_gone(self, run_dir: str, pid: int, v1: bool) -> tuple[str, str] | None:
+    def why_gone(self, run_dir: str, pid: int, named_sessions: bool) -> tuple[str, str] | None:
         """Why `pid` is gone, as a finding's kind and message (`oom`, or `process_exit` with how it
-        ended, or the rank that died first); None when exit.json says it exited with status 0. `v1`:
-        the log is schema v1 (its missing session_end is said)."""
+        ended, or the rank that died first); None when exit.json says it exited with status 0.
+        `named_sessions`: run.json names the log's sessions, so each should end in a session_end
+        (its absence is said)."""
         status = _proc.how_ended(pid)
         ended = self.ended(run_dir, pid, wait=True)
         if ended is not None and ended.status == 0:
@@ -89,7 +90,9 @@ class WatchedProcess:
         if rank is not None:
             return "process_exit", rank
         how = f" ({status})" if status else ""
-        return "process_exit", f"process {pid} is gone{how}" + (" and the log has no normal session_end" if v1 else "")
+        return "process_exit", f"process {pid} is gone{how}" + (
+            " and the log has no normal session_end" if named_sessions else ""
+        )
 
     def stop(self, run_dir: str, grace: float, why: str) -> str:
         """Stop the process (`--stop-on-anomaly`): a note of what was done, or why nothing was."""
