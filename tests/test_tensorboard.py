@@ -221,6 +221,18 @@ def test_mapped_keys(tmp_path):
     assert_same(got, {"train/loss": [(5, 0.5, 0.0), (10, 0.25, 0.0)], "val/loss": [(10, 0.3, 0.0)]})
 
 
+def test_a_minimal_log_with_an_event_key_of_its_own(tmp_path):
+    """Which dialect a log speaks is the parser's answer, not a key's: a minimal-telemetry line that
+    happens to carry `event` exports as minimal telemetry (it once ended in an assertion)."""
+    path = tmp_path / "train.jsonl"
+    path.write_text(
+        '{"step": 1, "loss": 0.5, "event": "step", "sps": 3.0}\n{"step": 2, "loss": 0.4, "event": "step"}\n'
+    )
+    info = tb.export(str(path))
+    got = read_back(os.path.join(info["logdir"], "session-1"))
+    assert_same(got, {"train/loss": [(1, 0.5, 0.0), (2, 0.4, 0.0)], "train/sps": [(1, 3.0, 0.0)]})
+
+
 def test_trainer_state(tmp_path, capsys):
     history = [
         {"epoch": 0.5, "grad_norm": 0.8, "learning_rate": 5e-5, "loss": 0.69, "step": 10},

@@ -68,16 +68,16 @@ class _Run:
     wall: float | None = None
 
 
-def scalars(rec: Record) -> Iterator[tuple[str, float]]:
-    """The (tag, value) pairs a record becomes; non-finite values of minimal logs pass through."""
+def scalars(rec: Record, windows: bool) -> Iterator[tuple[str, float]]:
+    """The (tag, value) pairs a record becomes; non-finite values of minimal logs pass through.
+    `windows`: the parser's fact that a train record is a logger's window (its fields in `raw`)."""
     raw = rec.raw or {}
-    v1 = "event" in raw
     if rec.kind == "train":
         assert rec.loss is not None  # every train record has one (NaN for a null of minimal telemetry)
         yield "train/loss", rec.loss
         if rec.lr is not None:
             yield "train/lr", rec.lr
-        if v1:
+        if windows:
             if rec.grad_mean is not None:
                 assert rec.grad_max is not None  # schema v1: set with the mean
                 yield "train/grad_norm_mean", rec.grad_mean
@@ -107,7 +107,7 @@ def scalars(rec: Record) -> Iterator[tuple[str, float]]:
         yield "checkpoint/seconds", raw["seconds"]
         if raw.get("bytes") is not None:
             yield "checkpoint/bytes", raw["bytes"]
-    if v1 and rec.kind == "train":
+    if windows and rec.kind == "train":
         session = raw["session"]
         yield "session/tokens", session["tokens"]
         if session["tokens_per_second"] is not None:
@@ -191,7 +191,7 @@ def export(target: str, logdir: str | None = None, *, maps: dict[str, str] | Non
             # records without a time of their own (trainer_state.json) take the session's last one
             wall = r.wall if r.wall is not None else 0.0
             step = _step(rec.step)
-            pairs = [(tag, float(value)) for tag, value in scalars(rec)]
+            pairs = [(tag, float(value)) for tag, value in scalars(rec, parser.windows)]
             memory = _memory(rec)
             if memory and memory_steps.get(key) != step:
                 # one memory point a step, from its first record: train, val and checkpoint records
