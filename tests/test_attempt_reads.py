@@ -225,3 +225,22 @@ def test_a_log_read_again_from_its_start_voids_what_the_trail_kept(tmp_path: Pat
     assert w.poll_once() is None
     again = trail.latest_checkpoint()
     assert again is not None and again.path == str(tmp_path / "b-5.pt") and trail.high_step() == 5
+
+
+def test_what_follows_a_verdict_in_the_same_read_is_kept_unjudged(tmp_path: Path) -> None:
+    """The records read with the one that decided the watch are not judged, but their checkpoints
+    are counted and kept in the trail, as a drain keeps them: a relaunch names the latest one."""
+    log = tmp_path / "metrics.jsonl"
+    (tmp_path / "a-30.pt").write_text("saved")
+    log.write_text(json.dumps({"step": 10, "loss": 1.0}) + "\n")
+    trail = Trail()
+    w = Watcher(str(log), Options(stall=600), log=lambda m: None, out=lambda m: None, trail=trail)
+    assert w.poll_once() is None  # caught up: from now on a record's finding decides at once
+    lines = [{"step": 20, "loss": float("nan")}, {"step": 30, "ckpt": str(tmp_path / "a-30.pt")}]
+    with log.open("a") as f:
+        f.write("".join(json.dumps(x) + "\n" for x in lines))
+    v = w.poll_once()
+    assert v is not None and v.kind == "nonfinite_loss"
+    cp = trail.latest_checkpoint()
+    assert cp is not None and cp.path == str(tmp_path / "a-30.pt")
+    assert w.checkpoints == 1

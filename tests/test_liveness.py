@@ -195,7 +195,7 @@ def test_a_process_on_another_host_is_not_looked_up_here(tmp_path, capsys):
         )
     )
     w = Watcher(str(tmp_path), Options(stall=1e6), poll_checks=[], log=lambda m: None)
-    assert w.poll_once() is None and w.remote_host == "gpu-node-17"
+    assert w.poll_once() is None and w.process.remote_host == "gpu-node-17"
     st = status(str(tmp_path), gpus=False)
     assert "process  on host gpu-node-17 (not checked from here)" in format_status(st)
     assert not is_local_host("gpu-node-17") and is_local_host(socket.gethostname()) and is_local_host(None)

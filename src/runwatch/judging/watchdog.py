@@ -17,7 +17,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import InvalidRunError
@@ -127,11 +127,6 @@ class Watcher:
     @property
     def parser(self) -> RecordParser | None:
         return self.source.parser
-
-    @property
-    def remote_host(self) -> str | None:
-        """The host launch.json names for the process, when it is not this one (not checked from here)."""
-        return self.process.remote_host
 
     def _open(self) -> bool:
         """Set up the reading once the log exists; False while it does not."""
@@ -280,11 +275,13 @@ class Watcher:
         while True:
             polled = self.source.poll(final)
             self._polled(polled)
-            for rec in polled:  # parsed one at a time: the first verdict ends the watch
+            records = iter(polled)  # parsed one at a time: the first verdict ends the judging
+            for rec in records:
                 if trail is not None:  # (a supervisor's: the run's checkpoints, attempt after attempt)
                     trail.add(rec, self.source.parser)
                 v = apply(rec)
                 if v is not None:
+                    self._take_unjudged(records)  # the rest of what was read: kept, as a drain keeps it
                     return v
             if not polled.more:
                 return None
@@ -436,13 +433,17 @@ class Watcher:
             polled = self.source.poll(final=True)
             if polled.restarted:
                 return
-            for rec in polled:
-                if rec.kind == "checkpoint":
-                    self.checkpoints += 1
-                if self.trail is not None:
-                    self.trail.add(rec, self.source.parser)
+            self._take_unjudged(polled)
             if not polled.more:
                 return
+
+    def _take_unjudged(self, records: Iterable[Record]) -> None:
+        """Count the checkpoints of `records` and keep them in the trail, without judging them."""
+        for rec in records:
+            if rec.kind == "checkpoint":
+                self.checkpoints += 1
+            if self.trail is not None:
+                self.trail.add(rec, self.source.parser)
 
     def watch_process(self, pid: int, stale_sessions: frozenset[str]) -> None:
         """Check `pid`, launched after this watch was set up, from now on (its startup grace too)."""
